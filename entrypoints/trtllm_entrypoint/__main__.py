@@ -1,0 +1,3 @@
+from trtllm_entrypoint.main import main
+
+main()

@@ -1,0 +1,27 @@
+"""Paths, ports and names shared with the Dockerfiles (images/) and the KServe manifests (trtllm_images/kserve.py).
+
+Changing a value here means changing it there too; tests compare them.
+"""
+
+# Where KServe's storage initializer, PVC or modelcar puts the model; always treated as read-only.
+KSERVE_MODEL_DIR = "/mnt/models"
+
+# Written by build.py into every image: the whole matrix as JSON, and the tag that describes the image.
+MATRIX_FILE = "/etc/trtllm-images/matrix.json"
+
+# NGC images from 25.01 ship the backend's all_models/, tools/ and examples/ here.
+NGC_APP_DIR = "/app"
+# Older images get the same layout from build.py (fetched at the backend ref of the matrix entry).
+BUNDLED_APP_DIR = "/opt/trtllm-images/app"
+
+# Writable under any UID: the images create it with mode 1777.
+DEFAULT_CACHE_DIR = "/var/cache/trtllm"
+
+# Triton's own defaults; KServe passes --http-port=8080 --grpc-port=9000 explicitly.
+DEFAULT_HTTP_PORT = 8000
+DEFAULT_GRPC_PORT = 8001
+DEFAULT_METRICS_PORT = 8002
+DEFAULT_OPENAI_PORT = 9000
+
+TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
+OPENAI_FRONTEND_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"

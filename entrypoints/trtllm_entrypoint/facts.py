@@ -1,0 +1,99 @@
+"""What this image is: the matrix entry named by MATRIX_TAG, and what is actually installed.
+
+Outside an image, MATRIX_TAG (with TRTLLM_MATRIX_FILE pointing at `python build.py list --json` output) says which
+TensorRT-LLM to expect when `tensorrt_llm` is not importable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Mapping
+
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.errors import UsageError
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    tag: str
+    tensorrt_llm: str            # the version engines are built and served with
+    tensorrt: str | None
+    triton: str | None
+    workflows: tuple[str, ...]   # "engine", "llmapi"
+    engine_deprecated: bool
+    openai_frontend: bool
+    app_dir: Path                # holds all_models/, tools/, examples/
+    installed: bool = field(default=False)  # tensorrt_llm is importable (versions read from the install)
+
+    @property
+    def default_workflow(self) -> str:
+        return "llmapi" if self.engine_deprecated and "llmapi" in self.workflows else "engine"
+
+    @property
+    def templates_dir(self) -> Path:
+        return self.app_dir / "all_models"
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """Leading numeric release of a version string: '0.17.0.post1' -> (0, 17, 0), '1.2.0rc8' -> (1, 2, 0)."""
+    parts: list[int] = []
+    for piece in version.split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if digits != piece:
+            break
+    return tuple(parts[:3])
+
+
+def installed_version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def load_entry(environ: Mapping[str, str]) -> dict:
+    tag = environ.get("MATRIX_TAG", "")
+    path = Path(environ.get("TRTLLM_MATRIX_FILE", contract.MATRIX_FILE))
+    if not tag:
+        raise UsageError("MATRIX_TAG is not set",
+                         "images built by build.py set it; outside an image set MATRIX_TAG to an NGC tag such as 25.01")
+    try:
+        entries = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"matrix file {path} does not exist",
+                         "set TRTLLM_MATRIX_FILE to the output of `python build.py list --json`") from None
+    except ValueError as exc:
+        raise UsageError(f"matrix file {path} is not valid JSON: {exc}") from None
+    by_tag = {e["tag"]: e for e in entries}
+    if tag not in by_tag:
+        raise UsageError(f"MATRIX_TAG={tag!r} is not in {path}", "known tags: " + ", ".join(sorted(by_tag)))
+    return by_tag[tag]
+
+
+def load_facts(environ: Mapping[str, str]) -> ImageFacts:
+    entry = load_entry(environ)
+    backend = entry["backend"]
+    app_dir = Path(contract.NGC_APP_DIR if backend["in_image"] else contract.BUNDLED_APP_DIR)
+    trtllm = installed_version("tensorrt_llm")
+    return ImageFacts(
+        tag=entry["tag"],
+        tensorrt_llm=trtllm or entry["tensorrt_llm"],
+        tensorrt=installed_version("tensorrt") or entry["tensorrt"],
+        triton=entry["triton"],
+        workflows=tuple(entry["workflows"]),
+        engine_deprecated=bool(entry["engine_deprecated"]),
+        openai_frontend=bool(entry["openai_frontend"]),
+        app_dir=Path(environ["TRTLLM_APP_DIR"]) if environ.get("TRTLLM_APP_DIR") else app_dir,
+        installed=trtllm is not None,
+    )

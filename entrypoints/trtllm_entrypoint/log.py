@@ -1,0 +1,54 @@
+"""One line per event on stderr, as text or JSON, with secrets masked before anything is written."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from contextlib import contextmanager
+from typing import IO, Iterator
+
+MASK = "***"
+
+
+class Log:
+    def __init__(self, fmt: str = "text", stream: IO[str] | None = None, secrets: tuple[str, ...] = ()):
+        self.fmt = fmt
+        self.stream = stream if stream is not None else sys.stderr
+        self.secrets = tuple(s for s in secrets if s)
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, MASK)
+        return text
+
+    def event(self, level: str, message: str, **fields: object) -> None:
+        if self.fmt == "json":
+            record = {"ts": round(time.time(), 3), "level": level, "msg": message, **fields}
+            line = json.dumps(record, default=str, sort_keys=False)
+        else:
+            extra = " ".join(f"{k}={v}" for k, v in fields.items())
+            line = f"[trtllm-entrypoint] {level}: {message}" + (f" {extra}" if extra else "")
+        self.stream.write(self.redact(line) + "\n")
+        self.stream.flush()
+
+    def info(self, message: str, **fields: object) -> None:
+        self.event("info", message, **fields)
+
+    def warn(self, message: str, **fields: object) -> None:
+        self.event("warning", message, **fields)
+
+    def error(self, message: str, **fields: object) -> None:
+        self.event("error", message, **fields)
+
+    @contextmanager
+    def phase(self, name: str, **fields: object) -> Iterator[dict]:
+        """Logs `phase done` with its duration; the body may add fields (e.g. cache=hit) to the yielded dict."""
+        extra: dict = {}
+        start = time.monotonic()
+        try:
+            yield extra
+        except BaseException:
+            self.event("error", "phase failed", phase=name, seconds=round(time.monotonic() - start, 3), **fields)
+            raise
+        self.info("phase done", phase=name, seconds=round(time.monotonic() - start, 3), **fields, **extra)

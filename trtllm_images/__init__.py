@@ -1,0 +1,1 @@
+"""Host side of trtllm-images: matrix, checks, Dockerfile rendering, docker builds, KServe manifests."""

@@ -1,0 +1,160 @@
+"""The server command line (tritonserver, mpirun with one tritonserver per rank, or the OpenAI frontend) and the exec.
+
+The server always replaces this process (`os.execvpe`) so that it receives the container's signals and its exit
+code is the container's; NVIDIA's launch_triton_server.py backgrounds mpirun and returns, which a container cannot use.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, NoReturn, Sequence
+
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.errors import EntrypointError, UsageError
+
+if TYPE_CHECKING:
+    from trtllm_entrypoint.facts import ImageFacts
+    from trtllm_entrypoint.settings import Settings
+
+REPOSITORY_FLAGS = ("--model-repository", "--model-store")
+PORT_FLAGS = {"--http-port": "http_port", "--grpc-port": "grpc_port", "--metrics-port": "metrics_port"}
+# The model that ranks other than 0 load: the C++ backend runs the engine on every rank, everything else on rank 0.
+RANK_MODEL = "tensorrt_llm"
+
+
+def _common(settings: Settings, repository: Path, rank: int, auto_complete: bool) -> list[str]:
+    argv = [contract.TRITONSERVER, f"--model-repository={repository}",
+            f"--exit-timeout-secs={settings.exit_timeout_secs}"]
+    if not auto_complete:
+        argv.append("--disable-auto-complete-config")
+    # Each rank's Python models need their own shared-memory regions.
+    argv.append(f"--backend-config=python,shm-region-prefix-name=prefix{rank}_")
+    return argv
+
+
+def _ports(settings: Settings) -> list[str]:
+    return [f"--http-port={settings.http_port}", f"--grpc-port={settings.grpc_port}",
+            f"--metrics-port={settings.metrics_port}"]
+
+
+def _worker_rank(settings: Settings, repository: Path, rank: int) -> list[str]:
+    """Ranks > 0 serve no endpoint (they would collide with rank 0's ports) and load only the engine model."""
+    return _common(settings, repository, rank, auto_complete=False) + [
+        "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false",
+        "--model-control-mode=explicit", f"--load-model={RANK_MODEL}"]
+
+
+def tritonserver_argv(settings: Settings, repository: Path, world_size: int, uid: int) -> list[str]:
+    # The llmapi model reads max_batch_size/decoupled from model.yaml through auto-complete, and starts its own
+    # workers for TP/PP; the engine workflow's configs are complete and need one tritonserver per rank.
+    llmapi = settings.workflow == "llmapi"
+    ranks = 1 if llmapi else world_size
+    rank0 = _common(settings, repository, 0, auto_complete=llmapi) + _ports(settings) + list(settings.triton_args)
+    if ranks == 1:
+        return rank0
+    argv = ["mpirun"] + (["--allow-run-as-root"] if uid == 0 else [])
+    argv += ["-n", "1"] + rank0
+    for rank in range(1, ranks):
+        argv += [":", "-n", "1"] + _worker_rank(settings, repository, rank)
+    return argv
+
+
+def openai_argv(settings: Settings, repository: Path, tokenizer: str | Path | None) -> list[str]:
+    tokenizer = tokenizer or settings.model_id
+    if not tokenizer:
+        raise UsageError("FRONTEND=openai needs a tokenizer for chat templates, and no model is known",
+                         "set MODEL_ID")
+    argv = ["python3", contract.OPENAI_FRONTEND_MAIN, f"--model-repository={repository}",
+            f"--tokenizer={tokenizer}", f"--openai-port={settings.openai_port}",
+            # Triton's own protocol stays on the usual ports, so probes and KServe clients keep working.
+            "--enable-kserve-frontends", f"--kserve-http-port={settings.http_port}",
+            f"--kserve-grpc-port={settings.grpc_port}"]
+    if settings.workflow == "engine":
+        argv.append("--backend=tensorrtllm")
+    return argv + list(settings.triton_args)
+
+
+def server_argv(settings: Settings, facts: ImageFacts, repository: Path, world_size: int, *,
+                uid: int | None = None, tokenizer: str | Path | None = None) -> list[str]:
+    """The command that serves `repository`. TRITON_ARGS go to the program that serves the endpoints (rank 0)."""
+    if world_size < 1:
+        raise UsageError(f"world size must be at least 1, got {world_size}", "check TP_SIZE and PP_SIZE")
+    if settings.frontend == "openai":
+        return openai_argv(settings, repository, tokenizer)
+    return tritonserver_argv(settings, repository, world_size, os.geteuid() if uid is None else uid)
+
+
+def server_env(settings: Settings) -> dict[str, str]:
+    """Variables the server needs on top of the container's: the OpenAI frontend runs Triton in-process, so
+    TensorRT-LLM must spawn its own workers (orchestrator mode, as Triton's OpenAI frontend README sets it)."""
+    if settings.frontend == "openai" and settings.workflow == "engine":
+        return {"TRTLLM_ORCHESTRATOR": "1"}
+    return {}
+
+
+@dataclass(frozen=True)
+class Passthrough:
+    """What a given `tritonserver …` command line asks for."""
+
+    repositories: tuple[Path, ...]
+    http_port: int | None
+    grpc_port: int | None
+    metrics_port: int | None
+
+    @property
+    def repository(self) -> Path | None:
+        """The model repository when exactly one is given (Triton accepts several)."""
+        return self.repositories[0] if len(self.repositories) == 1 else None
+
+
+def _options(argv: Sequence[str]) -> list[tuple[int, str, str, bool]]:
+    """(index of the value, flag, value, written as --flag=value) for each long option with a value."""
+    found = []
+    for i, arg in enumerate(argv):
+        flag, sep, value = arg.partition("=")
+        if sep and flag.startswith("--"):
+            found.append((i, flag, value, True))
+        elif flag in REPOSITORY_FLAGS + tuple(PORT_FLAGS) and i + 1 < len(argv):
+            found.append((i + 1, flag, argv[i + 1], False))
+    return found
+
+
+def parse_passthrough(argv: Sequence[str]) -> Passthrough:
+    repositories: list[Path] = []
+    ports: dict[str, int | None] = dict.fromkeys(PORT_FLAGS.values())
+    for _, flag, value, _ in _options(argv[1:]):
+        if flag in REPOSITORY_FLAGS:
+            repositories.append(Path(value))
+        elif flag in PORT_FLAGS:
+            if not value.isdigit() or not 0 < int(value) < 65536:
+                raise UsageError(f"{flag}={value!r} is not a port number", "give a number from 1 to 65535")
+            ports[PORT_FLAGS[flag]] = int(value)
+    return Passthrough(tuple(repositories), **ports)
+
+
+def rewrite_repository(argv: Sequence[str], new_repository: Path) -> list[str]:
+    """The same command line with its one model repository replaced; every other argument is kept as given."""
+    argv = list(argv)
+    hits = [(i, flag, inline) for i, flag, _, inline in _options(argv[1:]) if flag in REPOSITORY_FLAGS]
+    if len(hits) != 1:
+        raise EntrypointError(f"expected one --model-repository/--model-store in the command line, found {len(hits)}")
+    index, flag, inline = hits[0]
+    index += 1  # _options saw argv[1:]
+    argv[index] = f"{flag}={new_repository}" if inline else str(new_repository)
+    return argv
+
+
+def exec_argv(argv: Sequence[str], environ: Mapping[str, str]) -> NoReturn:
+    """Replace this process with argv (looked up on environ's PATH)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(argv[0], list(argv), dict(environ))
+    except FileNotFoundError:
+        raise EntrypointError(f"cannot run {argv[0]}: not found",
+                              "is this a trtllm-images image? check PATH and the program's path") from None
+    except PermissionError:
+        raise EntrypointError(f"cannot run {argv[0]}: permission denied") from None

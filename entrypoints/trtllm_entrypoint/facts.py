@@ -28,6 +28,7 @@ class ImageFacts:
     openai_frontend: bool
     app_dir: Path                # holds all_models/, tools/, examples/
     installed: bool = field(default=False)  # tensorrt_llm is importable (versions read from the install)
+    matrix_tensorrt_llm: str = ""  # what the matrix entry says; differs from tensorrt_llm only in a broken image
 
     @property
     def default_workflow(self) -> str:
@@ -96,4 +97,5 @@ def load_facts(environ: Mapping[str, str]) -> ImageFacts:
         openai_frontend=bool(entry["openai_frontend"]),
         app_dir=Path(environ["TRTLLM_APP_DIR"]) if environ.get("TRTLLM_APP_DIR") else app_dir,
         installed=trtllm is not None,
+        matrix_tensorrt_llm=entry["tensorrt_llm"],
     )

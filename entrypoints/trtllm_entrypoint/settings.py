@@ -1,0 +1,296 @@
+"""Every environment variable the entrypoint reads, parsed and validated once, before any work starts.
+
+A bad value raises UsageError with one line naming the variable, the value and what is allowed. Values are stripped,
+and an empty value counts as unset. Tokens never appear in messages or in `describe()`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import tempfile
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Mapping
+
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.facts import ImageFacts
+
+DTYPES = ("auto", "float16", "bfloat16", "float32")
+QUANTIZATIONS = ("none", "fp8", "int8_sq", "int4_awq", "w4a8_awq", "int8_wo", "int4_wo", "nvfp4")
+FRONTENDS = ("triton", "openai")
+LOG_FORMATS = ("text", "json")
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64)
+MAX_TOKENS = 1 << 20  # 1M tokens: above any context length TensorRT-LLM serves today
+# Usable as a Triton model name and as a directory name.
+SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+FALLBACK_CACHE_NAME = "trtllm-cache"
+
+
+@dataclass(frozen=True)
+class Settings:
+    model_id: str | None
+    model_revision: str | None
+    hf_token: str | None = field(repr=False)
+    cache_dir: Path
+    engine_dir: Path | None
+    templates_dir: Path
+    repository_dir: Path | None
+    workflow: str
+    tp_size: int
+    pp_size: int
+    dtype: str
+    quantization: str
+    max_batch_size: int
+    max_input_len: int
+    max_seq_len: int
+    max_num_tokens: int
+    max_beam_width: int
+    kv_cache_free_gpu_mem_fraction: float
+    enable_kv_cache_reuse: bool
+    decoupled: bool
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    openai_port: int
+    frontend: str
+    served_model_name: str | None
+    log_format: str
+    triton_args: tuple[str, ...]
+    exit_timeout_secs: int
+    lock_timeout_secs: int
+    # Set when CACHE_DIR was not given and the default was not writable; the orchestrator logs it as a warning.
+    cache_fallback_reason: str | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.tp_size * self.pp_size
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], facts: ImageFacts) -> "Settings":
+        env = _Env(environ)
+        values = {**_model_values(env, facts), **_limit_values(env), **_server_values(env, facts)}
+        values["cache_dir"], values["cache_fallback_reason"] = _cache_dir(env)
+        settings = cls(**values)
+        _check_relations(settings)
+        return settings
+
+    def describe(self) -> dict:
+        """Every resolved value, JSON-able, for `check` and the start-up log; the token only as set or not."""
+        out: dict = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "hf_token":
+                value = "***" if value else None
+            elif isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        out["world_size"] = self.world_size
+        return out
+
+
+def bad(name: str, value: object, allowed: str) -> UsageError:
+    shown = str(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return UsageError(f"{name}={shown!r} is not allowed: expected {allowed}")
+
+
+class _Env:
+    """Typed reads of one environment mapping; every failure is a one-line UsageError."""
+
+    def __init__(self, environ: Mapping[str, str]):
+        self.environ = environ
+
+    def text(self, name: str) -> str | None:
+        value = self.environ.get(name, "").strip()
+        return value or None
+
+    def integer(self, name: str, default: int, low: int, high: int) -> int:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        allowed = f"a whole number from {low} to {high}"
+        try:
+            value = int(raw, 10)
+        except ValueError:
+            raise bad(name, raw, allowed) from None
+        if not low <= value <= high:
+            raise bad(name, raw, allowed)
+        return value
+
+    def power_of_two(self, name: str) -> int:
+        value = self.integer(name, 1, 1, POWERS_OF_TWO[-1])
+        if value not in POWERS_OF_TWO:
+            raise bad(name, value, "a power of two: " + ", ".join(map(str, POWERS_OF_TWO)))
+        return value
+
+    def fraction(self, name: str, default: float) -> float:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        allowed = "a number greater than 0 and at most 1 (e.g. 0.9)"
+        try:
+            value = float(raw)
+        except ValueError:
+            raise bad(name, raw, allowed) from None
+        if math.isnan(value) or not 0 < value <= 1:
+            raise bad(name, raw, allowed)
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        if raw.lower() in TRUE_WORDS:
+            return True
+        if raw.lower() in FALSE_WORDS:
+            return False
+        raise bad(name, raw, "one of " + "/".join(TRUE_WORDS + FALSE_WORDS))
+
+    def choice(self, name: str, default: str, allowed: tuple[str, ...]) -> str:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        if raw.lower() not in allowed:
+            raise bad(name, raw, "one of " + ", ".join(allowed))
+        return raw.lower()
+
+    def path(self, name: str) -> Path | None:
+        raw = self.text(name)
+        return None if raw is None else Path(os.path.abspath(raw))
+
+
+def _token(env: _Env) -> str | None:
+    token = env.text("HF_TOKEN") or env.text("HUGGING_FACE_HUB_TOKEN")
+    token_file = env.text("HF_TOKEN_FILE")
+    if token_file is None:
+        return token
+    if token is not None:
+        raise UsageError("HF_TOKEN and HF_TOKEN_FILE are both set: expected only one of them",
+                         "keep HF_TOKEN_FILE (a mounted secret) and unset HF_TOKEN / HUGGING_FACE_HUB_TOKEN")
+    try:
+        token = Path(token_file).read_text().strip()
+    except OSError as exc:
+        raise bad("HF_TOKEN_FILE", token_file, f"a readable file holding the token ({exc.strerror})") from None
+    if not token:
+        raise bad("HF_TOKEN_FILE", token_file, "a file holding the token, but the file is empty")
+    return token
+
+
+def _model_values(env: _Env, facts: ImageFacts) -> dict:
+    workflows = facts.workflows
+    workflow = env.text("WORKFLOW")
+    if workflow is not None and workflow.lower() not in workflows:
+        raise bad("WORKFLOW", workflow, f"one of {', '.join(workflows)} "
+                                        f"(what TensorRT-LLM {facts.tensorrt_llm} in this image supports)")
+    templates_dir = env.path("TEMPLATES_DIR") or facts.templates_dir
+    return {
+        "model_id": env.text("MODEL_ID"),
+        "model_revision": env.text("MODEL_REVISION"),
+        "hf_token": _token(env),
+        "engine_dir": env.path("ENGINE_DIR"),
+        "templates_dir": templates_dir,
+        "repository_dir": env.path("REPOSITORY_DIR"),
+        "workflow": workflow.lower() if workflow else facts.default_workflow,
+        "tp_size": env.power_of_two("TP_SIZE"),
+        "pp_size": env.power_of_two("PP_SIZE"),
+        "dtype": env.choice("DTYPE", "auto", DTYPES),
+        "quantization": env.choice("QUANTIZATION", "none", QUANTIZATIONS),
+    }
+
+
+def _limit_values(env: _Env) -> dict:
+    return {
+        "max_batch_size": env.integer("MAX_BATCH_SIZE", 64, 1, 4096),
+        "max_input_len": env.integer("MAX_INPUT_LEN", 2048, 1, MAX_TOKENS),
+        "max_seq_len": env.integer("MAX_SEQ_LEN", 4096, 2, MAX_TOKENS),
+        "max_num_tokens": env.integer("MAX_NUM_TOKENS", 8192, 1, MAX_TOKENS),
+        "max_beam_width": env.integer("MAX_BEAM_WIDTH", 1, 1, 64),
+        "kv_cache_free_gpu_mem_fraction": env.fraction("KV_CACHE_FREE_GPU_MEM_FRACTION", 0.9),
+        "enable_kv_cache_reuse": env.boolean("ENABLE_KV_CACHE_REUSE", False),
+        "decoupled": env.boolean("DECOUPLED", False),
+        "exit_timeout_secs": env.integer("EXIT_TIMEOUT_SECS", 30, 0, 3600),
+        "lock_timeout_secs": env.integer("LOCK_TIMEOUT_SECS", 3600, 0, 86400),
+    }
+
+
+def _server_values(env: _Env, facts: ImageFacts) -> dict:
+    frontend = env.choice("FRONTEND", "triton", FRONTENDS)
+    if frontend == "openai" and not facts.openai_frontend:
+        raise bad("FRONTEND", "openai", f"triton (image {facts.tag} has no OpenAI-compatible frontend)")
+    name = env.text("SERVED_MODEL_NAME")
+    if name is not None and not SERVED_NAME.fullmatch(name):
+        raise bad("SERVED_MODEL_NAME", name,
+                  "up to 128 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    raw_args = env.text("TRITON_ARGS") or ""
+    try:
+        triton_args = tuple(shlex.split(raw_args))
+    except ValueError as exc:
+        raise bad("TRITON_ARGS", raw_args, f"arguments in shell quoting ({exc})") from None
+    return {
+        "http_port": env.integer("HTTP_PORT", contract.DEFAULT_HTTP_PORT, 1, 65535),
+        "grpc_port": env.integer("GRPC_PORT", contract.DEFAULT_GRPC_PORT, 1, 65535),
+        "metrics_port": env.integer("METRICS_PORT", contract.DEFAULT_METRICS_PORT, 1, 65535),
+        "openai_port": env.integer("OPENAI_PORT", contract.DEFAULT_OPENAI_PORT, 1, 65535),
+        "frontend": frontend,
+        "served_model_name": name,
+        "log_format": env.choice("LOG_FORMAT", "text", LOG_FORMATS),
+        "triton_args": triton_args,
+    }
+
+
+def _writable(path: Path) -> bool:
+    """Whether `path` can be written, or created below its nearest existing parent (EROFS counts as not)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return os.access(probe, os.W_OK)
+
+
+def _cache_dir(env: _Env) -> tuple[Path, str | None]:
+    explicit = env.path("CACHE_DIR")
+    if explicit is not None:
+        return explicit, None
+    default = Path(contract.DEFAULT_CACHE_DIR)
+    if _writable(default):
+        return default, None
+    fallback = Path(tempfile.gettempdir()) / FALLBACK_CACHE_NAME
+    reason = (f"the default CACHE_DIR {default} is not writable (read-only root file system?); using {fallback}, "
+              f"which is lost with the container: mount a volume at {default} or set CACHE_DIR to keep engines")
+    return fallback, reason
+
+
+def _inside(path: Path, parent: Path) -> bool:
+    return path == parent or parent in path.parents
+
+
+def _check_relations(s: Settings) -> None:
+    """Rules that involve more than one variable."""
+    if s.max_seq_len <= s.max_input_len:
+        raise bad("MAX_SEQ_LEN", s.max_seq_len, f"a number greater than MAX_INPUT_LEN={s.max_input_len}")
+    # Without chunked context a whole prompt is scheduled in one step, so the step budget must hold it.
+    if s.max_num_tokens < s.max_input_len:
+        raise bad("MAX_NUM_TOKENS", s.max_num_tokens, f"a number at least MAX_INPUT_LEN={s.max_input_len}")
+    ports = {"HTTP_PORT": s.http_port, "GRPC_PORT": s.grpc_port, "METRICS_PORT": s.metrics_port,
+             "OPENAI_PORT": s.openai_port}
+    seen: dict[int, str] = {}
+    for name, port in ports.items():
+        if port in seen:
+            raise bad(name, port, f"a port different from {seen[port]}={port} (the four ports must be distinct)")
+        seen[port] = name
+    if s.workflow == "llmapi" and s.quantization != "none":
+        raise bad("QUANTIZATION", s.quantization,
+                  "none with WORKFLOW=llmapi (it serves the checkpoint as is: use a pre-quantized checkpoint)")
+    if s.workflow == "llmapi" and s.engine_dir is not None:
+        raise bad("ENGINE_DIR", s.engine_dir, "unset with WORKFLOW=llmapi (prebuilt engines need WORKFLOW=engine)")
+    model_dir = Path(contract.KSERVE_MODEL_DIR)
+    for name, path in (("CACHE_DIR", s.cache_dir), ("REPOSITORY_DIR", s.repository_dir)):
+        if path is not None and _inside(path, model_dir):
+            raise bad(name, path, f"a writable directory outside {model_dir} (KServe mounts it read-only)")

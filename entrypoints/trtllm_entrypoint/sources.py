@@ -1,0 +1,233 @@
+"""What the model is: a hub id, a local Hugging Face checkpoint, a prebuilt engine, or a complete Triton repository.
+
+`resolve` only looks (files, names); `download` is the one place that talks to the Hugging Face hub, and the only
+place that imports huggingface_hub.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Mapping
+
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.errors import EntrypointError, UsageError
+from trtllm_entrypoint.log import Log
+
+# Hub ids are "org/name": letters, digits, '-', '_', '.' (the hub's own rule, minus its length limit).
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+LOOKED_FOR = ("a prebuilt engine (config.json with build_config, and rank*.engine files)",
+              "a Triton model repository (<model>/config.pbtxt with every ${...} filled in)",
+              "a Hugging Face checkpoint (config.json with architectures or model_type)")
+# Small files a checkpoint needs besides weights: configs, tokenizers, and remote-code modules some of them import.
+METADATA_FILES = ("config.json", "generation_config.json", "special_tokens_map.json", "added_tokens.json",
+                  "merges.txt", "chat_template.json", "chat_template.jinja")
+METADATA_GLOBS = ("tokenizer*", "vocab*", "*.model", "*.tiktoken", "*.py")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    kind: str              # "hub" (not downloaded yet) | "checkpoint" | "engine" | "repository"
+    path: Path | None      # local path; None for a hub model not yet downloaded
+    repo_id: str | None    # also kept after download()
+    revision: str | None   # as asked (MODEL_REVISION); after download() the resolved commit
+    read_only: bool        # True under /mnt/models and in the hub cache: never write there
+
+
+def _json_keys(path: Path) -> set[str]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return set()
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path} is not readable JSON: {exc}") from None
+    return set(data) if isinstance(data, dict) else set()
+
+
+def classify_dir(path: Path) -> str:
+    """"engine", "repository" or "checkpoint"; UsageError (listing what was looked for) otherwise."""
+    if not path.is_dir():
+        raise UsageError(f"{path} is not a directory", "point MODEL_ID / ENGINE_DIR at a model directory")
+    keys = _json_keys(path / "config.json")
+    if "build_config" in keys and any(path.glob("rank*.engine")):
+        return "engine"
+    pbtxts = sorted(path.glob("*/config.pbtxt"))
+    if pbtxts:
+        unfilled = [p.parent.name for p in pbtxts if "${" in p.read_text(errors="replace")]
+        if unfilled:
+            raise UsageError(f"{path} is a repository template: ${{...}} placeholders are left in "
+                             f"{', '.join(unfilled)}/config.pbtxt",
+                             "point MODEL_ID at the Hugging Face checkpoint instead; the entrypoint fills "
+                             "the templates itself")
+        return "repository"
+    if keys & {"architectures", "model_type"}:
+        return "checkpoint"
+    raise UsageError(f"{path} holds no model that can be served: looked for " + "; ".join(LOOKED_FOR))
+
+
+def _local(path: Path) -> ModelSource:
+    path = Path(os.path.abspath(path))
+    model_dir = Path(contract.KSERVE_MODEL_DIR)
+    read_only = path == model_dir or model_dir in path.parents
+    return ModelSource(kind=classify_dir(path), path=path, repo_id=None, revision=None, read_only=read_only)
+
+
+def resolve_model(settings, environ: Mapping[str, str], exists: Callable[[str], bool] = os.path.exists
+                  ) -> ModelSource:
+    """The model named by MODEL_ID, or /mnt/models when MODEL_ID is unset; ENGINE_DIR is not considered."""
+    model_id = settings.model_id
+    if model_id is None:
+        if exists(contract.KSERVE_MODEL_DIR):
+            return _local(Path(contract.KSERVE_MODEL_DIR))
+        late = " (MODEL_INIT_MODE=async: the modelcar has not put it there yet)" \
+            if environ.get("MODEL_INIT_MODE") == "async" else ""
+        raise UsageError(f"MODEL_ID is not set and {contract.KSERVE_MODEL_DIR} does not exist{late}",
+                         "set MODEL_ID to a Hugging Face id (org/name) or a local path, "
+                         f"or mount the model at {contract.KSERVE_MODEL_DIR}")
+    if exists(model_id):
+        return _local(Path(model_id))
+    if model_id.startswith(("/", "./", "../", "~")):
+        raise UsageError(f"MODEL_ID={model_id!r} is not allowed: the path does not exist",
+                         "mount the model directory into the container at that path")
+    if HUB_ID.fullmatch(model_id) and ".." not in model_id and "--" not in model_id:
+        return ModelSource(kind="hub", path=None, repo_id=model_id, revision=settings.model_revision,
+                           read_only=False)
+    raise UsageError(f"MODEL_ID={model_id!r} is not allowed: expected a Hugging Face id (org/name) "
+                     "or the path of an existing directory")
+
+
+def resolve(settings, environ: Mapping[str, str], exists: Callable[[str], bool] = os.path.exists) -> ModelSource:
+    """What to serve: ENGINE_DIR when set (it must hold an engine), else the model of resolve_model()."""
+    if settings.engine_dir is None:
+        return resolve_model(settings, environ, exists)
+    if not exists(str(settings.engine_dir)):
+        raise UsageError(f"ENGINE_DIR={str(settings.engine_dir)!r} is not allowed: the directory does not exist")
+    source = _local(settings.engine_dir)
+    if source.kind != "engine":
+        raise UsageError(f"ENGINE_DIR={str(settings.engine_dir)!r} is not allowed: it holds a {source.kind}, "
+                         "expected a prebuilt engine (config.json with build_config, and rank*.engine files)",
+                         "use MODEL_ID for checkpoints and repositories")
+    return source
+
+
+def fingerprint(path: Path) -> str:
+    """Cheap identity of a local directory: relative names, sizes and mtimes of its files, never their contents."""
+    digest = hashlib.sha256()
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
+        dirnames.sort()
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            st = os.stat(full)
+            entries.append((os.path.relpath(full, path).replace(os.sep, "/"), st.st_size, st.st_mtime_ns))
+    for rel, size, mtime in sorted(entries):
+        digest.update(f"{rel}\0{size}\0{mtime}\n".encode())
+    return digest.hexdigest()
+
+
+def hub_allow_patterns(files: list[str]) -> list[str]:
+    """The top-level files of a hub repo to download: configs, tokenizer, and one copy of the weights.
+
+    safetensors win over *.bin; Mistral-style `consolidated*.safetensors` duplicates are skipped when sharded
+    safetensors exist. Subfolders (original/, onnx/ …) and other formats (*.pth, *.gguf, *.h5 …) are never taken.
+    Names are glob-escaped so that each pattern matches exactly its file.
+    """
+    top = [f for f in files if "/" not in f]
+    safetensors = [f for f in top if f.endswith(".safetensors")]
+    sharded = [f for f in safetensors if not f.startswith("consolidated")]
+    if safetensors:
+        weights = sharded or safetensors
+        weights += [f for f in top if f.endswith(".safetensors.index.json")]
+    else:
+        weights = [f for f in top if f.endswith((".bin", ".bin.index.json")) and f != "training_args.bin"]
+    metadata = [f for f in top
+                if f in METADATA_FILES or any(fnmatch.fnmatchcase(f, g) for g in METADATA_GLOBS)]
+    return sorted(glob.escape(f) for f in set(weights) | set(metadata))
+
+
+def identity(source: ModelSource) -> dict:
+    """What the engine cache key records about the model: repo and resolved commit, or path and fingerprint."""
+    if source.repo_id is not None:
+        if source.kind == "hub":
+            raise ValueError("identity() of a hub model needs download() first: the commit is resolved there")
+        return {"repo_id": source.repo_id, "revision": source.revision}
+    return {"path": str(source.path), "fingerprint": fingerprint(source.path)}
+
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def _hub_error(exc: Exception, source: ModelSource) -> EntrypointError | None:
+    """One-line error for a failure of the hub client, or None when it is not one."""
+    # huggingface_hub.utils exports these in every release since 0.x; huggingface_hub.errors is newer.
+    from huggingface_hub import utils as errors
+
+    repo, rev = source.repo_id, source.revision or "main"
+    offline_hint = ("without network, mount the model and set MODEL_ID to its path, or fill the cache under "
+                    "CACHE_DIR/models/hub and set HF_HUB_OFFLINE=1")
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if isinstance(exc, errors.GatedRepoError):
+        return EntrypointError(f"{repo} is a gated model and this token has no access to it",
+                               f"request access on https://huggingface.co/{repo} and set HF_TOKEN")
+    if isinstance(exc, errors.RepositoryNotFoundError):
+        return EntrypointError(f"model {repo} was not found on the Hugging Face hub",
+                               "check MODEL_ID; a private model also needs HF_TOKEN")
+    if isinstance(exc, errors.RevisionNotFoundError):
+        return EntrypointError(f"revision {rev!r} of {repo} was not found", "check MODEL_REVISION")
+    if isinstance(exc, errors.LocalEntryNotFoundError):
+        return EntrypointError(f"{repo}@{rev} is not in the local cache and the hub cannot be reached", offline_hint)
+    # requests (older hub clients) and httpx (newer) name their network failures like this.
+    if isinstance(exc, (ConnectionError, TimeoutError)) or names & {"ConnectionError", "ConnectError",
+                                                                    "TransportError", "Timeout", "TimeoutException"}:
+        return EntrypointError(f"the Hugging Face hub cannot be reached to fetch {repo}", offline_hint)
+    if isinstance(exc, errors.HfHubHTTPError):
+        # Only the status: the client's message may quote request details.
+        status = getattr(getattr(exc, "response", None), "status_code", "unknown")
+        return EntrypointError(f"the Hugging Face hub refused to serve {repo}: HTTP status {status}",
+                               "check MODEL_ID, MODEL_REVISION and HF_TOKEN")
+    return None
+
+
+def _fetch(source: ModelSource, settings, cache_dir: Path) -> tuple[str, str]:
+    """(snapshot directory, resolved commit) from the hub, or from the local cache when HF_HUB_OFFLINE is set."""
+    import huggingface_hub
+
+    common = {"repo_id": source.repo_id, "revision": source.revision, "token": settings.hf_token,
+              "cache_dir": str(cache_dir)}
+    if _offline():
+        # The file list needs the network; a cached snapshot is served as is, and its folder name is the commit.
+        path = huggingface_hub.snapshot_download(**common)
+        return path, Path(path).name
+    info = huggingface_hub.HfApi().model_info(source.repo_id, revision=source.revision, token=settings.hf_token,
+                                              files_metadata=False)
+    patterns = hub_allow_patterns([s.rfilename for s in info.siblings or ()])
+    if not any(p.endswith((".safetensors", ".bin")) for p in patterns):
+        raise UsageError(f"{source.repo_id} has no *.safetensors or *.bin weights at its top level",
+                         "choose a repository with Hugging Face weights (GGUF and ONNX files cannot be built)")
+    path = huggingface_hub.snapshot_download(**{**common, "revision": info.sha}, allow_patterns=patterns)
+    return path, info.sha
+
+
+def download(source: ModelSource, settings, log: Log) -> ModelSource:
+    """Fetch a hub model into CACHE_DIR/models/hub. The result is local (normally a checkpoint) and keeps repo_id,
+    with the resolved commit as revision, so that identity() names the exact weights."""
+    if source.kind != "hub":
+        return source
+    try:
+        path, commit = _fetch(source, settings, settings.cache_dir / "models" / "hub")
+    except Exception as exc:
+        error = _hub_error(exc, source)
+        if error is None:
+            raise
+        # `from None`: the chained traceback would show request headers, and with them the token.
+        raise error from None
+    log.info("model fetched", repo_id=source.repo_id, commit=commit, path=path)
+    return replace(source, kind=classify_dir(Path(path)), path=Path(path), revision=commit, read_only=True)

@@ -1,0 +1,194 @@
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from trtllm_entrypoint import settings as settings_mod
+from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.settings import Settings
+
+FACTS = ImageFacts(tag="25.05", tensorrt_llm="0.19.0", tensorrt="10.9.0.34", triton="2.58.0",
+                   workflows=("engine", "llmapi"), engine_deprecated=False, openai_frontend=True,
+                   app_dir=Path("/app"))
+OLD_FACTS = replace(FACTS, tag="24.08", tensorrt_llm="0.12.0", workflows=("engine",), openai_frontend=False)
+
+
+@pytest.fixture(autouse=True)
+def writable_default_cache(monkeypatch, tmp_path):
+    monkeypatch.setattr(settings_mod.contract, "DEFAULT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def load(facts=FACTS, **env):
+    return Settings.from_env(env, facts)
+
+
+def test_defaults(tmp_path):
+    s = load()
+    assert (s.model_id, s.model_revision, s.hf_token, s.engine_dir, s.repository_dir) == (None,) * 5
+    assert s.cache_dir == tmp_path / "cache" and s.cache_fallback_reason is None
+    assert s.templates_dir == Path("/app/all_models")
+    assert (s.workflow, s.tp_size, s.pp_size, s.dtype, s.quantization) == ("engine", 1, 1, "auto", "none")
+    assert (s.max_batch_size, s.max_input_len, s.max_seq_len, s.max_num_tokens, s.max_beam_width) == \
+        (64, 2048, 4096, 8192, 1)
+    assert s.kv_cache_free_gpu_mem_fraction == 0.9
+    assert (s.enable_kv_cache_reuse, s.decoupled) == (False, False)
+    assert (s.http_port, s.grpc_port, s.metrics_port, s.openai_port) == (8000, 8001, 8002, 9000)
+    assert (s.frontend, s.served_model_name, s.log_format, s.triton_args) == ("triton", None, "text", ())
+    assert (s.exit_timeout_secs, s.lock_timeout_secs, s.world_size) == (30, 3600, 1)
+
+
+def test_values_are_parsed():
+    s = load(MODEL_ID=" meta-llama/Llama-3.1-8B ", TP_SIZE="4", PP_SIZE="2", DTYPE="BFloat16", QUANTIZATION="fp8",
+             DECOUPLED="Yes", ENABLE_KV_CACHE_REUSE="on", KV_CACHE_FREE_GPU_MEM_FRACTION="0.85",
+             TRITON_ARGS="--log-verbose=1 --model-control-mode 'explicit'", ENGINE_DIR="rel/engine",
+             SERVED_MODEL_NAME="llama-3.1", WORKFLOW="ENGINE", LOG_FORMAT="json")
+    assert s.model_id == "meta-llama/Llama-3.1-8B"
+    assert (s.tp_size, s.pp_size, s.world_size) == (4, 2, 8)
+    assert (s.dtype, s.quantization, s.decoupled, s.enable_kv_cache_reuse) == ("bfloat16", "fp8", True, True)
+    assert s.kv_cache_free_gpu_mem_fraction == 0.85
+    assert s.triton_args == ("--log-verbose=1", "--model-control-mode", "explicit")
+    assert s.engine_dir.is_absolute() and s.engine_dir.parts[-2:] == ("rel", "engine")
+    assert (s.served_model_name, s.workflow, s.log_format) == ("llama-3.1", "engine", "json")
+
+
+def test_empty_values_count_as_unset():
+    s = load(TP_SIZE="", DECOUPLED="  ", MODEL_ID="", HF_TOKEN="", FRONTEND="")
+    assert (s.tp_size, s.decoupled, s.model_id, s.hf_token, s.frontend) == (1, False, None, None, "triton")
+
+
+def test_default_workflow_follows_the_image():
+    deprecated = replace(FACTS, engine_deprecated=True)
+    assert load(deprecated).workflow == "llmapi"
+
+
+BAD = [
+    ({"TP_SIZE": "zero"}, "TP_SIZE='zero'", "a whole number from 1 to 64"),
+    ({"TP_SIZE": "3"}, "TP_SIZE='3'", "a power of two: 1, 2, 4, 8, 16, 32, 64"),
+    ({"TP_SIZE": "128"}, "TP_SIZE='128'", "a whole number from 1 to 64"),
+    ({"PP_SIZE": "0"}, "PP_SIZE='0'", "a whole number from 1 to 64"),
+    ({"PP_SIZE": "1.5"}, "PP_SIZE='1.5'", "a whole number from 1 to 64"),
+    ({"MAX_BATCH_SIZE": "-1"}, "MAX_BATCH_SIZE='-1'", "a whole number from 1 to 4096"),
+    ({"MAX_INPUT_LEN": "2k"}, "MAX_INPUT_LEN='2k'", "a whole number from 1 to 1048576"),
+    ({"MAX_SEQ_LEN": "2048"}, "MAX_SEQ_LEN='2048'", "a number greater than MAX_INPUT_LEN=2048"),
+    ({"MAX_INPUT_LEN": "4096"}, "MAX_SEQ_LEN='4096'", "a number greater than MAX_INPUT_LEN=4096"),
+    ({"MAX_NUM_TOKENS": "1024"}, "MAX_NUM_TOKENS='1024'", "a number at least MAX_INPUT_LEN=2048"),
+    ({"MAX_BEAM_WIDTH": "0"}, "MAX_BEAM_WIDTH='0'", "a whole number from 1 to 64"),
+    ({"KV_CACHE_FREE_GPU_MEM_FRACTION": "0"}, "KV_CACHE_FREE_GPU_MEM_FRACTION='0'",
+     "a number greater than 0 and at most 1"),
+    ({"KV_CACHE_FREE_GPU_MEM_FRACTION": "1.5"}, "KV_CACHE_FREE_GPU_MEM_FRACTION='1.5'",
+     "a number greater than 0 and at most 1"),
+    ({"KV_CACHE_FREE_GPU_MEM_FRACTION": "nan"}, "KV_CACHE_FREE_GPU_MEM_FRACTION='nan'",
+     "a number greater than 0 and at most 1"),
+    ({"KV_CACHE_FREE_GPU_MEM_FRACTION": "lots"}, "KV_CACHE_FREE_GPU_MEM_FRACTION='lots'",
+     "a number greater than 0 and at most 1"),
+    ({"DECOUPLED": "maybe"}, "DECOUPLED='maybe'", "one of true/1/yes/on/false/0/no/off"),
+    ({"ENABLE_KV_CACHE_REUSE": "2"}, "ENABLE_KV_CACHE_REUSE='2'", "one of true/1/yes/on/false/0/no/off"),
+    ({"DTYPE": "fp16"}, "DTYPE='fp16'", "one of auto, float16, bfloat16, float32"),
+    ({"QUANTIZATION": "awq"}, "QUANTIZATION='awq'",
+     "one of none, fp8, int8_sq, int4_awq, w4a8_awq, int8_wo, int4_wo, nvfp4"),
+    ({"QUANTIZATION": "fp8", "WORKFLOW": "llmapi"}, "QUANTIZATION='fp8'", "none with WORKFLOW=llmapi"),
+    ({"WORKFLOW": "pytorch"}, "WORKFLOW='pytorch'", "one of engine, llmapi (what TensorRT-LLM 0.19.0"),
+    ({"FRONTEND": "vllm"}, "FRONTEND='vllm'", "one of triton, openai"),
+    ({"LOG_FORMAT": "xml"}, "LOG_FORMAT='xml'", "one of text, json"),
+    ({"HTTP_PORT": "0"}, "HTTP_PORT='0'", "a whole number from 1 to 65535"),
+    ({"GRPC_PORT": "70000"}, "GRPC_PORT='70000'", "a whole number from 1 to 65535"),
+    ({"GRPC_PORT": "8000"}, "GRPC_PORT='8000'", "a port different from HTTP_PORT=8000"),
+    ({"OPENAI_PORT": "8002"}, "OPENAI_PORT='8002'", "a port different from METRICS_PORT=8002"),
+    ({"SERVED_MODEL_NAME": "org/model"}, "SERVED_MODEL_NAME='org/model'", "up to 128 letters, digits"),
+    ({"TRITON_ARGS": "--log-file 'unclosed"}, "TRITON_ARGS=\"--log-file 'unclosed\"",
+     "arguments in shell quoting"),
+    ({"EXIT_TIMEOUT_SECS": "-5"}, "EXIT_TIMEOUT_SECS='-5'", "a whole number from 0 to 3600"),
+    ({"LOCK_TIMEOUT_SECS": "1h"}, "LOCK_TIMEOUT_SECS='1h'", "a whole number from 0 to 86400"),
+    ({"ENGINE_DIR": "/engines/x", "WORKFLOW": "llmapi"}, "ENGINE_DIR='/engines/x'", "unset with WORKFLOW=llmapi"),
+    ({"CACHE_DIR": "/mnt/models/cache"}, "CACHE_DIR='/mnt/models/cache'", "a writable directory outside /mnt/models"),
+    ({"REPOSITORY_DIR": "/mnt/models"}, "REPOSITORY_DIR='/mnt/models'", "a writable directory outside /mnt/models"),
+]
+
+
+@pytest.mark.parametrize("env, named, allowed", BAD, ids=[next(iter(row[0])) + "=" + repr(row[0]) for row in BAD])
+def test_bad_values_name_the_variable_and_what_is_allowed(env, named, allowed):
+    with pytest.raises(UsageError) as info:
+        load(**env)
+    message = info.value.message
+    assert message.startswith(named + " is not allowed: expected ")
+    assert allowed in message
+    assert "\n" not in message
+    assert info.value.exit_code == 2
+
+
+def test_image_capabilities_limit_workflow_and_frontend():
+    with pytest.raises(UsageError, match=r"WORKFLOW='llmapi' .*one of engine \(what TensorRT-LLM 0.12.0"):
+        load(OLD_FACTS, WORKFLOW="llmapi")
+    with pytest.raises(UsageError, match=r"FRONTEND='openai' .*triton \(image 24.08 has no OpenAI"):
+        load(OLD_FACTS, FRONTEND="openai")
+    assert load(FACTS, FRONTEND="OpenAI").frontend == "openai"
+
+
+def test_long_values_are_shortened_in_messages():
+    with pytest.raises(UsageError) as info:
+        load(DTYPE="x" * 500)
+    assert len(info.value.message) < 200 and "..." in info.value.message
+
+
+def test_token_sources(tmp_path):
+    assert load(HF_TOKEN="hf_env").hf_token == "hf_env"
+    assert load(HUGGING_FACE_HUB_TOKEN="hf_legacy").hf_token == "hf_legacy"
+    assert load(HF_TOKEN="hf_new", HUGGING_FACE_HUB_TOKEN="hf_old").hf_token == "hf_new"
+    token_file = tmp_path / "token"
+    token_file.write_text("  hf_from_file\n")
+    assert load(HF_TOKEN_FILE=str(token_file)).hf_token == "hf_from_file"
+
+
+def test_token_errors_never_show_the_token(tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text("hf_file_secret")
+    with pytest.raises(UsageError) as both:
+        load(HF_TOKEN="hf_env_secret", HF_TOKEN_FILE=str(token_file))
+    assert "HF_TOKEN and HF_TOKEN_FILE are both set" in both.value.message
+    assert "hf_env_secret" not in str(both.value) and "hf_file_secret" not in str(both.value)
+    with pytest.raises(UsageError, match=r"HF_TOKEN_FILE='.*missing' is not allowed: expected a readable file"):
+        load(HF_TOKEN_FILE=str(tmp_path / "missing"))
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(UsageError, match=r"HF_TOKEN_FILE=.* the file is empty"):
+        load(HF_TOKEN_FILE=str(tmp_path / "empty"))
+
+
+def test_token_is_hidden_in_repr_and_describe():
+    s = load(HF_TOKEN="hf_secret_value", MODEL_ID="org/name")
+    assert "hf_secret_value" not in repr(s)
+    described = s.describe()
+    assert described["hf_token"] == "***"
+    assert "hf_secret_value" not in str(described)
+    assert load().describe()["hf_token"] is None
+
+
+def test_describe_is_json_ready_and_complete(tmp_path):
+    import json
+
+    described = load(TRITON_ARGS="--a --b", TP_SIZE="2").describe()
+    assert json.loads(json.dumps(described)) == described
+    assert described["cache_dir"] == str(tmp_path / "cache")
+    assert described["triton_args"] == ["--a", "--b"]
+    assert described["world_size"] == 2
+    assert {"model_id", "workflow", "openai_port", "cache_fallback_reason", "lock_timeout_secs"} <= set(described)
+
+
+def test_unwritable_default_cache_falls_back_to_temp(monkeypatch, tmp_path):
+    monkeypatch.setattr(settings_mod, "_writable", lambda path: False)
+    monkeypatch.setattr(settings_mod.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    s = load()
+    assert s.cache_dir == tmp_path / "tmp" / "trtllm-cache"
+    assert "not writable" in s.cache_fallback_reason and str(tmp_path / "cache") in s.cache_fallback_reason
+    assert not (tmp_path / "tmp").exists(), "from_env must not create directories"
+
+
+def test_explicit_cache_dir_is_used_even_when_unwritable(monkeypatch, tmp_path):
+    monkeypatch.setattr(settings_mod, "_writable", lambda path: False)
+    s = load(CACHE_DIR=str(tmp_path / "mine"))
+    assert (s.cache_dir, s.cache_fallback_reason) == (tmp_path / "mine", None)
+
+
+def test_writable_checks_the_nearest_existing_parent(tmp_path):
+    assert settings_mod._writable(tmp_path / "not" / "yet")
+    assert not (tmp_path / "not").exists()

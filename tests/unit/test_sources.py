@@ -1,0 +1,391 @@
+import builtins
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
+
+import pytest
+
+from trtllm_entrypoint import sources
+from trtllm_entrypoint.errors import EntrypointError, UsageError
+from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.log import Log
+from trtllm_entrypoint.settings import Settings
+from trtllm_entrypoint.sources import ModelSource, classify_dir, fingerprint, hub_allow_patterns, identity
+
+hub_errors = pytest.importorskip("huggingface_hub.errors")
+
+UPSTREAM = Path(__file__).resolve().parents[2] / ".." / "shared" / "upstream"
+FACTS = ImageFacts(tag="25.05", tensorrt_llm="0.19.0", tensorrt=None, triton=None, workflows=("engine", "llmapi"),
+                   engine_deprecated=False, openai_frontend=True, app_dir=Path("/app"))
+TOKEN = "hf_do_not_leak_this_token"
+
+
+def make_settings(tmp_path, **env):
+    return Settings.from_env({"CACHE_DIR": str(tmp_path / "cache"), **env}, FACTS)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def checkpoint(path: Path) -> Path:
+    write(path / "config.json", json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    write(path / "model.safetensors", "weights")
+    return path
+
+
+def engine(path: Path) -> Path:
+    write(path / "config.json", json.dumps({"version": "0.17.0", "build_config": {}, "pretrained_config": {}}))
+    write(path / "rank0.engine", "engine")
+    return path
+
+
+# --- classify_dir -------------------------------------------------------------------------------------------------
+
+def test_classify_checkpoint_engine_and_repository(tmp_path):
+    assert classify_dir(checkpoint(tmp_path / "ckpt")) == "checkpoint"
+    assert classify_dir(engine(tmp_path / "engine")) == "engine"
+    write(tmp_path / "repo" / "ensemble" / "config.pbtxt", 'name: "ensemble"\nplatform: "ensemble"\n')
+    write(tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt", 'name: "tensorrt_llm"\nbackend: "tensorrtllm"\n')
+    assert classify_dir(tmp_path / "repo") == "repository"
+
+
+def test_engine_needs_rank_files(tmp_path):
+    path = engine(tmp_path / "e")
+    (path / "rank0.engine").unlink()
+    with pytest.raises(UsageError, match="holds no model that can be served: looked for a prebuilt engine"):
+        classify_dir(path)
+
+
+def test_model_type_alone_is_a_checkpoint(tmp_path):
+    write(tmp_path / "config.json", '{"model_type": "qwen2"}')
+    assert classify_dir(tmp_path) == "checkpoint"
+
+
+def test_repository_with_placeholders_is_a_template(tmp_path):
+    write(tmp_path / "tensorrt_llm" / "config.pbtxt", 'parameters { key: "gpt_model_path" '
+                                                      'value: { string_value: "${engine_dir}" } }')
+    write(tmp_path / "ensemble" / "config.pbtxt", 'name: "ensemble"')
+    with pytest.raises(UsageError, match=r"is a repository template: .* left in tensorrt_llm/config.pbtxt") as err:
+        classify_dir(tmp_path)
+    assert "MODEL_ID" in err.value.hint
+
+
+def test_upstream_backend_templates_are_recognised_as_templates(tmp_path):
+    upstream = UPSTREAM / "tensorrtllm_backend" / "v0.17.0" / "inflight_batcher_llm"
+    if not upstream.is_dir():
+        pytest.skip(f"shared upstream files not present at {upstream}")
+    shutil.copytree(upstream, tmp_path / "repo")
+    with pytest.raises(UsageError, match="is a repository template"):
+        classify_dir(tmp_path / "repo")
+
+
+def test_unknown_directory_lists_what_was_looked_for(tmp_path):
+    write(tmp_path / "README.md", "hello")
+    with pytest.raises(UsageError) as err:
+        classify_dir(tmp_path)
+    for wanted in ("prebuilt engine", "Triton model repository", "Hugging Face checkpoint"):
+        assert wanted in err.value.message
+
+
+def test_broken_config_json_is_named(tmp_path):
+    write(tmp_path / "config.json", "{not json")
+    with pytest.raises(UsageError, match=r"config.json is not readable JSON"):
+        classify_dir(tmp_path)
+
+
+def test_a_file_is_not_a_model_dir(tmp_path):
+    with pytest.raises(UsageError, match="is not a directory"):
+        classify_dir(write(tmp_path / "model.gguf", "x"))
+
+
+# --- resolve ------------------------------------------------------------------------------------------------------
+
+def test_resolve_local_path(tmp_path):
+    path = checkpoint(tmp_path / "llama")
+    source = sources.resolve(make_settings(tmp_path, MODEL_ID=str(path)), {})
+    assert source == ModelSource(kind="checkpoint", path=path, repo_id=None, revision=None, read_only=False)
+
+
+def test_resolve_hub_id(tmp_path):
+    settings = make_settings(tmp_path, MODEL_ID="meta-llama/Llama-3.1-8B-Instruct", MODEL_REVISION="v1")
+    source = sources.resolve(settings, {}, exists=lambda p: False)
+    assert source == ModelSource(kind="hub", path=None, repo_id="meta-llama/Llama-3.1-8B-Instruct",
+                                 revision="v1", read_only=False)
+
+
+@pytest.mark.parametrize("model_id, message", [
+    ("llama", "expected a Hugging Face id (org/name) or the path of an existing directory"),
+    ("a/b/c", "expected a Hugging Face id"),
+    ("org/na me", "expected a Hugging Face id"),
+    ("org/..", "expected a Hugging Face id"),
+    ("/models/missing", "the path does not exist"),
+    ("./missing", "the path does not exist"),
+])
+def test_resolve_bad_model_ids(tmp_path, model_id, message):
+    with pytest.raises(UsageError) as err:
+        sources.resolve(make_settings(tmp_path, MODEL_ID=model_id), {}, exists=lambda p: False)
+    assert err.value.message.startswith(f"MODEL_ID='{model_id}' is not allowed: ")
+    assert message in err.value.message
+
+
+def test_resolve_kserve_mount_is_read_only(tmp_path, monkeypatch):
+    mount = checkpoint(tmp_path / "mnt" / "models")
+    monkeypatch.setattr(sources.contract, "KSERVE_MODEL_DIR", str(mount))
+    source = sources.resolve(make_settings(tmp_path), {})
+    assert (source.kind, source.path, source.read_only) == ("checkpoint", mount, True)
+
+
+def test_resolve_without_model_explains_both_ways(tmp_path, monkeypatch):
+    monkeypatch.setattr(sources.contract, "KSERVE_MODEL_DIR", str(tmp_path / "absent"))
+    with pytest.raises(UsageError) as err:
+        sources.resolve(make_settings(tmp_path), {})
+    assert err.value.message == f"MODEL_ID is not set and {tmp_path / 'absent'} does not exist"
+    assert "set MODEL_ID" in err.value.hint and "mount the model" in err.value.hint
+    with pytest.raises(UsageError, match="MODEL_INIT_MODE=async"):
+        sources.resolve(make_settings(tmp_path), {"MODEL_INIT_MODE": "async"})
+
+
+def test_resolve_engine_dir_wins_and_must_hold_an_engine(tmp_path):
+    built = engine(tmp_path / "engine")
+    settings = make_settings(tmp_path, ENGINE_DIR=str(built), MODEL_ID="org/tokenizer")
+    assert sources.resolve(settings, {}).kind == "engine"
+    assert sources.resolve_model(settings, {}, exists=lambda p: False).repo_id == "org/tokenizer"
+    ckpt = checkpoint(tmp_path / "ckpt")
+    with pytest.raises(UsageError, match=r"ENGINE_DIR='.*ckpt' is not allowed: it holds a checkpoint"):
+        sources.resolve(make_settings(tmp_path, ENGINE_DIR=str(ckpt)), {})
+    with pytest.raises(UsageError, match=r"ENGINE_DIR='.*nowhere' is not allowed: the directory does not exist"):
+        sources.resolve(make_settings(tmp_path, ENGINE_DIR=str(tmp_path / "nowhere")), {})
+
+
+# --- fingerprint / identity ---------------------------------------------------------------------------------------
+
+def test_fingerprint_follows_names_sizes_and_mtimes(tmp_path):
+    path = checkpoint(tmp_path / "m")
+    first = fingerprint(path)
+    assert len(first) == 64 and first == fingerprint(path)
+    weights = path / "model.safetensors"
+    st = weights.stat()
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    touched = fingerprint(path)
+    assert touched != first
+    weights.write_text("weightS")  # same size, new mtime
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert fingerprint(path) == touched, "contents are not part of the fingerprint"
+    weights.write_text("longer weights")
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert fingerprint(path) != touched
+    write(path / "sub" / "extra.txt", "x")
+    assert fingerprint(path) != touched
+
+
+def test_fingerprint_never_opens_files(tmp_path, monkeypatch):
+    path = checkpoint(tmp_path / "m")
+    expected = fingerprint(path)
+
+    def no_open(*args, **kwargs):
+        raise AssertionError(f"fingerprint opened {args[0]}")
+
+    monkeypatch.setattr(builtins, "open", no_open)
+    monkeypatch.setattr(io, "open", no_open)
+    assert fingerprint(path) == expected
+
+
+def test_fingerprint_does_not_depend_on_location_or_creation_order(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for root, names in ((a, ["x", "y/z", "w"]), (b, ["w", "y/z", "x"])):
+        for name in names:
+            write(root / name, "12")
+            os.utime(root / name, ns=(1, 1_000))
+    assert fingerprint(a) == fingerprint(b)
+
+
+def test_identity(tmp_path):
+    path = checkpoint(tmp_path / "m")
+    local = ModelSource("checkpoint", path, None, None, False)
+    assert identity(local) == {"path": str(path), "fingerprint": fingerprint(path)}
+    fetched = ModelSource("checkpoint", path, "org/name", "abc123", True)
+    assert identity(fetched) == {"repo_id": "org/name", "revision": "abc123"}
+    with pytest.raises(ValueError, match="needs download"):
+        identity(ModelSource("hub", None, "org/name", "main", False))
+
+
+# --- hub_allow_patterns -------------------------------------------------------------------------------------------
+
+LLAMA_FILES = ["config.json", "generation_config.json", "model-00001-of-00002.safetensors",
+               "model-00002-of-00002.safetensors", "model.safetensors.index.json", "original/consolidated.00.pth",
+               "original/params.json", "original/tokenizer.model", "special_tokens_map.json", "tokenizer.json",
+               "tokenizer_config.json", "LICENSE", "README.md", "USE_POLICY.md", ".gitattributes"]
+
+
+def test_allow_patterns_llama():
+    assert hub_allow_patterns(LLAMA_FILES) == [
+        "config.json", "generation_config.json", "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors", "model.safetensors.index.json", "special_tokens_map.json",
+        "tokenizer.json", "tokenizer_config.json"]
+
+
+def test_allow_patterns_bin_only_without_safetensors():
+    files = ["config.json", "pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin",
+             "pytorch_model.bin.index.json", "training_args.bin", "tf_model.h5", "flax_model.msgpack",
+             "model.onnx", "model.gguf", "tokenizer.model", "vocab.json", "merges.txt", "qwen.tiktoken",
+             "tokenization_qwen.py"]
+    assert hub_allow_patterns(files) == [
+        "config.json", "merges.txt", "pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin",
+        "pytorch_model.bin.index.json", "qwen.tiktoken", "tokenization_qwen.py", "tokenizer.model", "vocab.json"]
+    assert "pytorch_model.bin" not in hub_allow_patterns(["config.json", "model.safetensors", "pytorch_model.bin"])
+
+
+def test_allow_patterns_skip_consolidated_duplicates():
+    files = ["config.json", "consolidated.safetensors", "model-00001-of-00003.safetensors",
+             "model.safetensors.index.json", "params.json"]
+    assert hub_allow_patterns(files) == ["config.json", "model-00001-of-00003.safetensors",
+                                         "model.safetensors.index.json"]
+    assert hub_allow_patterns(["config.json", "consolidated.safetensors"]) == ["config.json",
+                                                                               "consolidated.safetensors"]
+
+
+def test_allow_patterns_escape_glob_characters():
+    assert hub_allow_patterns(["config.json", "model[1].safetensors"]) == ["config.json", "model[[]1].safetensors"]
+
+
+# --- download -----------------------------------------------------------------------------------------------------
+
+def hub_source(revision=None):
+    return ModelSource(kind="hub", path=None, repo_id="org/model", revision=revision, read_only=False)
+
+
+def model_info(files, sha="0123abcd" * 5):
+    return SimpleNamespace(sha=sha, siblings=[SimpleNamespace(rfilename=f) for f in files])
+
+
+def test_download_lists_then_fetches_the_resolved_commit(tmp_path):
+    settings = make_settings(tmp_path, HF_TOKEN=TOKEN, MODEL_ID="org/model", MODEL_REVISION="main")
+    stream = io.StringIO()
+    snapshot = checkpoint(tmp_path / "cache" / "models" / "hub" / "snap")
+    with mock.patch("huggingface_hub.HfApi") as api, \
+            mock.patch("huggingface_hub.snapshot_download", return_value=str(snapshot)) as fetch, \
+            mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
+        api.return_value.model_info.return_value = model_info(LLAMA_FILES)
+        result = sources.download(hub_source("main"), settings, Log(stream=stream, secrets=(TOKEN,)))
+    api.return_value.model_info.assert_called_once_with("org/model", revision="main", token=TOKEN,
+                                                        files_metadata=False)
+    fetch.assert_called_once_with(repo_id="org/model", revision="0123abcd" * 5, token=TOKEN,
+                                  cache_dir=str(tmp_path / "cache" / "models" / "hub"),
+                                  allow_patterns=hub_allow_patterns(LLAMA_FILES))
+    assert result == ModelSource(kind="checkpoint", path=snapshot, repo_id="org/model", revision="0123abcd" * 5,
+                                 read_only=True)
+    assert identity(result) == {"repo_id": "org/model", "revision": "0123abcd" * 5}
+    assert f"model fetched repo_id=org/model commit={'0123abcd' * 5}" in stream.getvalue()
+    assert TOKEN not in stream.getvalue()
+
+
+def test_download_offline_uses_the_cached_snapshot(tmp_path):
+    settings = make_settings(tmp_path, MODEL_ID="org/model")
+    snapshot = checkpoint(tmp_path / "snapshots" / ("f" * 40))
+    with mock.patch("huggingface_hub.HfApi") as api, \
+            mock.patch("huggingface_hub.snapshot_download", return_value=str(snapshot)) as fetch, \
+            mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", True):
+        result = sources.download(hub_source(), settings, Log(stream=io.StringIO()))
+    api.assert_not_called()
+    fetch.assert_called_once_with(repo_id="org/model", revision=None, token=None,
+                                  cache_dir=str(tmp_path / "cache" / "models" / "hub"))
+    assert (result.kind, result.path, result.revision) == ("checkpoint", snapshot, "f" * 40)
+
+
+def test_download_refuses_a_repo_without_weights_before_fetching(tmp_path):
+    with mock.patch("huggingface_hub.HfApi") as api, mock.patch("huggingface_hub.snapshot_download") as fetch, \
+            mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
+        api.return_value.model_info.return_value = model_info(["config.json", "model-q4.gguf", "original/x.pth"])
+        with pytest.raises(UsageError, match=r"^org/model has no \*.safetensors or \*.bin weights"):
+            sources.download(hub_source(), make_settings(tmp_path, MODEL_ID="org/model"), Log(stream=io.StringIO()))
+    fetch.assert_not_called()
+
+
+def test_download_of_a_snapshot_without_a_checkpoint_says_so(tmp_path):
+    snapshot = write(tmp_path / "snap" / "model.safetensors", "x").parent
+    with mock.patch("huggingface_hub.HfApi") as api, \
+            mock.patch("huggingface_hub.snapshot_download", return_value=str(snapshot)), \
+            mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
+        api.return_value.model_info.return_value = model_info(["model.safetensors"])
+        with pytest.raises(UsageError, match="holds no model that can be served"):
+            sources.download(hub_source(), make_settings(tmp_path, MODEL_ID="org/model"), Log(stream=io.StringIO()))
+
+
+def test_download_leaves_local_sources_alone(tmp_path):
+    local = ModelSource("checkpoint", checkpoint(tmp_path / "m"), None, None, False)
+    with mock.patch("huggingface_hub.snapshot_download") as fetch:
+        assert sources.download(local, make_settings(tmp_path), Log(stream=io.StringIO())) is local
+    fetch.assert_not_called()
+
+
+def _response(status):
+    """An HTTP response object of the kind the installed huggingface_hub builds its errors from."""
+    for module in ("httpx2", "httpx"):
+        try:
+            http = __import__(module)
+        except ImportError:
+            continue
+        return http.Response(status, request=http.Request("GET", "https://huggingface.co/api/models/org/model"))
+    import requests
+    response = requests.Response()
+    response.status_code = status
+    return response
+
+
+def _http_error(cls, status):
+    return cls(f"{status} Client Error (Authorization: Bearer {TOKEN})", response=_response(status))
+
+
+@pytest.mark.parametrize("make_error, message, hint", [
+    (lambda: _http_error(hub_errors.GatedRepoError, 403), "org/model is a gated model",
+     "request access on https://huggingface.co/org/model and set HF_TOKEN"),
+    (lambda: _http_error(hub_errors.RepositoryNotFoundError, 404), "model org/model was not found",
+     "check MODEL_ID"),
+    (lambda: _http_error(hub_errors.RevisionNotFoundError, 404), "revision 'v9' of org/model was not found",
+     "check MODEL_REVISION"),
+    (lambda: hub_errors.LocalEntryNotFoundError("not cached"), "org/model@v9 is not in the local cache",
+     "set MODEL_ID to its path"),
+    (lambda: ConnectionError("connection refused"), "the Hugging Face hub cannot be reached", "HF_HUB_OFFLINE=1"),
+    (lambda: hub_errors.OfflineModeIsEnabled("offline"), "the Hugging Face hub cannot be reached",
+     "HF_HUB_OFFLINE=1"),
+    (lambda: _http_error(hub_errors.HfHubHTTPError, 500), "the Hugging Face hub refused to serve org/model: HTTP status 500",
+     "check MODEL_ID, MODEL_REVISION and HF_TOKEN"),
+])
+def test_hub_errors_become_one_line_errors_without_the_token(tmp_path, make_error, message, hint):
+    settings = make_settings(tmp_path, HF_TOKEN=TOKEN, MODEL_ID="org/model")
+    with mock.patch("huggingface_hub.HfApi") as api, mock.patch("huggingface_hub.snapshot_download"), \
+            mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
+        api.return_value.model_info.side_effect = make_error()
+        with pytest.raises(EntrypointError) as err:
+            sources.download(hub_source("v9"), settings, Log(stream=io.StringIO(), secrets=(TOKEN,)))
+    assert type(err.value) is EntrypointError
+    assert err.value.message.startswith(message) and "\n" not in err.value.message
+    assert hint in err.value.hint
+    assert err.value.__suppress_context__ and err.value.__cause__ is None
+    assert TOKEN not in str(err.value)
+
+
+def test_httpx_style_network_errors_are_recognised_by_name(tmp_path):
+    class ConnectError(Exception):
+        pass
+
+    settings = make_settings(tmp_path, MODEL_ID="org/model")
+    with mock.patch("huggingface_hub.HfApi") as api, mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
+        api.return_value.model_info.side_effect = ConnectError("dns")
+        with pytest.raises(EntrypointError, match="cannot be reached"):
+            sources.download(hub_source(), settings, Log(stream=io.StringIO()))
+
+
+def test_unrelated_errors_are_not_disguised(tmp_path):
+    settings = make_settings(tmp_path, MODEL_ID="org/model")
+    with mock.patch("huggingface_hub.HfApi") as api, mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
+        api.return_value.model_info.side_effect = KeyError("bug")
+        with pytest.raises(KeyError):
+            sources.download(hub_source(), settings, Log(stream=io.StringIO()))

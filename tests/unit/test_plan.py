@@ -1,0 +1,120 @@
+"""plan.make_plan: image refs, labels, base image, context location, refusal of unsupported entries."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from trtllm_images.checks import REQUIRED_LABELS
+from trtllm_images.errors import UsageError
+from trtllm_images.matrix import Backend, MatrixEntry
+from trtllm_images.plan import make_plan
+
+OUT = Path("/nonexistent/out")
+
+
+def entry(**changes) -> MatrixEntry:
+    base = MatrixEntry(
+        tag="25.01", status="supported", note="", triton="2.54.0", tensorrt_llm="0.17.0", tensorrt="10.8.0.43",
+        cuda="12.8.0.038", python="3.12.3", pytorch="2.6.0a0+ecf3bae40a.nv25.1", ubuntu="24.04",
+        backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.17.0", "", True), workflows=("engine",),
+        engine_deprecated=False, openai_frontend=True, uncertain=MappingProxyType({}), sources=("test",))
+    return dataclasses.replace(base, **changes)
+
+
+def test_refs_name_the_ngc_tag_and_tensorrt_llm_version():
+    plan = make_plan(entry(), out_dir=OUT)
+    assert [(i.kind, i.ref, i.dockerfile) for i in plan.images] == [
+        ("server", "trtllm-serve:25.01-trtllm-0.17.0", "server.Dockerfile"),
+        ("builder", "trtllm-builder:25.01-trtllm-0.17.0", "builder.Dockerfile"),
+    ]
+    assert plan.image("builder").ref == "trtllm-builder:25.01-trtllm-0.17.0"
+
+
+@pytest.mark.parametrize("registry", ["ghcr.io/acme", "ghcr.io/acme/", "localhost:5000/team/sub"])
+def test_registry_prefixes_every_ref(registry):
+    plan = make_plan(entry(tensorrt_llm="0.17.0.post1"), registry=registry, out_dir=OUT)
+    prefix = registry.rstrip("/")
+    assert [i.ref for i in plan.images] == [f"{prefix}/trtllm-serve:25.01-trtllm-0.17.0.post1",
+                                           f"{prefix}/trtllm-builder:25.01-trtllm-0.17.0.post1"]
+
+
+@pytest.mark.parametrize("registry", ["GHCR.io/Acme", "ghcr.io//x", "has space"])
+def test_malformed_registry_is_a_usage_error(registry):
+    with pytest.raises(UsageError, match="--registry"):
+        make_plan(entry(), registry=registry, out_dir=OUT)
+
+
+def test_labels_carry_every_matrix_version_and_no_revision_by_default():
+    plan = make_plan(entry(), out_dir=OUT)
+    assert set(REQUIRED_LABELS) <= set(plan.labels)
+    assert plan.labels["io.trtllm-images.ngc-tag"] == "25.01"
+    assert plan.labels["io.trtllm-images.tensorrt-llm"] == "0.17.0"
+    assert plan.labels["io.trtllm-images.tensorrt"] == "10.8.0.43"
+    assert plan.labels["io.trtllm-images.backend-ref"] == "v0.17.0"
+    assert plan.labels["org.opencontainers.image.version"] == "25.01-trtllm-0.17.0"
+    assert plan.labels["org.opencontainers.image.base.name"] == "nvcr.io/nvidia/tritonserver:25.01-trtllm-python-py3"
+    assert not any("revision" in key or "created" in key for key in plan.labels)
+
+
+def test_revision_label_goes_last():
+    plan = make_plan(entry(), out_dir=OUT, revision="0123abc")
+    assert list(plan.labels.items())[-1] == ("org.opencontainers.image.revision", "0123abc")
+
+
+def test_unknown_versions_are_labelled_unknown_and_workflows_joined():
+    plan = make_plan(entry(pytorch=None, workflows=("engine", "llmapi")), out_dir=OUT)
+    assert plan.labels["io.trtllm-images.pytorch"] == "unknown"
+    assert plan.labels["io.trtllm-images.workflows"] == "engine,llmapi"
+
+
+def test_image_labels_set_title_per_image_and_keep_order():
+    plan = make_plan(entry(), out_dir=OUT, revision="abc")
+    server, builder = plan.image_labels("server"), plan.image_labels("builder")
+    assert server["org.opencontainers.image.title"] == "trtllm-serve"
+    assert builder["org.opencontainers.image.title"] == "trtllm-builder"
+    assert list(server) == list(plan.labels)
+
+
+def test_base_image_override_is_a_build_arg():
+    default = make_plan(entry(), out_dir=OUT)
+    assert default.base_image == default.entry.base_image
+    plan = make_plan(entry(), base_image="trtllm-standin:25.01", out_dir=OUT)
+    assert plan.base_image == "trtllm-standin:25.01"
+    assert plan.buildargs == {"BASE_IMAGE": "trtllm-standin:25.01"}
+    assert plan.labels["org.opencontainers.image.base.name"] == "trtllm-standin:25.01"
+
+
+@pytest.mark.parametrize("base", ["", "two words", 'quote"d'])
+def test_bad_base_image_is_a_usage_error(base):
+    with pytest.raises(UsageError):
+        make_plan(entry(), base_image=base, out_dir=OUT)
+
+
+def test_backend_assets_needed_only_without_app_and_context_dir_per_tag(tmp_path):
+    old = entry(tag="24.08", tensorrt_llm="0.12.0",
+                backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.12.0", "", False))
+    assert make_plan(old, out_dir=tmp_path).needs_backend_assets is True
+    assert make_plan(entry(), out_dir=tmp_path).needs_backend_assets is False
+    assert make_plan(old, out_dir=tmp_path).context_dir == tmp_path / "context" / "24.08"
+    assert list(tmp_path.iterdir()) == []   # planning writes nothing
+
+
+def test_unsupported_entry_is_refused_with_its_note():
+    with pytest.raises(UsageError, match="no tensorrt_llm package") as info:
+        make_plan(entry(tag="24.03", status="unsupported", note="the image has no tensorrt_llm package"),
+                  out_dir=OUT)
+    assert info.value.exit_code == 2
+
+
+def test_entry_without_tensorrt_llm_version_is_refused():
+    with pytest.raises(UsageError, match="no TensorRT-LLM version"):
+        make_plan(entry(tensorrt_llm=None), out_dir=OUT)
+
+
+def test_label_values_with_quotes_are_refused():
+    with pytest.raises(UsageError, match="label"):
+        make_plan(entry(), revision='abc"; RUN x', out_dir=OUT)

@@ -1,0 +1,123 @@
+"""What to build for one matrix entry: base image, image refs, labels, context location. Pure: no I/O."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from trtllm_images.errors import UsageError
+
+if TYPE_CHECKING:
+    from trtllm_images.matrix import MatrixEntry
+
+LICENSE = "Apache-2.0"
+
+# kind -> (repository name, Dockerfile name, one-line description)
+IMAGE_KINDS = {
+    "server": ("trtllm-serve", "server.Dockerfile",
+               "Triton Inference Server with TensorRT-LLM: fetches a model, builds or reuses an engine, serves it"),
+    "builder": ("trtllm-builder", "builder.Dockerfile",
+                "TensorRT-LLM engine builder: fetches a model and builds its engine into the cache"),
+}
+
+# Docker reference grammar, simplified: lowercase registry/path components, and a tag of at most 128 characters.
+_REGISTRY = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
+_IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_LABEL_VALUE_FORBIDDEN = re.compile(r'["\\\n\r$]')
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    kind: str          # "server" | "builder"
+    ref: str           # [<registry>/]trtllm-serve:<tag>-trtllm-<version>
+    dockerfile: str    # file name inside the build context; its template is images/<dockerfile>.j2
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    entry: MatrixEntry
+    base_image: str
+    images: tuple[ImageSpec, ...]
+    labels: dict[str, str]          # ordered: stable labels first, the revision (if any) last
+    needs_backend_assets: bool      # the base image lacks /app, so the context bundles the backend's files
+    context_dir: Path
+
+    @property
+    def buildargs(self) -> dict[str, str]:
+        return {"BASE_IMAGE": self.base_image}
+
+    def image(self, kind: str) -> ImageSpec:
+        return next(spec for spec in self.images if spec.kind == kind)
+
+    def image_labels(self, kind: str) -> dict[str, str]:
+        """The plan's labels with the title and description of one image (key order kept)."""
+        name, _, description = IMAGE_KINDS[kind]
+        return {**self.labels, "org.opencontainers.image.title": name,
+                "org.opencontainers.image.description": description}
+
+
+def make_plan(entry: MatrixEntry, *, base_image: str | None = None, registry: str | None = None, out_dir: Path,
+              revision: str | None = None) -> BuildPlan:
+    if not entry.supported:
+        raise UsageError(f"tag {entry.tag} is not supported: {entry.note}",
+                         "`python build.py list` shows the supported tags")
+    if not entry.tensorrt_llm:
+        raise UsageError(f"tag {entry.tag} has no TensorRT-LLM version in the matrix",
+                         "image names and engine caches depend on it; fill it in matrix.yaml")
+    base = entry.base_image if base_image is None else base_image.strip()
+    if not base or any(ch.isspace() for ch in base):
+        raise UsageError(f"--base-image {base_image!r} is not an image reference",
+                         "pass something like registry/name:tag, without spaces")
+    version = f"{entry.tag}-trtllm-{entry.tensorrt_llm}"
+    if not _IMAGE_TAG.match(version):
+        raise UsageError(f"{version!r} is not a valid Docker tag", "check the tag and tensorrt_llm of this entry")
+    prefix = _registry_prefix(registry)
+    images = tuple(ImageSpec(kind, f"{prefix}{name}:{version}", dockerfile)
+                   for kind, (name, dockerfile, _) in IMAGE_KINDS.items())
+    return BuildPlan(entry=entry, base_image=base, images=images, labels=_labels(entry, base, version, revision),
+                     needs_backend_assets=not entry.backend.in_image,
+                     context_dir=Path(out_dir) / "context" / entry.tag)
+
+
+def _registry_prefix(registry: str | None) -> str:
+    if not registry:
+        return ""
+    registry = registry.rstrip("/")
+    if not _REGISTRY.match(registry):
+        raise UsageError(f"--registry {registry!r} is not a registry/namespace",
+                         "use lowercase host[:port][/namespace], e.g. ghcr.io/my-org")
+    return registry + "/"
+
+
+def _labels(entry: MatrixEntry, base: str, version: str, revision: str | None) -> dict[str, str]:
+    def known(value: str | None) -> str:
+        return value if value else "unknown"
+
+    labels = {
+        "org.opencontainers.image.title": "trtllm-images",
+        "org.opencontainers.image.description": f"TensorRT-LLM {entry.tensorrt_llm} on Triton (NGC {entry.tag})",
+        "org.opencontainers.image.version": version,
+        "org.opencontainers.image.base.name": base,
+        "org.opencontainers.image.licenses": LICENSE,
+        "io.trtllm-images.ngc-tag": entry.tag,
+        "io.trtllm-images.triton": known(entry.triton),
+        "io.trtllm-images.tensorrt-llm": known(entry.tensorrt_llm),
+        "io.trtllm-images.tensorrt": known(entry.tensorrt),
+        "io.trtllm-images.cuda": known(entry.cuda),
+        "io.trtllm-images.python": known(entry.python),
+        "io.trtllm-images.pytorch": known(entry.pytorch),
+        "io.trtllm-images.ubuntu": known(entry.ubuntu),
+        "io.trtllm-images.backend-repo": entry.backend.repo,
+        "io.trtllm-images.backend-ref": entry.backend.ref,
+        "io.trtllm-images.workflows": ",".join(entry.workflows),
+    }
+    # Last, so that a new commit only changes the final Dockerfile instruction and every earlier layer stays cached.
+    if revision:
+        labels["org.opencontainers.image.revision"] = revision
+    for key, value in labels.items():
+        if _LABEL_VALUE_FORBIDDEN.search(value):
+            raise UsageError(f"label {key}={value!r} contains a quote, backslash, '$' or newline",
+                             "matrix values and --base-image/--revision must be plain strings")
+    return labels

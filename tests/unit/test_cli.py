@@ -1,0 +1,378 @@
+"""cli: list/render/check over every tag, exit codes and messages for bad input, and the build flow against a fake
+Docker client (no daemon). Real-Docker builds are the e2e suite's job."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from docker.errors import ImageNotFound
+
+from trtllm_images import builder, cli as cli_mod, wheel
+from trtllm_images import matrix as matrix_mod
+from trtllm_images.errors import BuildError
+
+REPO = Path(__file__).resolve().parents[2]
+MATRIX = matrix_mod.load(matrix_mod.DEFAULT_PATH)
+SUPPORTED = [entry.tag for entry in MATRIX.supported()]
+UNSUPPORTED = [entry.tag for entry in MATRIX.entries if not entry.supported]
+IN_IMAGE_TAG = next(entry.tag for entry in MATRIX.supported() if entry.backend.in_image)
+needs_hadolint = pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint is not on PATH")
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli_mod.cli, list(args), prog_name="build.py")
+
+
+def matrix_variant(tmp_path: Path, tag: str, old: str, new: str) -> Path:
+    """A copy of matrix.yaml with one line of one entry changed."""
+    text = matrix_mod.DEFAULT_PATH.read_text(encoding="utf-8")
+    start = text.index(f'- tag: "{tag}"')
+    end = text.find("\n  - tag:", start)
+    block = text[start:end]
+    assert old in block, f"{old!r} not in the {tag} entry"
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text[:start] + block.replace(old, new, 1) + text[end:], encoding="utf-8")
+    return path
+
+
+# --- list ---------------------------------------------------------------------------------------------------------
+
+def test_list_shows_every_tag_with_uncertain_marks():
+    result = run("list")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:7] == ["TAG", "STATUS", "TRITON", "TRT-LLM", "TENSORRT", "PYTHON", "WORKFLOWS"]
+    for entry in MATRIX.entries:
+        row = next(line for line in lines if line.startswith(entry.tag + " "))
+        assert entry.status in row
+        if "tensorrt_llm" in entry.uncertain and entry.tensorrt_llm:
+            assert f"{entry.tensorrt_llm}?" in row
+
+
+def test_list_supported_hides_unsupported_tags():
+    result = run("list", "--supported")
+    assert result.exit_code == 0
+    tags = [line.split()[0] for line in result.stdout.splitlines()[1:] if line[:1].isdigit()]
+    assert tags == SUPPORTED
+
+
+def test_list_json_is_the_matrix_json_the_images_carry():
+    result = run("list", "--json")
+    assert result.exit_code == 0
+    assert result.stdout == MATRIX.to_json()
+    supported = json.loads(run("list", "--json", "--supported").stdout)
+    assert [entry["tag"] for entry in supported] == SUPPORTED
+
+
+def test_list_markdown_is_the_readme_table():
+    result = run("list", "--markdown")
+    assert result.exit_code == 0
+    assert result.stdout == matrix_mod.markdown_table(MATRIX)
+
+
+def test_list_json_and_markdown_exclude_each_other():
+    result = run("list", "--json", "--markdown")
+    assert result.exit_code == 2
+    assert "error: --json and --markdown exclude each other" in result.stderr
+
+
+# --- render -------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tag", SUPPORTED)
+def test_render_prints_both_dockerfiles_of_every_supported_tag(tag):
+    result = run("render", "--tag", tag, "--print")
+    assert result.exit_code == 0, result.output
+    assert f"# ===== {tag} server.Dockerfile =====" in result.stdout
+    assert f"# ===== {tag} builder.Dockerfile =====" in result.stdout
+    assert f"ARG BASE_IMAGE=nvcr.io/nvidia/tritonserver:{tag}-trtllm-python-py3" in result.stdout
+
+
+def test_render_accepts_base_image_and_uses_the_registry_in_refs():
+    result = run("render", "--tag", IN_IMAGE_TAG, "--print", "--base-image", "mirror.example/triton:1",
+                 "--registry", "ghcr.io/me")
+    assert result.exit_code == 0, result.output
+    assert "# ghcr.io/me/trtllm-serve:" in result.stdout
+
+
+def test_render_out_writes_build_contexts_with_one_wheel_build(tmp_path, monkeypatch):
+    builds = []
+    real_build = wheel.build_wheel
+    monkeypatch.setattr(wheel, "build_wheel", lambda **kw: builds.append(kw) or real_build(**kw))
+    cli_mod._entrypoint_wheel.cache_clear()
+    tags = [entry.tag for entry in MATRIX.supported() if entry.backend.in_image][:3]
+    result = run("render", "--out", str(tmp_path), *[arg for tag in tags for arg in ("--tag", tag)])
+    assert result.exit_code == 0, result.output
+    assert len(builds) == 1
+    for tag in tags:
+        ctx = tmp_path / "context" / tag
+        assert {p.name for p in ctx.iterdir()} >= {"server.Dockerfile", "builder.Dockerfile", "matrix.json",
+                                                   "wheels"}
+        assert len(list((ctx / "wheels").glob("trtllm_entrypoint-*.whl"))) == 1
+        assert str(ctx) in result.stdout
+
+
+def test_render_needs_out_or_print():
+    for args in ((), ("--print", "--out", "x")):
+        result = run("render", "--tag", IN_IMAGE_TAG, *args)
+        assert result.exit_code == 2
+        assert "give exactly one of --out DIR or --print" in result.stderr
+
+
+# --- check --------------------------------------------------------------------------------------------------------
+
+@needs_hadolint
+def test_check_all_passes_on_the_repository():
+    result = run("check", "--all")
+    assert result.exit_code == 0, result.output
+    assert f"{len(SUPPORTED)} tag(s) checked: 0 error(s)" in result.stdout
+
+
+@needs_hadolint
+def test_check_fails_with_each_finding_and_its_hint(tmp_path):
+    entry = MATRIX.get(IN_IMAGE_TAG)
+    bad = matrix_variant(tmp_path, entry.tag, f"ref: {entry.backend.ref}", "ref: v9.9.9")
+    result = run("check", "--tag", entry.tag, "--matrix", str(bad))
+    assert result.exit_code == 1
+    line = next(line for line in result.stdout.splitlines() if "backend-ref" in line)
+    assert line.startswith("error") and entry.tag in line and "v9.9.9" in line
+    assert "hint: the backend is tagged with the TensorRT-LLM base release" in result.stdout
+    assert "error: 1 check(s) failed" in result.stderr
+
+
+# --- bad input ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [(), ("render", "--print"), ("check",)])
+def test_unknown_tag_exits_2_listing_known_tags(command):
+    result = run(*command, "--tag", "99.01")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: unknown tag '99.01'; known tags: ")
+    assert SUPPORTED[0] in result.stderr and SUPPORTED[-1] in result.stderr
+
+
+@pytest.mark.parametrize("tag", UNSUPPORTED)
+def test_unsupported_tag_exits_2_with_the_reason(tag):
+    result = run("--tag", tag)
+    assert result.exit_code == 2
+    assert f"error: tag {tag} is not supported: {MATRIX.get(tag).note}" in result.stderr
+
+
+def test_base_image_with_two_tags_exits_2():
+    result = run("--tag", SUPPORTED[0], "--tag", SUPPORTED[1], "--base-image", "x:1")
+    assert result.exit_code == 2
+    assert "error: --base-image applies to a single tag, got 2 tags" in result.stderr
+
+
+def test_malformed_matrix_exits_2_naming_the_file(tmp_path):
+    bad = tmp_path / "matrix.yaml"
+    bad.write_text("entries:\n  - tag: \"25.01\"\n    status: [unclosed\n", encoding="utf-8")
+    result = run("list", "--matrix", str(bad))
+    assert result.exit_code == 2
+    assert f"error: {bad}: YAML syntax error" in result.stderr
+    assert result.stderr.count("\nhint: ") == 1
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--tag", "25.01", "--all"), "--tag and --all exclude each other"),
+        (("--push",), "--push needs --registry"),
+        (("--out", "x"), "no tag selected"),
+        (("--tag", "25.01", "list"), "options before `list` apply only to builds: --tag"),
+        (("--tag", "25.01", "--registry", "Not A Registry"), "--registry 'Not A Registry'"),
+    ],
+)
+def test_bad_build_options_exit_2(args, message):
+    result = run(*args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {message}")
+
+
+def test_click_usage_errors_exit_2():
+    result = run("--tag")
+    assert result.exit_code == 2
+    assert "requires an argument" in result.stderr
+
+
+def test_main_prints_one_error_line_and_a_hint():
+    proc = subprocess.run([sys.executable, str(REPO / "build.py"), "--tag", "99.01"], capture_output=True,
+                          text=True, cwd=REPO, check=False)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["error", "hint"]
+
+
+# --- build, with a fake Docker client -----------------------------------------------------------------------------
+
+def probe_of(entry, **changes) -> dict:
+    probe = {
+        "tag": entry.tag, "tensorrt_llm": entry.tensorrt_llm, "tensorrt": entry.tensorrt, "triton": entry.triton,
+        "python": entry.python, "app_dir": "/app", "fill_template": True, "huggingface_hub": "0.27.1",
+        "templates": {"inflight_batcher_llm": True, "llmapi": True},
+        "programs": {"tritonserver": "/opt/tritonserver/bin/tritonserver", "trtllm-build": "/usr/bin/trtllm-build",
+                     "mpirun": "/usr/bin/mpirun"},
+        "openai_frontend": entry.openai_frontend,
+    }
+    probe.update(changes)
+    return probe
+
+
+class FakeDocker:
+    """docker.DockerClient as builder and verify use it: records builds, pushes and probe runs."""
+
+    def __init__(self, probe: dict, local=()):
+        self.api = self
+        self.containers = self
+        self.probe = probe
+        self.images = set(local)
+        self.builds, self.pulls, self.pushes, self.probed = [], [], [], []
+
+    # low-level API
+    def build(self, **kwargs):
+        self.builds.append(kwargs)
+        self.images.add(kwargs["tag"])
+        return iter([{"stream": f"Step 1/1 : FROM {kwargs['buildargs']['BASE_IMAGE']}\n"}])
+
+    def inspect_image(self, ref):
+        if ref not in self.images:
+            raise ImageNotFound(ref)
+        return {"Id": f"sha256:{abs(hash(ref)):x}"}
+
+    def pull(self, ref, **kwargs):
+        self.pulls.append(ref)
+        return iter([{"status": "Pull complete", "id": "l1"}])
+
+    def push(self, repository, tag, **kwargs):
+        self.pushes.append(f"{repository}:{tag}")
+        return iter([{"status": "Pushed", "id": "l1"}])
+
+    # containers
+    def create(self, image, **kwargs):
+        self.probed.append(image)
+        return FakeProbeContainer(json.dumps(self.probe).encode())
+
+
+class FakeProbeContainer:
+    def __init__(self, stdout: bytes):
+        self.stdout = stdout
+
+    def start(self):
+        pass
+
+    def wait(self, timeout):
+        return {"StatusCode": 0}
+
+    def logs(self, stdout, stderr):
+        return self.stdout if stdout else b""
+
+    def remove(self, force):
+        pass
+
+
+@pytest.fixture
+def entry():
+    return MATRIX.get(IN_IMAGE_TAG)
+
+
+@pytest.fixture
+def fake_docker(monkeypatch, entry):
+    fake = FakeDocker(probe_of(entry), local=[entry.base_image])
+    monkeypatch.setattr(builder, "docker_client", lambda: fake)
+    return fake
+
+
+def read_report(out: Path, tag: str) -> dict:
+    return json.loads((out / "reports" / f"{tag}.json").read_text(encoding="utf-8"))
+
+
+@needs_hadolint
+def test_build_builds_verifies_and_reports(tmp_path, entry, fake_docker):
+    result = run("--tag", entry.tag, "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert [b["dockerfile"] for b in fake_docker.builds] == ["server.Dockerfile", "builder.Dockerfile"]
+    assert all(b["path"] == str(tmp_path / "context" / entry.tag) for b in fake_docker.builds)
+    assert all(b["buildargs"] == {"BASE_IMAGE": entry.base_image} for b in fake_docker.builds)
+    refs = [b["tag"] for b in fake_docker.builds]
+    assert fake_docker.probed == refs and fake_docker.pulls == [] and fake_docker.pushes == []
+    assert f"[{entry.tag} server] Step 1/1 : FROM {entry.base_image}" in result.stderr
+    report = read_report(tmp_path, entry.tag)
+    assert report["ok"] is True and report["verification"]["ok"] is True
+    assert [(i["kind"], i["ref"]) for i in report["images"]] == [("server", refs[0]), ("builder", refs[1])]
+    assert set(report["durations_s"]) >= {"checks", "context", "build server", "verify builder"}
+    summary = result.stdout.splitlines()
+    assert summary[0].split() == ["TAG", "RESULT", "IMAGES", "WARNINGS", "SECONDS"]
+    assert summary[1].split()[:2] == [entry.tag, "ok"]
+
+
+@needs_hadolint
+def test_build_with_base_image_pulls_it_and_passes_it_as_build_arg(tmp_path, entry, fake_docker):
+    result = run("--tag", entry.tag, "--out", str(tmp_path), "--base-image", "mirror.example/triton:25")
+    assert result.exit_code == 0, result.output
+    assert fake_docker.pulls == ["mirror.example/triton:25"]
+    assert {b["buildargs"]["BASE_IMAGE"] for b in fake_docker.builds} == {"mirror.example/triton:25"}
+    assert read_report(tmp_path, entry.tag)["base_image"] == "mirror.example/triton:25"
+
+
+@needs_hadolint
+def test_build_fails_listing_each_verification_mismatch(tmp_path, entry, fake_docker):
+    fake_docker.probe = probe_of(entry, tensorrt_llm="0.0.1", openai_frontend=not entry.openai_frontend)
+    result = run("--tag", entry.tag, "--out", str(tmp_path))
+    assert result.exit_code == 1
+    assert f"tensorrt_llm: expected {entry.tensorrt_llm}, found 0.0.1" in result.stderr
+    assert f"openai_frontend: expected {entry.openai_frontend}, found {not entry.openai_frontend}" in result.stderr
+    report = read_report(tmp_path, entry.tag)
+    assert report["ok"] is False and report["verification"]["ok"] is False
+    assert {e["field"] for e in report["verification"]["images"][0]["errors"]} == {"tensorrt_llm", "openai_frontend"}
+
+
+@needs_hadolint
+def test_static_check_errors_stop_before_any_docker_call(tmp_path, entry, monkeypatch):
+    def no_docker():
+        raise AssertionError("Docker was contacted")
+
+    monkeypatch.setattr(builder, "docker_client", no_docker)
+    bad = matrix_variant(tmp_path, entry.tag, f"ref: {entry.backend.ref}", "ref: v9.9.9")
+    result = run("--tag", entry.tag, "--out", str(tmp_path), "--matrix", str(bad))
+    assert result.exit_code == 1
+    assert "static check error(s): backend-ref" in result.stderr
+    assert read_report(tmp_path, entry.tag)["error"]["message"].startswith(f"tag {entry.tag}: 1 static check")
+    assert not (tmp_path / "context" / entry.tag).exists()
+
+
+@needs_hadolint
+def test_no_docker_engine_is_one_error_and_a_report(tmp_path, entry, monkeypatch):
+    def refuse():
+        raise BuildError("no Docker engine answered: refused", "start the Docker daemon or set DOCKER_HOST")
+
+    monkeypatch.setattr(builder, "docker_client", refuse)
+    result = run("--tag", entry.tag, "--out", str(tmp_path))
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-2:] == ["error: no Docker engine answered: refused",
+                                               "hint: start the Docker daemon or set DOCKER_HOST"]
+    assert read_report(tmp_path, entry.tag)["ok"] is False
+
+
+@needs_hadolint
+def test_push_pushes_both_refs_after_verification(tmp_path, entry, fake_docker):
+    result = run("--tag", entry.tag, "--out", str(tmp_path), "--registry", "ghcr.io/me", "--push")
+    assert result.exit_code == 0, result.output
+    assert fake_docker.pushes == [b["tag"] for b in fake_docker.builds]
+    assert all(ref.startswith("ghcr.io/me/") for ref in fake_docker.pushes)
+    assert read_report(tmp_path, entry.tag)["pushed"] == fake_docker.pushes
+
+
+@needs_hadolint
+def test_a_failing_tag_does_not_stop_the_others(tmp_path, entry, fake_docker):
+    other = next(e for e in MATRIX.supported() if e.backend.in_image and e.tag != entry.tag)
+    fake_docker.images.add(other.base_image)
+    # The fake probe always answers for `entry`, so `other` fails verification (wrong tag baked in).
+    result = run("--tag", other.tag, "--tag", entry.tag, "--out", str(tmp_path))
+    assert result.exit_code == 1
+    assert f"error: 1 of 2 tags failed: {other.tag}" in result.stderr
+    assert read_report(tmp_path, entry.tag)["ok"] is True
+    assert read_report(tmp_path, other.tag)["ok"] is False

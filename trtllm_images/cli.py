@@ -1,0 +1,399 @@
+"""The command line: `python build.py --tag 25.01` builds; `list`, `render` and `check` need no Docker.
+
+The only module that imports click. Every command turns its options into plans first (all bad input fails there,
+before anything is written or built), then executes them.
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+from click.core import ParameterSource
+
+from trtllm_images import backend_assets, builder, checks, context, kserve, render, report, verify, wheel
+from trtllm_images import matrix as matrix_mod
+from trtllm_images.errors import BuildError, UsageError
+from trtllm_images.plan import BuildPlan, make_plan
+
+DEFAULT_OUT = Path("out")
+PROG = "build.py"
+
+
+class _Failure(click.ClickException):
+    """A BuildError as click shows it: `error: …` and `hint: …` on stderr, exit code 1 (2 for usage)."""
+
+    def __init__(self, error: BuildError):
+        super().__init__(error.message)
+        self.exit_code = error.exit_code
+        self.hint = error.hint
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.message}", err=True)
+        if self.hint:
+            click.echo(f"hint: {self.hint}", err=True)
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BuildError as exc:
+            raise _Failure(exc) from exc
+
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)
+
+
+# --- options shared by several commands ----------------------------------------------------------------------------
+
+def _matrix_option(func):
+    return click.option("--matrix", "matrix_path", type=click.Path(dir_okay=False, path_type=Path),
+                        default=matrix_mod.DEFAULT_PATH, show_default="the repository's matrix.yaml",
+                        help="The version matrix to read.")(func)
+
+
+def _selection_options(func):
+    func = click.option("--all", "all_tags", is_flag=True, help="Every supported tag of the matrix.")(func)
+    return click.option("--tag", "tags", multiple=True, metavar="TAG",
+                        help="An NGC release such as 25.01 (repeatable).")(func)
+
+
+def _plan_options(func):
+    func = click.option("--registry", metavar="HOST[/NAMESPACE]",
+                        help="Prefix of the image refs, e.g. ghcr.io/my-org.")(func)
+    return click.option("--base-image", metavar="IMAGE",
+                        help="Build FROM this image instead of the NGC one (only with a single --tag).")(func)
+
+
+def _backend_dir_option(func):
+    return click.option("--backend-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                        help="A local checkout of the backend, for tags whose base image has no /app.")(func)
+
+
+def _out_option(func):
+    return click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_OUT,
+                        show_default=True, help="Where build contexts and reports go.")(func)
+
+
+# --- turning options into plans (pure apart from reading the matrix file) -----------------------------------------
+
+def _plans(matrix_path: Path, tags: tuple[str, ...], all_tags: bool, *, base_image: str | None = None,
+           registry: str | None = None, out_dir: Path = DEFAULT_OUT) -> tuple[matrix_mod.Matrix, list[BuildPlan]]:
+    """Load the matrix and plan every selected tag; any bad tag or option fails here, before any work."""
+    if tags and all_tags:
+        raise UsageError("--tag and --all exclude each other", "give one or more --tag TAG, or --all")
+    matrix = matrix_mod.load(matrix_path)
+    if not tags and not all_tags:
+        raise UsageError("no tag selected", f"give --tag TAG (repeatable) or --all; known tags: "
+                                            f"{', '.join(e.tag for e in matrix.supported())}")
+    entries = matrix.supported() if all_tags else [matrix.get(tag) for tag in dict.fromkeys(tags)]
+    if base_image and len(entries) != 1:
+        raise UsageError(f"--base-image applies to a single tag, got {len(entries)} tags",
+                         "build the tags one by one, each with its own --base-image")
+    return matrix, [make_plan(e, base_image=base_image, registry=registry, out_dir=out_dir) for e in entries]
+
+
+@functools.cache
+def _entrypoint_wheel() -> Path:
+    """Built once per process (identical for every tag); write_context copies it into each context."""
+    scratch = tempfile.TemporaryDirectory(prefix="trtllm-images-wheel-")
+    atexit.register(scratch.cleanup)
+    return wheel.build_wheel(dest=Path(scratch.name))
+
+
+def _write_context(plan: BuildPlan, dockerfiles: dict[str, str], matrix: matrix_mod.Matrix,
+                   backend_dir: Path | None, out_dir: Path) -> Path:
+    assets = None
+    if plan.needs_backend_assets:
+        assets = backend_assets.fetch(plan.entry, Path(out_dir) / "cache", backend_dir, _say)
+    return context.write_context(plan, dockerfiles, _entrypoint_wheel(), matrix.to_json(), assets)
+
+
+def _errors(findings) -> list:
+    return [f for f in findings if f.level == "error"]
+
+
+def _show_finding(finding) -> None:
+    click.echo(f"{finding.level:<7} {finding.tag or '-':<6} {finding.code}: {finding.message}")
+    if finding.hint:
+        click.echo(f"{'':<15}hint: {finding.hint}")
+
+
+# --- build (the group itself) --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _BuildOptions:
+    matrix: matrix_mod.Matrix
+    backend_dir: Path | None
+    out_dir: Path
+    push: bool
+
+
+@click.group(cls=_Group, invoke_without_command=True, no_args_is_help=True,
+             context_settings={"help_option_names": ["-h", "--help"]})
+@_selection_options
+@_plan_options
+@click.option("--push", is_flag=True, help="Push the images after they built and verified (needs --registry).")
+@_matrix_option
+@_backend_dir_option
+@_out_option
+@click.pass_context
+def cli(ctx: click.Context, tags, all_tags, base_image, registry, push, matrix_path, backend_dir, out_dir):
+    """Build TensorRT-LLM + Triton serving images for NGC tags: `build.py --tag 25.01`.
+
+    Without a command, builds the selected tags: static checks, build contexts, docker build of the server and
+    builder images, verification inside each image, a report in OUT/reports/TAG.json.
+    """
+    if ctx.invoked_subcommand:
+        given = [p.opts[0] for p in ctx.command.params
+                 if p.name and ctx.get_parameter_source(p.name) is not ParameterSource.DEFAULT]
+        if given:
+            raise UsageError(f"options before `{ctx.invoked_subcommand}` apply only to builds: {', '.join(given)}",
+                             f"put options after the command: {PROG} {ctx.invoked_subcommand} --help")
+        return
+    if push and not registry:
+        raise UsageError("--push needs --registry", "e.g. --registry ghcr.io/my-org --push")
+    matrix, plans = _plans(matrix_path, tags, all_tags, base_image=base_image, registry=registry, out_dir=out_dir)
+    options = _BuildOptions(matrix=matrix, backend_dir=backend_dir, out_dir=out_dir, push=push)
+    docker = _LazyDocker()
+    outcomes = [_build_tag(plan, options, docker) for plan in plans]
+    _print_summary([outcome.record for outcome in outcomes])
+    failed = [outcome for outcome in outcomes if outcome.error]
+    if len(outcomes) == 1 and failed:
+        raise failed[0].error
+    if failed:
+        raise BuildError(f"{len(failed)} of {len(outcomes)} tags failed: "
+                         f"{', '.join(outcome.record.tag for outcome in failed)}",
+                         f"the reports in {out_dir / 'reports'} say why")
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    record: report.BuildRecord
+    error: BuildError | None
+
+
+class _LazyDocker:
+    """Connects on first use, so tags that fail their static checks never need a Docker engine."""
+
+    def __init__(self):
+        self._client = None
+
+    def __call__(self):
+        if self._client is None:
+            self._client = builder.docker_client()
+        return self._client
+
+
+def _build_tag(plan: BuildPlan, options: _BuildOptions, docker: _LazyDocker) -> _Outcome:
+    """Check, write the context, build, verify and (maybe) push one tag; the report is written whatever happens."""
+    record = report.BuildRecord(plan.entry.tag)
+    record.base_image = plan.base_image
+    error = None
+    try:
+        with record.phase("checks"):
+            dockerfiles = render.render(plan)
+            findings = checks.static_findings(options.matrix, [plan.entry.tag], lambda tag: dockerfiles)
+            record.add_findings(findings)
+            _stop_on_check_errors(plan, findings)
+        with record.phase("context"):
+            context_dir = _write_context(plan, dockerfiles, options.matrix, options.backend_dir, options.out_dir)
+        _build_images(plan, context_dir, record, docker())
+        _verify_images(plan, record, docker())
+        if options.push:
+            _push_images(plan, record, docker())
+    except BuildError as exc:
+        record.fail(exc.message, exc.hint)
+        error = exc
+        _say(f"[{plan.entry.tag}] failed: {exc.message}")
+    except BaseException as exc:
+        # A bug or Ctrl-C: the report must not claim success; the exception keeps its traceback.
+        record.fail(f"stopped by {type(exc).__name__}: {exc}", "")
+        raise
+    finally:
+        _say(f"[{plan.entry.tag}] report: {report.write_report(options.out_dir, record)}")
+    return _Outcome(record, error)
+
+
+def _stop_on_check_errors(plan: BuildPlan, findings) -> None:
+    for finding in findings:
+        _say(f"[{plan.entry.tag}] {finding.level}: {finding.code}: {finding.message}")
+    errors = _errors(findings)
+    if errors:
+        raise BuildError(f"tag {plan.entry.tag}: {len(errors)} static check error(s): "
+                         + "; ".join(f"{f.code}: {f.message}" for f in errors),
+                         f"`{PROG} check --tag {plan.entry.tag}` shows each with its hint")
+
+
+def _build_images(plan: BuildPlan, context_dir: Path, record: report.BuildRecord, client) -> None:
+    with record.phase("base image"):
+        builder.ensure_base_image(client, plan.base_image, _progress(plan.entry.tag, "pull"))
+    for spec in plan.images:
+        with record.phase(f"build {spec.kind}"):
+            image_id = builder.build_image(client, context_dir, spec.dockerfile, spec.ref, plan.buildargs,
+                                           _progress(plan.entry.tag, spec.kind))
+        record.add_image(spec.kind, spec.ref, image_id)
+
+
+def _push_images(plan: BuildPlan, record: report.BuildRecord, client) -> None:
+    for spec in plan.images:
+        with record.phase(f"push {spec.kind}"):
+            builder.push(client, spec.ref, _progress(plan.entry.tag, f"push {spec.kind}"))
+        record.pushed.append(spec.ref)
+
+
+def _verify_images(plan: BuildPlan, record: report.BuildRecord, client) -> None:
+    results = []
+    for spec in plan.images:
+        with record.phase(f"verify {spec.kind}"):
+            result = verify.verify_image(client, plan.entry, spec.kind, spec.ref)
+        record.add_verification(result)
+        for warning in result.warnings:
+            _say(f"[{plan.entry.tag} {spec.kind}] warning: {warning}")
+        results.append(result)
+    for result in results:
+        result.raise_for_errors()
+
+
+def _progress(tag: str, what: str):
+    return lambda line: _say(f"[{tag} {what}] {line}")
+
+
+def _print_summary(records: list[report.BuildRecord]) -> None:
+    rows = [("TAG", "RESULT", "IMAGES", "WARNINGS", "SECONDS")]
+    for record in records:
+        warnings = sum(len(v["warnings"]) for v in record.verifications)
+        refs = ", ".join(image["ref"] for image in record.images) or "-"
+        rows.append((record.tag, "ok" if record.ok else "FAILED", refs, str(warnings),
+                     f"{sum(record.durations.values()):.0f}"))
+    click.echo(_table(rows))
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+# --- list, render, check -------------------------------------------------------------------------------------------
+
+LIST_COLUMNS = (("TAG", "tag"), ("STATUS", "status"), ("TRITON", "triton"), ("TRT-LLM", "tensorrt_llm"),
+                ("TENSORRT", "tensorrt"), ("PYTHON", "python"), ("WORKFLOWS", "workflows"))
+
+
+@cli.command("list")
+@_matrix_option
+@click.option("--supported", "supported_only", is_flag=True, help="Only the tags that can be built.")
+@click.option("--json", "as_json", is_flag=True, help="The matrix as JSON (the format the images carry).")
+@click.option("--markdown", is_flag=True, help="The README table.")
+def list_command(matrix_path, supported_only, as_json, markdown):
+    """Show the matrix: one row per NGC tag; `?` marks a value the matrix calls uncertain."""
+    if as_json and markdown:
+        raise UsageError("--json and --markdown exclude each other", "pick one output format")
+    matrix = matrix_mod.load(matrix_path)
+    if supported_only:
+        matrix = matrix_mod.Matrix(matrix.supported())
+    if as_json:
+        click.echo(matrix.to_json(), nl=False)
+    elif markdown:
+        click.echo(matrix_mod.markdown_table(matrix), nl=False)
+    else:
+        click.echo(_list_table(matrix))
+
+
+def _list_table(matrix: matrix_mod.Matrix) -> str:
+    rows = [tuple(title for title, _ in LIST_COLUMNS) + ("NOTE",)]
+    for entry in matrix.entries:
+        cells = []
+        for _, field in LIST_COLUMNS:
+            value = getattr(entry, field)
+            text = ",".join(value) if isinstance(value, tuple) else (value or "-")
+            cells.append(text + ("?" if field in entry.uncertain else ""))
+        rows.append(tuple(cells) + (entry.note,))
+    return _table(rows) + "\n\n? = uncertain: matrix.yaml says why under `uncertain:`"
+
+
+@cli.command("render")
+@_selection_options
+@_plan_options
+@_matrix_option
+@_backend_dir_option
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write complete build contexts to OUT/context/TAG (what a build would send to Docker).")
+@click.option("--print", "print_", is_flag=True, help="Print the Dockerfiles instead.")
+def render_command(tags, all_tags, base_image, registry, matrix_path, backend_dir, out_dir, print_):
+    """Render the Dockerfiles (and build contexts) without Docker."""
+    if bool(out_dir) == print_:
+        raise UsageError("give exactly one of --out DIR or --print", "--print shows the Dockerfiles; --out writes "
+                                                                      "the build contexts")
+    matrix, plans = _plans(matrix_path, tags, all_tags, base_image=base_image, registry=registry,
+                           out_dir=out_dir or DEFAULT_OUT)
+    for plan in plans:
+        dockerfiles = render.render(plan)
+        if print_:
+            for name, text in dockerfiles.items():
+                click.echo(f"# ===== {plan.entry.tag} {name} =====\n{text}")
+        else:
+            click.echo(_write_context(plan, dockerfiles, matrix, backend_dir, out_dir))
+
+
+@cli.command("check")
+@_selection_options
+@_matrix_option
+def check_command(tags, all_tags, matrix_path):
+    """Static checks: matrix consistency, Dockerfile policy, hadolint. Exit 1 when any error is found."""
+    matrix, plans = _plans(matrix_path, tags, all_tags)
+    by_tag = {plan.entry.tag: plan for plan in plans}
+    findings = checks.static_findings(matrix, by_tag, lambda tag: render.render(by_tag[tag]))
+    for finding in findings:
+        _show_finding(finding)
+    errors = _errors(findings)
+    click.echo(f"{len(plans)} tag(s) checked: {len(errors)} error(s), {len(findings) - len(errors)} other finding(s)")
+    if errors:
+        raise BuildError(f"{len(errors)} check(s) failed", "each failing check above has its hint")
+
+
+@cli.command("kserve")
+@click.option("--tag", required=True, help="The NGC tag whose server image the runtime runs, e.g. 25.01.")
+@click.option("--image", help="Full image ref (default: the server image build.py makes for --tag).")
+@click.option("--registry", metavar="HOST[/NAMESPACE]", help="Prefix of the default image ref, e.g. ghcr.io/my-org.")
+@click.option("--model-id", help="Hugging Face model id the pod downloads (or give --storage-uri).")
+@click.option("--model-revision", help="Pin the hub model to a revision.")
+@click.option("--storage-uri", help="KServe puts the model at /mnt/models: s3://, gs://, pvc://, hf://, …")
+@click.option("--tp-size", type=int, default=1, show_default=True, help="Tensor parallelism.")
+@click.option("--pp-size", type=int, default=1, show_default=True, help="Pipeline parallelism (GPUs = TP x PP).")
+@click.option("--namespace", default="default", show_default=True)
+@click.option("--name", default="llm", show_default=True, help="InferenceService name, also the served model name.")
+@click.option("--cache", type=click.Choice(kserve.CACHE_MODES), default="emptydir", show_default=True,
+              help="Where engines are cached: per pod (emptydir) or on a PersistentVolumeClaim (pvc).")
+@click.option("--pvc-name", help="Cache PVC name  [default: <name>-trtllm-cache]")
+@click.option("--pvc-size", default="100Gi", show_default=True)
+@click.option("--pvc-access-mode", type=click.Choice(kserve.ACCESS_MODES), default="ReadWriteOnce", show_default=True)
+@click.option("--namespaced-runtime", is_flag=True, help="A ServingRuntime in --namespace, not a ClusterServingRuntime.")
+@click.option("--warm-job", is_flag=True, help="Add a Job that builds the engine into the cache PVC (needs --cache pvc).")
+@click.option("--hf-token-secret", default="hf-token", show_default=True,
+              help="Secret holding the Hugging Face token under key 'token' (optional at run time).")
+@click.option("--no-hf-token", is_flag=True, help="Reference no token Secret.")
+@click.option("--storage-writable", is_flag=True, help="Mount /mnt/models read-write (default: read-only).")
+@_matrix_option
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write one YAML file per kind into this directory  [default: print to stdout]")
+def kserve_command(matrix_path, out_dir, no_hf_token, hf_token_secret, storage_writable, **values):
+    """KServe manifests for one tag: runtime, InferenceService, optional cache PVC and warm-up Job."""
+    options = kserve.KServeOptions(hf_token_secret=None if no_hf_token else hf_token_secret,
+                                   storage_readonly=not storage_writable, **values)
+    entry = matrix_mod.load(matrix_path).get(options.tag)
+    if out_dir is None:
+        docs = kserve.manifests(entry, options)
+        click.echo(kserve.dump_yaml(docs, f"Generated by: {kserve.command_line(options)}"), nl=False)
+        return
+    for path in kserve.write_files(out_dir, kserve.render_files(entry, options)):
+        _say(f"wrote {path}")
+
+
+def main() -> None:
+    cli(prog_name=PROG)

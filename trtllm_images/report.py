@@ -1,0 +1,97 @@
+"""The JSON build report, `<out>/reports/<tag>.json`: what was built, how long each phase took, what was verified.
+
+A report is written whether the build succeeded or not, so a failed CI job still leaves the evidence behind.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+REPORT_VERSION = 1
+
+
+class BuildRecord:
+    """Collects the facts of one tag's build as it runs; `to_dict` is the report."""
+
+    def __init__(self, tag: str, clock=time.monotonic):
+        self.tag = tag
+        self.base_image: str | None = None
+        self.images: list[dict] = []
+        self.durations: dict[str, float] = {}
+        self.verifications: list[dict] = []
+        self.findings: list[dict] = []
+        self.pushed: list[str] = []
+        self.error: dict | None = None
+        self._clock = clock
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase; a phase that raises still records how long it ran."""
+        start = self._clock()
+        try:
+            yield
+        finally:
+            self.durations[name] = round(self._clock() - start, 3)
+
+    def add_image(self, kind: str, ref: str, image_id: str) -> None:
+        self.images.append({"kind": kind, "ref": ref, "id": image_id})
+
+    def add_findings(self, findings) -> None:
+        self.findings.extend(_finding_dict(f) for f in findings)
+
+    def add_verification(self, verification) -> None:
+        self.verifications.append(verification.to_dict())
+
+    def fail(self, message: str, hint: str) -> None:
+        self.error = {"message": message, "hint": hint}
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict:
+        return {
+            "report_version": REPORT_VERSION,
+            "tag": self.tag,
+            "ok": self.ok,
+            "error": self.error,
+            "base_image": self.base_image,
+            "images": self.images,
+            "pushed": self.pushed,
+            "durations_s": self.durations,
+            "verification": {
+                "ok": all(v["ok"] for v in self.verifications) if self.verifications else None,
+                "images": self.verifications,
+            },
+            "findings": self.findings,
+        }
+
+
+def report_path(out_dir: Path, tag: str) -> Path:
+    return Path(out_dir) / "reports" / f"{tag}.json"
+
+
+def write_report(out_dir: Path, record: BuildRecord) -> Path:
+    """Write the report atomically: readers see the previous report or the new one, never half of one."""
+    path = report_path(out_dir, record.tag)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{record.tag}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(record.to_dict(), handle, indent=2, default=str)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+def _finding_dict(finding) -> dict:
+    return dataclasses.asdict(finding) if dataclasses.is_dataclass(finding) else dict(vars(finding))

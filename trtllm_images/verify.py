@@ -1,0 +1,199 @@
+"""Post-build verification: run `trtllm-entrypoint probe` in a built image and compare it with the matrix entry.
+
+`expected` and `compare` are pure; `run_probe` is the only Docker call. A fact the matrix marks as uncertain
+still gets compared, but a difference is a warning (worth fixing in matrix.yaml), not a failed build.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from docker.errors import DockerException
+
+from trtllm_images.errors import BuildError
+
+ERROR = "error"
+WARNING = "warning"
+
+# Compared exactly: the engine format and the entrypoint's flag set follow the TensorRT-LLM version.
+EXACT_VERSIONS = ("tensorrt_llm",)
+# Compared at the precision the matrix gives ("10.1.0" accepts an installed "10.1.0.27").
+PREFIX_VERSIONS = ("tensorrt", "triton", "python")
+# Engine builds need trtllm-build; tensor parallelism needs mpirun; serving needs tritonserver.
+REQUIRED_PROGRAMS = ("tritonserver", "trtllm-build", "mpirun")
+# Which matrix field a probe field follows, when the names differ (for `uncertain`).
+FOLLOWS = {"templates": "workflows"}
+# The probe imports tensorrt_llm, which can take a while on a cold page cache.
+PROBE_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    field: str
+    expected: Any
+    actual: Any
+    level: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: expected {_show(self.expected)}, found {_show(self.actual)}"
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The outcome of probing one image."""
+
+    kind: str
+    ref: str
+    probe: Mapping[str, Any]
+    mismatches: tuple[Mismatch, ...]
+
+    @property
+    def errors(self) -> tuple[Mismatch, ...]:
+        return tuple(m for m in self.mismatches if m.level == ERROR)
+
+    @property
+    def warnings(self) -> tuple[Mismatch, ...]:
+        return tuple(m for m in self.mismatches if m.level == WARNING)
+
+    def raise_for_errors(self) -> None:
+        if not self.errors:
+            return
+        listing = "\n".join(f"  {m}" for m in self.errors)
+        raise BuildError(
+            f"{self.kind} image {self.ref} does not match its matrix entry:\n{listing}",
+            hint="fix matrix.yaml if the image is right, or --base-image if the wrong base image was used",
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "ref": self.ref,
+            "ok": not self.errors,
+            "errors": [_mismatch_dict(m) for m in self.errors],
+            "warnings": [_mismatch_dict(m) for m in self.warnings],
+            "probe": dict(self.probe),
+        }
+
+
+def expected(entry) -> dict:
+    """What the probe of an image built for `entry` must report."""
+    return {
+        "tag": entry.tag,
+        **{name: getattr(entry, name) for name in EXACT_VERSIONS + PREFIX_VERSIONS},
+        "templates": {"inflight_batcher_llm": "engine" in entry.workflows, "llmapi": "llmapi" in entry.workflows},
+        "programs": REQUIRED_PROGRAMS,
+        "openai_frontend": entry.openai_frontend,
+    }
+
+
+def compare(entry, probe: Mapping[str, Any], kind: str) -> list[Mismatch]:
+    """Every difference between the entry and the probe of its `kind` image, with its level."""
+    if kind not in ("server", "builder"):
+        raise ValueError(f"unknown image kind {kind!r}")
+    want = expected(entry)
+    uncertain = set(entry.uncertain)
+    found: list[Mismatch] = []
+
+    def differ(field: str, exp: Any, act: Any) -> None:
+        top = field.split(".")[0]
+        level = WARNING if FOLLOWS.get(top, top) in uncertain or exp is None else ERROR
+        found.append(Mismatch(field, exp, act, level))
+
+    if probe.get("tag") != want["tag"]:
+        differ("tag", want["tag"], probe.get("tag"))
+    for name in EXACT_VERSIONS + PREFIX_VERSIONS:
+        matches = _same_version if name in EXACT_VERSIONS else _version_prefix_matches
+        if not matches(want[name], probe.get(name)):
+            differ(name, want[name], probe.get(name))
+    templates = probe.get("templates") or {}
+    for name, needed in want["templates"].items():
+        if needed and not templates.get(name):
+            differ(f"templates.{name}", "present", "missing")
+    programs = probe.get("programs") or {}
+    for name in want["programs"]:
+        if not programs.get(name):
+            differ(f"programs.{name}", "a path", None)
+    if bool(probe.get("openai_frontend")) != bool(want["openai_frontend"]):
+        differ("openai_frontend", want["openai_frontend"], probe.get("openai_frontend"))
+    return found
+
+
+def run_probe(client, image_ref: str) -> dict:
+    """Run `trtllm-entrypoint probe` in a throw-away container of `image_ref` and parse its JSON."""
+    try:
+        container = client.containers.create(
+            image_ref, entrypoint=["trtllm-entrypoint"], command=["probe"], network_disabled=True
+        )
+    except (DockerException, OSError) as exc:
+        raise BuildError(f"cannot start the probe in {image_ref}: {exc}") from exc
+    try:
+        container.start()
+        status = container.wait(timeout=PROBE_TIMEOUT_S)["StatusCode"]
+        stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+        stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+    except (DockerException, OSError) as exc:
+        raise BuildError(f"the probe in {image_ref} did not finish: {exc}") from exc
+    finally:
+        _remove_quietly(container)
+    if status != 0:
+        raise BuildError(
+            f"`trtllm-entrypoint probe` exited with {status} in {image_ref}: {_tail(stderr or stdout)}",
+            hint="the image's entrypoint package is broken; rebuild after fixing it",
+        )
+    return parse_probe_output(stdout, image_ref)
+
+
+def parse_probe_output(stdout: str, image_ref: str) -> dict:
+    """The probe's JSON object; import-time chatter before it (some libraries print banners) is skipped."""
+    lines = stdout.splitlines()
+    # The object starts at the last line that opens one at column 0 (a pretty-printed object has exactly one).
+    for start in range(len(lines) - 1, -1, -1):
+        if lines[start].startswith("{"):
+            try:
+                value = json.loads("\n".join(lines[start:]))
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                return value
+    raise BuildError(
+        f"`trtllm-entrypoint probe` in {image_ref} printed no JSON object: {_tail(stdout) or '(no output)'}",
+        hint="run `docker run --rm --entrypoint trtllm-entrypoint IMAGE probe` to see its output",
+    )
+
+
+def verify_image(client, entry, kind: str, ref: str) -> Verification:
+    """Probe the image and compare; call `raise_for_errors()` on the result to fail on error-level mismatches."""
+    probe = run_probe(client, ref)
+    return Verification(kind=kind, ref=ref, probe=probe, mismatches=tuple(compare(entry, probe, kind)))
+
+
+def _same_version(expected_version: str | None, actual: str | None) -> bool:
+    return expected_version is not None and actual == expected_version
+
+
+def _version_prefix_matches(expected_version: str | None, actual: str | None) -> bool:
+    if expected_version is None or actual is None:
+        return False
+    want = str(expected_version).split(".")
+    return str(actual).split(".")[: len(want)] == want
+
+
+def _mismatch_dict(mismatch: Mismatch) -> dict:
+    return {"field": mismatch.field, "expected": mismatch.expected, "actual": mismatch.actual, "message": str(mismatch)}
+
+
+def _show(value: Any) -> str:
+    return "nothing" if value is None else str(value)
+
+
+def _tail(text: str, lines: int = 5) -> str:
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+
+
+def _remove_quietly(container) -> None:
+    # Removal failing must not hide the probe's own result or error.
+    try:
+        container.remove(force=True)
+    except (DockerException, OSError):
+        pass

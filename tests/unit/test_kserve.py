@@ -1,0 +1,398 @@
+"""KServe manifests: every generated document against KServe's own CRD schemas, plus the rules the schemas cannot say."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trtllm_images import kserve, matrix
+from trtllm_images.errors import UsageError
+from trtllm_images.plan import make_plan
+
+REPO = Path(__file__).resolve().parents[2]
+CRD_DIR = REPO / ".." / "shared" / "upstream" / "kserve" / "crd"
+DEPLOY = REPO / "deploy"
+HUB_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
+# The published examples: 25.01 is the first NGC tag that ships /app (backend templates) and the README's tag.
+DEPLOY_OPTIONS = kserve.KServeOptions(tag="25.01", registry="ghcr.io/your-org", model_id=HUB_MODEL, cache="pvc",
+                                      warm_job=True)
+
+
+@pytest.fixture(scope="session")
+def the_matrix():
+    return matrix.load()
+
+
+@pytest.fixture(scope="session")
+def entry(the_matrix):
+    return the_matrix.get("25.01")
+
+
+@pytest.fixture(scope="session")
+def crd_validators():
+    """(apiVersion, kind) -> (Draft7Validator, schema); the InferenceService CRD is ~2 MB, so parse it once."""
+    jsonschema = pytest.importorskip("jsonschema")
+    files = sorted(CRD_DIR.glob("*.yaml"))
+    if not files:
+        pytest.skip(f"KServe CRDs not found under {CRD_DIR} (shared upstream files are absent)")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    validators = {}
+    for path in files:
+        crd = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+        for version in crd["spec"]["versions"]:
+            schema = version["schema"]["openAPIV3Schema"]
+            validators[(f"{group}/{version['name']}", kind)] = (jsonschema.Draft7Validator(schema), schema)
+    return validators
+
+
+def unknown_fields(instance, schema, path="") -> list[str]:
+    """Fields the API server would silently prune: structural schemas list every allowed property."""
+    if isinstance(instance, dict) and "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        found = []
+        for key, value in instance.items():
+            if key not in schema["properties"]:
+                found.append(f"{path}.{key}")
+            else:
+                found += unknown_fields(value, schema["properties"][key], f"{path}.{key}")
+        return found
+    if isinstance(instance, dict) and isinstance(schema.get("additionalProperties"), dict):
+        return [f for k, v in instance.items() for f in unknown_fields(v, schema["additionalProperties"], f"{path}.{k}")]
+    if isinstance(instance, list) and "items" in schema:
+        return [f for i, v in enumerate(instance) for f in unknown_fields(v, schema["items"], f"{path}[{i}]")]
+    return []
+
+
+def schema_errors(doc, crd_validators) -> list[str]:
+    validator, schema = crd_validators[(doc["apiVersion"], doc["kind"])]
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
+    return errors + [f"{field}: not in the schema (would be pruned)" for field in unknown_fields(doc, schema)]
+
+
+def grid():
+    sources = {"hub": {"model_id": HUB_MODEL}, "pvc-storage": {"storage_uri": "pvc://models/llama-8b"},
+               "s3-storage": {"storage_uri": "s3://bucket/llama-8b"}}
+    for cache, namespaced, warm, (source, kwargs), tp in itertools.product(
+            kserve.CACHE_MODES, (False, True), (False, True), sources.items(), (1, 2, 4)):
+        if warm and (cache != "pvc" or source == "s3-storage"):
+            continue
+        options = kserve.KServeOptions(tag="25.01", cache=cache, namespaced_runtime=namespaced, warm_job=warm,
+                                       tp_size=tp, namespace="serving", **kwargs)
+        yield pytest.param(options, id=f"{cache}-{'ns' if namespaced else 'cluster'}-{'warm' if warm else 'nojob'}"
+                                       f"-{source}-tp{tp}")
+
+
+@pytest.mark.parametrize("options", list(grid()))
+def test_every_document_is_valid_and_sound(options, entry, the_matrix, crd_validators):
+    docs = kserve.manifests(entry, options)
+    kinds = [doc["kind"] for doc in docs]
+    assert kinds[0] == ("ServingRuntime" if options.namespaced_runtime else "ClusterServingRuntime")
+    assert ("PersistentVolumeClaim" in kinds) == (options.cache == "pvc")
+    assert ("Job" in kinds) == options.warm_job
+    for doc in docs:
+        if doc["apiVersion"].startswith("serving.kserve.io/"):
+            assert schema_errors(doc, crd_validators) == [], doc["kind"]
+    assert kserve.semantic_findings(docs, the_matrix) == []
+    # What went through YAML comes back identical (no lossy scalars), and shared sub-objects did not become aliases.
+    text = kserve.dump_yaml(docs)
+    assert list(yaml.safe_load_all(text)) == docs and "&id" not in text
+    if options.cache == "pvc":
+        claims = {v["persistentVolumeClaim"]["claimName"] for v in _pod_volumes(docs) if v["name"] == "trtllm-cache"}
+        assert claims == {by_kind(docs, "PersistentVolumeClaim")["metadata"]["name"]}
+
+
+def _pod_volumes(docs):
+    for doc in docs:
+        if doc["kind"] == "InferenceService":
+            yield from doc["spec"]["predictor"]["volumes"]
+        elif doc["kind"] == "Job":
+            yield from doc["spec"]["template"]["spec"]["volumes"]
+
+
+def by_kind(docs, kind):
+    return next(doc for doc in docs if doc["kind"] == kind)
+
+
+def test_runtime_contract(entry):
+    docs = kserve.manifests(entry, kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, tp_size=2, pp_size=2))
+    runtime = by_kind(docs, "ClusterServingRuntime")
+    assert runtime["metadata"]["name"] == "trtllm-25-01" and "namespace" not in runtime["metadata"]
+    spec = runtime["spec"]
+    assert spec["supportedModelFormats"] == [{"name": "tensorrt-llm", "version": "0.17.0", "autoSelect": True,
+                                              "priority": 1}]
+    assert spec["protocolVersions"] == ["v2", "grpc-v2"]
+    assert spec["annotations"] == {"prometheus.kserve.io/port": "8002", "prometheus.kserve.io/path": "/metrics"}
+    (container,) = spec["containers"]
+    assert container["name"] == "kserve-container" and "args" not in container and "command" not in container
+    assert container["image"] == make_plan(entry, out_dir=Path(".")).image("server").ref
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env == {"HTTP_PORT": "8080", "GRPC_PORT": "9000", "METRICS_PORT": "8002", "CACHE_DIR": "/var/cache/trtllm",
+                   "SERVED_MODEL_NAME": "{{.Name}}", "TP_SIZE": "2", "PP_SIZE": "2"}
+    assert container["ports"] == [{"name": "http1", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    startup = container["startupProbe"]
+    assert startup["httpGet"] == {"path": "/v2/health/ready", "port": 8080}
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 2 * 3600
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] and security["runAsUser"] == 1000
+    assert security["capabilities"] == {"drop": ["ALL"]} and security["allowPrivilegeEscalation"] is False
+    assert {"name": "devshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in spec["volumes"]
+
+
+def test_inference_service_for_storage_uri_is_read_only_and_has_no_token(entry):
+    options = kserve.KServeOptions(tag="25.01", storage_uri="s3://bucket/llama", name="chat", namespace="team-a")
+    isvc = by_kind(kserve.manifests(entry, options), "InferenceService")
+    assert isvc["metadata"]["namespace"] == "team-a"
+    assert isvc["metadata"]["annotations"]["storage.kserve.io/readonly"] == "true"
+    model = isvc["spec"]["predictor"]["model"]
+    assert model["storageUri"] == "s3://bucket/llama" and model["runtime"] == "trtllm-25-01"
+    assert model["modelFormat"] == {"name": "tensorrt-llm"} and model["protocolVersion"] == "v2"
+    names = [e["name"] for e in model["env"]]
+    assert "MODEL_ID" not in names and "HF_TOKEN" not in names
+    assert [p["name"] for p in model["ports"]] == ["http1", "grpc-v2"]
+    assert isvc["spec"]["predictor"]["volumes"] == [{"name": "trtllm-cache", "emptyDir": {}}]
+    writable = kserve.KServeOptions(tag="25.01", storage_uri="s3://bucket/llama", storage_readonly=False)
+    assert by_kind(kserve.manifests(entry, writable), "InferenceService")["metadata"]["annotations"][
+        "storage.kserve.io/readonly"] == "false"
+
+
+def test_hub_model_token_comes_from_a_secret(entry):
+    options = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, model_revision="abc123", hf_token_secret="my-hf")
+    model = by_kind(kserve.manifests(entry, options), "InferenceService")["spec"]["predictor"]["model"]
+    env = {e["name"]: e for e in model["env"]}
+    assert env["MODEL_ID"]["value"] == HUB_MODEL and env["MODEL_REVISION"]["value"] == "abc123"
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": "my-hf", "key": "token", "optional": True}}}
+    no_token = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, hf_token_secret=None)
+    model = by_kind(kserve.manifests(entry, no_token), "InferenceService")["spec"]["predictor"]["model"]
+    assert "HF_TOKEN" not in [e["name"] for e in model["env"]]
+
+
+def test_pvc_and_warm_job_share_the_cache_and_the_engine_settings(entry):
+    options = kserve.KServeOptions(tag="25.01", storage_uri="pvc://models/llama/8b", cache="pvc", warm_job=True,
+                                   tp_size=2, pvc_size="500Gi", pvc_access_mode="ReadWriteMany")
+    docs = kserve.manifests(entry, options)
+    assert [d["kind"] for d in docs] == ["ClusterServingRuntime", "PersistentVolumeClaim", "InferenceService", "Job"]
+    pvc = by_kind(docs, "PersistentVolumeClaim")
+    assert pvc["apiVersion"] == "v1" and pvc["metadata"]["name"] == "llm-trtllm-cache"
+    assert pvc["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "500Gi"}}}
+    job = by_kind(docs, "Job")
+    assert job["apiVersion"] == "batch/v1"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never" and pod["securityContext"]["fsGroup"] == 1000
+    (container,) = pod["containers"]
+    assert container["args"] == ["prepare"] and "command" not in container
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    model = by_kind(docs, "InferenceService")["spec"]["predictor"]["model"]
+    assert container["env"] == model["env"]  # same settings -> same engine cache key
+    assert container["image"] == by_kind(docs, "ClusterServingRuntime")["spec"]["containers"][0]["image"]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["trtllm-cache"]["mountPath"] == "/var/cache/trtllm"
+    assert mounts["models"] == {"name": "models", "mountPath": "/mnt/models", "readOnly": True, "subPath": "llama/8b"}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["trtllm-cache"]["persistentVolumeClaim"]["claimName"] == "llm-trtllm-cache"
+    assert volumes["models"]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
+    assert job["spec"]["activeDeadlineSeconds"] >= 2 * 3600
+
+
+def test_constants_agree_with_the_container_contract():
+    from trtllm_entrypoint import contract
+
+    assert kserve.MODEL_DIR == contract.KSERVE_MODEL_DIR
+    assert kserve.CACHE_DIR == contract.DEFAULT_CACHE_DIR
+    assert kserve.METRICS_PORT == contract.DEFAULT_METRICS_PORT
+
+
+def test_explicit_image_and_registry(entry):
+    explicit = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, image="registry.local/x@sha256:" + "a" * 64)
+    runtime = kserve.manifests(entry, explicit)[0]
+    assert runtime["spec"]["containers"][0]["image"] == "registry.local/x@sha256:" + "a" * 64
+    registry = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, registry="ghcr.io/acme")
+    image = kserve.manifests(entry, registry)[0]["spec"]["containers"][0]["image"]
+    assert image == "ghcr.io/acme/trtllm-serve:25.01-trtllm-0.17.0"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({}, "exactly one of model_id"),
+    ({"model_id": HUB_MODEL, "storage_uri": "s3://b/m"}, "exactly one of model_id"),
+    ({"storage_uri": "/data/model"}, "needs a scheme"),
+    ({"model_id": HUB_MODEL, "tp_size": 0}, "tp_size must be a positive integer"),
+    ({"model_id": HUB_MODEL, "pp_size": "2"}, "pp_size must be a positive integer"),
+    ({"model_id": HUB_MODEL, "cache": "hostpath"}, "cache 'hostpath' is not one of emptydir, pvc"),
+    ({"model_id": HUB_MODEL, "name": "My_Model"}, "name 'My_Model' must be a DNS label"),
+    ({"model_id": HUB_MODEL, "namespace": "x" * 64}, "namespace"),
+    ({"model_id": HUB_MODEL, "name": "x" * 46}, "longer than 45"),
+    ({"model_id": HUB_MODEL, "name": "preprocessing"}, "clashes with a model inside the Triton repository"),
+    ({"model_id": HUB_MODEL, "cache": "pvc", "pvc_size": "lots"}, "pvc_size 'lots'"),
+    ({"model_id": HUB_MODEL, "pvc_access_mode": "ReadOnlyMany"}, "pvc_access_mode"),
+    ({"model_id": HUB_MODEL, "image": "a/b:c", "registry": "ghcr.io/x"}, "image and registry exclude each other"),
+    ({"model_id": HUB_MODEL, "warm_job": True}, "warm_job needs cache='pvc'"),
+    ({"storage_uri": "s3://b/m", "cache": "pvc", "warm_job": True}, "pvc:// storage_uri"),
+    ({"model_id": HUB_MODEL, "hf_token_secret": "HF"}, "hf token secret 'HF'"),
+])
+def test_bad_options_are_usage_errors(kwargs, message):
+    with pytest.raises(UsageError) as info:
+        kserve.KServeOptions(tag="25.01", **kwargs)
+    assert message in info.value.message and info.value.exit_code == 2
+
+
+def test_entry_and_tag_must_agree(the_matrix):
+    with pytest.raises(UsageError, match="does not match"):
+        kserve.manifests(the_matrix.get("25.02"), kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL))
+
+
+def test_unsupported_tag_is_refused(the_matrix):
+    unsupported = next(e for e in the_matrix.entries if not e.supported)
+    for image in (None, "registry.local/custom:1"):
+        with pytest.raises(UsageError, match="not supported"):
+            kserve.manifests(unsupported, kserve.KServeOptions(tag=unsupported.tag, model_id=HUB_MODEL, image=image))
+
+
+def _default_docs(entry):
+    options = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, cache="pvc", warm_job=True)
+    return kserve.manifests(entry, options)
+
+
+def _runtime_container(docs):
+    return docs[0]["spec"]["containers"][0]
+
+
+def _isvc_model(docs):
+    return by_kind(docs, "InferenceService")["spec"]["predictor"]["model"]
+
+
+BREAKAGES = {
+    "container renamed": (lambda d: _runtime_container(d).update(name="main"), "no container named kserve-container"),
+    "unknown protocol": (lambda d: d[0]["spec"].update(protocolVersions=["v2", "v3"]), "protocolVersions ['v3']"),
+    "grpc port misnamed": (lambda d: _isvc_model(d)["ports"][1].update(name="rpc"), "gRPC port 9000 is named 'rpc'"),
+    "gpu count": (lambda d: _isvc_model(d)["resources"]["limits"].update({"nvidia.com/gpu": "2"}), "TP_SIZE*PP_SIZE"),
+    "literal token": (lambda d: _isvc_model(d)["env"].append({"name": "HF_TOKEN", "value": "x"}), "literal value"),
+    "token in args": (lambda d: _runtime_container(d).update(args=["--token=hf_" + "a" * 30]), "Hugging Face token"),
+    "no liveness": (lambda d: _runtime_container(d).pop("livenessProbe"), "no livenessProbe"),
+    "short startup": (lambda d: _runtime_container(d)["startupProbe"].update(failureThreshold=10), "startupProbe allows"),
+    "unknown image": (lambda d: _runtime_container(d).update(image="trtllm-serve:99.01-trtllm-9"), "not one build.py"),
+    "v1 protocol": (lambda d: _isvc_model(d).pop("protocolVersion"), "protocolVersion None"),
+    "wrong runtime": (lambda d: _isvc_model(d).update(runtime="kserve-tritonserver"), "runtime 'kserve-tritonserver'"),
+    "wrong format": (lambda d: _isvc_model(d).update(modelFormat={"name": "onnx"}), "modelFormat"),
+    "competes": (lambda d: d[0]["spec"]["supportedModelFormats"].append({"name": "triton", "version": "2",
+                                                                        "autoSelect": True}), "competes"),
+    "job gpu": (lambda d: by_kind(d, "Job")["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].update(
+        {"nvidia.com/gpu": "8"}), "Job/llm-warm-cache"),
+}
+
+
+@pytest.mark.parametrize("name", BREAKAGES)
+def test_semantic_findings_catch_broken_documents(name, entry, the_matrix):
+    docs = _default_docs(entry)
+    assert kserve.semantic_findings(docs, the_matrix) == []
+    breaker, expected = BREAKAGES[name]
+    breaker(docs)
+    findings = kserve.semantic_findings(docs, the_matrix)
+    assert any(expected in finding for finding in findings), findings
+
+
+def test_two_runtimes_with_the_same_format_priority_are_caught(entry):
+    docs = _default_docs(entry)
+    twin = copy.deepcopy(docs[0])
+    twin["metadata"]["name"] = "trtllm-other"
+    findings = kserve.semantic_findings([docs[0], twin])
+    assert any("has priority 1 like trtllm-25-01" in f for f in findings), findings
+
+
+@pytest.mark.parametrize("breaker, expected", [
+    (lambda spec: spec["supportedModelFormats"][0].update(priority=0), "less than the minimum of 1"),
+    (lambda spec: spec["containers"][0].update(args="serve"), "is not of type 'array'"),
+    (lambda spec: spec["containers"][0].update(imagePullPolicy=None), "None is not of type 'string'"),
+    (lambda spec: spec["containers"][0].update(startupProbes={}), "not in the schema"),
+])
+def test_schema_catches_broken_runtime(breaker, expected, entry, crd_validators):
+    runtime = _default_docs(entry)[0]
+    breaker(runtime["spec"])
+    errors = schema_errors(runtime, crd_validators)
+    assert any(expected in error for error in errors), errors
+
+
+def test_command_line_names_only_what_differs_from_the_defaults():
+    assert kserve.command_line(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL)) == (
+        f"python build.py kserve --tag 25.01 --model-id {HUB_MODEL}")
+    options = kserve.KServeOptions(tag="25.01", storage_uri="s3://b/m", tp_size=2, namespaced_runtime=True,
+                                   hf_token_secret=None, storage_readonly=False)
+    assert kserve.command_line(options) == ("python build.py kserve --tag 25.01 --storage-uri s3://b/m --tp-size 2 "
+                                            "--namespaced-runtime --no-hf-token --storage-writable")
+
+
+def test_write_files_leaves_no_temp_files(tmp_path, entry):
+    files = kserve.render_files(entry, DEPLOY_OPTIONS)
+    written = kserve.write_files(tmp_path / "out", files)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(files) == sorted(p.name for p in written)
+    assert all(p.read_text() == files[p.name] for p in written)
+
+
+def test_deploy_kserve_files_are_current(entry):
+    """deploy/kserve is generated; a change in kserve.py must come with regenerated files."""
+    expected = kserve.render_files(entry, DEPLOY_OPTIONS)
+    directory = DEPLOY / "kserve"
+    actual = {p.name: p.read_text(encoding="utf-8") for p in directory.glob("*.yaml")} if directory.is_dir() else {}
+    refresh = (f"refresh with: {kserve.command_line(DEPLOY_OPTIONS)} --out deploy/kserve "
+               f"(or: python -c 'import tests.unit.test_kserve as t; t.refresh_deploy()')")
+    assert sorted(actual) == sorted(expected), refresh
+    for name, text in expected.items():
+        assert actual[name] == text, f"deploy/kserve/{name} is stale; {refresh}"
+
+
+def refresh_deploy() -> None:
+    kserve.write_files(DEPLOY / "kserve", kserve.render_files(matrix.load().get("25.01"), DEPLOY_OPTIONS))
+
+
+@pytest.fixture(scope="module")
+def compose():
+    path = DEPLOY / "docker-compose.yaml"
+    return path, yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def test_compose_file_serves_one_gpu_host(compose, entry):
+    _, data = compose
+    (service,) = data["services"].values()
+    # The default image is what `python build.py --tag 25.01` builds locally.
+    assert service["image"] == "${TRTLLM_IMAGE:-%s}" % make_plan(entry, out_dir=Path(".")).image("server").ref
+    devices = service["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
+    assert service["ports"] == ["8000:8000", "8001:8001", "8002:8002"]  # the image's (Triton's) default ports
+    assert service["shm_size"] == "8gb" and service["ulimits"]["memlock"] == -1
+    env = service["environment"]
+    assert env["MODEL_ID"].startswith("${MODEL_ID:-") and env["CACHE_DIR"] == kserve.CACHE_DIR
+    assert env["HF_TOKEN"] is None  # passed through from the caller's environment, never written down
+    assert service["volumes"] == [f"trtllm-cache:{kserve.CACHE_DIR}"] and "trtllm-cache" in data["volumes"]
+    assert service["stop_grace_period"] == "60s" and service["restart"] == "unless-stopped"
+
+
+def test_compose_config_accepts_the_file(compose):
+    path, _ = compose
+    docker = shutil.which("docker")
+    probe = subprocess.run([docker, "compose", "version"], capture_output=True) if docker else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("`docker compose` is not installed here; the structure is checked by the test above")
+    result = subprocess.run([docker, "compose", "-f", str(path), "config", "--quiet"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_cli_reproduces_the_stamped_command(tmp_path, entry):
+    """The command written into each file's header, run through the real CLI, gives the same files."""
+    from click.testing import CliRunner
+
+    from trtllm_images.cli import cli
+
+    if "kserve" not in cli.commands:
+        pytest.skip("the `kserve` click command is not in trtllm_images/cli.py yet")
+    args = shlex.split(kserve.command_line(DEPLOY_OPTIONS))[2:]  # drop "python build.py"
+    result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == kserve.render_files(entry, DEPLOY_OPTIONS)

@@ -8,6 +8,8 @@ import time
 from contextlib import contextmanager
 from typing import IO, Iterator
 
+from trtllm_entrypoint.errors import UsageError
+
 MASK = "***"
 
 
@@ -48,6 +50,8 @@ class Log:
         start = time.monotonic()
         try:
             yield extra
+        except UsageError:
+            raise  # bad input is reported as exactly one line, by main
         except BaseException:
             self.event("error", "phase failed", phase=name, seconds=round(time.monotonic() - start, 3), **fields)
             raise

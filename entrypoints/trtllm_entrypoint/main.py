@@ -1,0 +1,282 @@
+"""`trtllm-entrypoint`: from environment variables to a tritonserver running in the foreground.
+
+Like postgres' docker-entrypoint.sh: parse the settings once, run small idempotent steps (each skipped when its output
+is already valid), and `exec` the server at the end so that it receives the container's signals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, NoReturn, Sequence
+
+from trtllm_entrypoint import engine_build, engine_cache, gpu, launch, probe, repository, sources
+from trtllm_entrypoint.errors import EntrypointError, UsageError
+from trtllm_entrypoint.facts import ImageFacts, load_facts
+from trtllm_entrypoint.log import Log
+from trtllm_entrypoint.settings import Settings
+
+SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health")
+USAGE = (
+    "usage: trtllm-entrypoint [serve|prepare|build-engine|check|probe|health] "
+    "| trtllm-entrypoint <command> [args…] (runs the command, e.g. tritonserver …)"
+)
+# Where `serve` records the URL that `health` (the image's HEALTHCHECK) asks; per container, so in the temp dir.
+HEALTH_STATE = Path(tempfile.gettempdir()) / "trtllm-entrypoint" / "health.json"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything `serve` needs to exec the server; `prepare` prints it."""
+
+    argv: list[str]
+    repository: Path
+    engine_dir: Path | None
+    health_url: str
+    env: dict[str, str]  # extra environment for the server (e.g. the OpenAI frontend's orchestrator mode)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"argv": self.argv, "repository": str(self.repository),
+             "engine_dir": str(self.engine_dir) if self.engine_dir else None, "health_url": self.health_url,
+             "env": self.env},
+            indent=2)
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> NoReturn:
+    args = list(sys.argv[1:] if argv is None else argv)
+    env = dict(os.environ if environ is None else environ)
+    try:
+        code = run(args, env)
+    except EntrypointError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(code)
+
+
+def run(args: list[str], env: dict[str, str]) -> int:
+    command = args[0] if args else "serve"
+    if command in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    if command == "probe":
+        print(json.dumps(probe.probe(_facts_or_none(env), env), indent=2))
+        return 0
+    if command == "health":
+        return health(env)
+    if command not in SUBCOMMANDS:
+        return passthrough(args, env)
+    if len(args) > 1:
+        raise UsageError(f"'{command}' takes no arguments, got {' '.join(args[1:])!r}",
+                         "configure it with environment variables (see the README's environment table)")
+    facts = load_facts(env)
+    settings = Settings.from_env(env, facts)
+    log = Log(settings.log_format, secrets=(settings.hf_token or "",))
+    if settings.cache_fallback_reason:
+        log.warn(settings.cache_fallback_reason, cache_dir=settings.cache_dir)
+    if command == "check":
+        return check(settings, facts, env, log)
+    if command == "build-engine":
+        source = resolve_model(settings, env, log)
+        engine_dir = ensure_engine(settings, facts, env, log, source)
+        print(json.dumps({"engine_dir": str(engine_dir)}))
+        return 0
+    prepared = prepare(settings, facts, env, log, need_gpu=command == "serve")
+    if command == "prepare":
+        print(prepared.to_json())
+        return 0
+    return exec_server(prepared, env, log)
+
+
+def _facts_or_none(env: Mapping[str, str]) -> ImageFacts | None:
+    try:
+        return load_facts(env)
+    except UsageError:
+        return None
+
+
+def resolve_model(settings: Settings, env: Mapping[str, str], log: Log) -> sources.ModelSource:
+    with log.phase("resolve") as extra:
+        source = sources.resolve(settings, env)
+        extra.update(kind=source.kind, model=source.repo_id or source.path)
+    return fetch_model(source, settings, log)
+
+
+def fetch_model(source: sources.ModelSource, settings: Settings, log: Log) -> sources.ModelSource:
+    if source.kind != "hub":
+        return source
+    with log.phase("download", model=source.repo_id):
+        return sources.download(source, settings, log)
+
+
+def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log, *, need_gpu: bool,
+            source: sources.ModelSource | None = None) -> Prepared:
+    source = source or resolve_model(settings, env, log)
+    if source.kind == "repository":
+        log.info("model is a complete Triton model repository; serving it as it is", repository=source.path)
+        return finish(settings, facts, log, repo=source.path, engine_dir=None, world_size=settings.world_size,
+                      tokenizer=None)
+    if settings.workflow == "llmapi":
+        engine_dir = None
+        world_size = settings.world_size
+    else:
+        engine_dir = ensure_engine(settings, facts, env, log, source)
+        world_size = engine_cache.engine_world_size(engine_dir)
+    if need_gpu:
+        gpu.require_gpus(gpu.detect_gpus(env), world_size, "to serve the model")
+    tokenizer = tokenizer_location(source, engine_dir)
+    with log.phase("fill"):
+        repo = write_repository(settings, facts, log, source, engine_dir, tokenizer)
+    return finish(settings, facts, log, repo=repo, engine_dir=engine_dir, world_size=world_size, tokenizer=tokenizer)
+
+
+def finish(settings: Settings, facts: ImageFacts, log: Log, *, repo: Path, engine_dir: Path | None,
+           world_size: int, tokenizer: Path | None) -> Prepared:
+    argv = launch.server_argv(settings, facts, repo, world_size, tokenizer=tokenizer)
+    log.info("launch command", argv=" ".join(argv))
+    return Prepared(argv=argv, repository=repo, engine_dir=engine_dir,
+                    health_url=f"http://127.0.0.1:{settings.http_port}/v2/health/ready",
+                    env=launch.server_env(settings))
+
+
+def ensure_engine(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log,
+                  source: sources.ModelSource) -> Path:
+    """A prebuilt engine of the installed TensorRT-LLM, or one from the cache (built once, under a lock)."""
+    if source.kind == "engine":
+        try:
+            engine_cache.check_engine_version(source.path, facts.tensorrt_llm)
+            log.info("using the prebuilt engine", engine_dir=source.path)
+            return source.path
+        except EntrypointError as exc:
+            if not settings.model_id:
+                raise
+            log.warn(f"{exc.message}; rebuilding from MODEL_ID", model=settings.model_id)
+            source = fetch_model(sources.resolve_model(settings, env), settings, log)
+    if source.kind != "checkpoint":
+        raise UsageError(f"the {source.kind} at {source.path} cannot be turned into an engine",
+                         "give MODEL_ID a Hugging Face checkpoint, or ENGINE_DIR a prebuilt engine")
+    gpus = gpu.detect_gpus(env)
+    # Engines are specific to the GPU's compute capability, so building needs one (ranks are built one by one).
+    gpu.require_gpus(gpus, 1, "to build a TensorRT engine")
+    family = engine_build.model_family(json.loads((source.path / "config.json").read_text()))
+    inputs = engine_cache.key_inputs(sources.identity(source), settings, facts, gpus)
+    key = engine_cache.cache_key(inputs)
+    cache = engine_cache.EngineCache(settings.cache_dir / "engines")
+    build = engine_build.engine_builder(facts, settings, source.path, family, log, env)
+    with log.phase("engine", key=key) as extra:
+        engine_dir, built = cache.ensure(key, engine_cache.stamp_inputs(inputs, facts, gpus), build,
+                                         timeout_s=settings.lock_timeout_secs, log=log)
+        extra.update(cache="built" if built else "hit", engine_dir=engine_dir)
+    return engine_dir
+
+
+def write_repository(settings: Settings, facts: ImageFacts, log: Log, source: sources.ModelSource,
+                     engine_dir: Path | None, tokenizer_dir: Path) -> Path:
+    dest = settings.repository_dir or Path(tempfile.gettempdir()) / "trtllm-model-repository"
+    values = repository.fill_values(settings, facts, engine_dir, tokenizer_dir)
+    plan = repository.plan_fill(settings.templates_dir, values, settings=settings, model_path=source.path)
+    for name, value in sorted(plan.effective.items()):
+        log.info("parameter", name=name, value=value)
+    repository.write_repository(plan, dest, settings.templates_dir, log=log)  # validates before swapping in
+    return dest
+
+
+def tokenizer_location(source: sources.ModelSource, engine_dir: Path | None) -> Path:
+    """The preprocessing and postprocessing models need the Hugging Face tokenizer files."""
+    candidates = [p for p in (source.path, engine_dir) if p is not None]
+    for path in candidates:
+        if any((path / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+            return path
+    raise UsageError(f"no tokenizer files (tokenizer.json, tokenizer_config.json or tokenizer.model) in "
+                     f"{', '.join(map(str, candidates))}",
+                     "set MODEL_ID to the Hugging Face checkpoint, or copy the tokenizer files beside the engine")
+
+
+def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoReturn:
+    record_health_url(prepared.health_url)
+    log.info("starting the server", program=prepared.argv[0])
+    launch.exec_argv(prepared.argv, {**env, **prepared.env})
+
+
+def record_health_url(url: str) -> None:
+    try:
+        HEALTH_STATE.parent.mkdir(parents=True, exist_ok=True)
+        HEALTH_STATE.write_text(json.dumps({"url": url}))
+    except OSError:
+        pass  # the health check then falls back to HTTP_PORT; serving must not fail over it
+
+
+def health(env: Mapping[str, str]) -> int:
+    """Exit 0 when the server answers ready; the image's HEALTHCHECK runs this."""
+    try:
+        url = json.loads(HEALTH_STATE.read_text())["url"]
+    except (OSError, ValueError, KeyError):
+        url = f"http://127.0.0.1:{env.get('HTTP_PORT') or 8000}/v2/health/ready"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return 0 if response.status == 200 else 1
+    except (urllib.error.URLError, OSError):
+        return 1
+
+
+def passthrough(args: list[str], env: dict[str, str]) -> int:
+    """Run a given command line; a `tritonserver` one whose repository is not a complete repository gets one."""
+    if Path(args[0]).name != "tritonserver":
+        launch.exec_argv(args, env)
+    given = launch.parse_passthrough(args)
+    if given.repository is None or sources.classify_dir(given.repository) == "repository":
+        if given.http_port:
+            record_health_url(f"http://127.0.0.1:{given.http_port}/v2/health/ready")
+        launch.exec_argv(args, env)
+    facts = load_facts(env)
+    settings = Settings.from_env(env, facts)
+    log = Log(settings.log_format, secrets=(settings.hf_token or "",))
+    log.info("the model store is not a Triton model repository; preparing one from it", path=given.repository)
+    source = sources.ModelSource(kind=sources.classify_dir(given.repository), path=given.repository,
+                                 repo_id=None, revision=None, read_only=True)
+    prepared = prepare(settings, facts, env, log, need_gpu=True, source=source)
+    argv = launch.rewrite_repository(args, prepared.repository)
+    port = given.http_port or settings.http_port
+    return exec_server(dataclasses.replace(prepared, argv=argv,
+                                           health_url=f"http://127.0.0.1:{port}/v2/health/ready"), env, log)
+
+
+def check(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log) -> int:
+    """Print what was detected and resolved; non-zero when the image and the matrix disagree."""
+    gpus = gpu.detect_gpus(env)
+    report = {
+        "facts": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(facts).items()},
+        "gpus": [dataclasses.asdict(g) for g in gpus.gpus],
+        "settings": settings.describe(),
+        "installed": probe.probe(facts, env),
+    }
+    print(json.dumps(report, indent=2, default=str))
+    problems = compatibility_problems(facts, settings, gpus)
+    for problem in problems:
+        log.error(problem)
+    return 1 if problems else 0
+
+
+def compatibility_problems(facts: ImageFacts, settings: Settings, gpus: gpu.GpuInfo) -> list[str]:
+    problems = []
+    if facts.installed and facts.tensorrt_llm != facts.matrix_tensorrt_llm:
+        problems.append(f"installed TensorRT-LLM {facts.tensorrt_llm} differs from {facts.matrix_tensorrt_llm} that "
+                        f"the matrix gives for {facts.tag}")
+    needed = "inflight_batcher_llm" if settings.workflow == "engine" else "llmapi"
+    if not (settings.templates_dir / needed).is_dir():
+        problems.append(f"no {needed} templates under {settings.templates_dir} for WORKFLOW={settings.workflow}")
+    if gpus.count < settings.world_size:
+        problems.append(f"TP_SIZE x PP_SIZE = {settings.world_size} needs {settings.world_size} GPUs, "
+                        f"{gpus.count} visible")
+    return problems

@@ -1,0 +1,305 @@
+"""The entrypoint as a user runs it: `trtllm-entrypoint prepare|serve|build-engine|…` in a real process.
+
+The NVIDIA programs are the doubles from tests/doubles (on PATH / PYTHONPATH); what is asserted is our behaviour:
+exit codes, messages, the files we write, and the arguments we gave the programs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.doubles.install import double_environ, install_doubles
+from tests.tiny_checkpoint import tiny_llama
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.repository import structural_placeholders
+from trtllm_images import matrix
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "upstream"
+BACKEND = SHARED / "tensorrtllm_backend"
+SNAPSHOT = SHARED / "tensorrt_llm" / "triton_backend" / "all_models"
+
+# Every template set in shared/upstream, with the matrix tag whose TensorRT-LLM is closest to it.
+TEMPLATE_SETS = [
+    ("v0.7.0", "24.04"), ("v0.8.0", "24.04"), ("v0.12.0", "24.08"), ("v0.13.0", "24.09"),
+    ("v0.17.0", "25.01"), ("v0.19.0", "25.05"), ("triton_backend", "26.07"),
+]
+
+
+def templates_for(name: str) -> Path:
+    path = SNAPSHOT if name == "triton_backend" else BACKEND / name
+    if not path.is_dir():
+        pytest.skip(f"upstream templates not available at {path}")
+    return path
+
+
+def records(record_dir: Path, program: str) -> list[dict]:
+    path = record_dir / f"{program}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+class Image:
+    """A directory that looks to the entrypoint like the inside of one of our images for `tag`."""
+
+    def __init__(self, root: Path, tag: str, templates: Path | None, *, trtllm_version: str | None = None):
+        entry = matrix.load().get(tag)
+        self.root, self.tag = root, tag
+        self.records = root / "records"
+        self.paths = install_doubles(root / "doubles", trtllm_version=trtllm_version or entry.tensorrt_llm,
+                                     tensorrt_version=entry.tensorrt or "0", with_app=True, templates_src=templates)
+        matrix_file = root / "matrix.json"
+        matrix_file.write_text(matrix.load().to_json())
+        self.model = tiny_llama(root / "models" / "tiny")
+        self.cache = root / "cache"
+        self.repo = root / "repository"
+        env = double_environ(self.paths, self.records)
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO / "entrypoints"), env["PYTHONPATH"]])
+        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_FILE", "MODEL_ID", "ENGINE_DIR", "CACHE_DIR",
+                     "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
+            env.pop(name, None)
+        env.update(MATRIX_TAG=tag, TRTLLM_MATRIX_FILE=str(matrix_file), TRTLLM_APP_DIR=str(self.paths["app"]),
+                   CACHE_DIR=str(self.cache), REPOSITORY_DIR=str(self.repo), MODEL_ID=str(self.model))
+        self.env = env
+
+    def start(self, *args: str, **overrides: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "trtllm_entrypoint", *args], env={**self.env, **overrides},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def run(self, *args: str, **overrides: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "trtllm_entrypoint", *args], env={**self.env, **overrides},
+                              capture_output=True, text=True, timeout=120)
+
+    def builds(self) -> int:
+        return len(records(self.records, "trtllm-build"))
+
+    def published(self) -> list[Path]:
+        engines = self.cache / "engines"
+        return sorted(p for p in engines.iterdir() if (p / "stamp.json").exists()) if engines.exists() else []
+
+
+@pytest.fixture
+def image(tmp_path):
+    return Image(tmp_path, "25.01", templates_for("v0.17.0"))
+
+
+def model_configs(repo: Path) -> dict:
+    """Every config.pbtxt parsed by Triton's own ModelConfig protobuf (from tritonclient)."""
+    model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2")
+    text_format = pytest.importorskip("google.protobuf.text_format")
+    configs = {}
+    for path in sorted(repo.glob("*/config.pbtxt")):
+        configs[path.parent.name] = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+    return configs
+
+
+def assert_ensemble_wired(configs: dict) -> None:
+    ensembles = [c for c in configs.values() if c.platform == "ensemble"]
+    assert ensembles, "the engine workflow serves an ensemble"
+    for ensemble in ensembles:
+        produced = {t.name for t in ensemble.input}
+        for step in ensemble.ensemble_scheduling.step:
+            assert step.model_name in configs, f"ensemble step names a missing model {step.model_name}"
+            model = configs[step.model_name]
+            assert set(step.input_map) <= {t.name for t in model.input}, step.model_name
+            assert set(step.output_map) <= {t.name for t in model.output}, step.model_name
+            assert set(step.input_map.values()) <= produced | set(step.input_map.values()) & produced
+            produced |= set(step.output_map.values())
+        assert {t.name for t in ensemble.output} <= produced
+
+
+@pytest.mark.parametrize("templates,tag", TEMPLATE_SETS)
+def test_prepare_fills_every_upstream_template_version(tmp_path, templates, tag):
+    img = Image(tmp_path, tag, templates_for(templates))
+    result = img.run("prepare", WORKFLOW="engine")
+    assert result.returncode == 0, result.stderr
+    launch = json.loads(result.stdout)
+    assert launch["argv"][0] == contract.TRITONSERVER
+    assert f"--model-repository={img.repo}" in launch["argv"]
+    for config in img.repo.glob("*/config.pbtxt"):
+        assert not structural_placeholders(config.read_text()), config
+    configs = model_configs(img.repo)
+    assert {"ensemble", "preprocessing", "postprocessing", "tensorrt_llm"} <= set(configs)
+    assert_ensemble_wired(configs)
+    engine_param = configs["tensorrt_llm"].parameters["gpt_model_path" if "gpt_model_path" in
+                                                      configs["tensorrt_llm"].parameters else "engine_dir"]
+    assert engine_param.string_value == launch["engine_dir"]
+    assert Path(launch["engine_dir"]).parent == img.cache / "engines"
+    assert img.builds() == 1
+
+
+def test_llmapi_workflow_writes_model_yaml_and_builds_nothing(tmp_path):
+    img = Image(tmp_path, "26.07", templates_for("triton_backend"))
+    result = img.run("prepare", WORKFLOW="llmapi", TP_SIZE="2", NVIDIA_SMI_DOUBLE_GPUS="none")
+    assert result.returncode == 0, result.stderr
+    model_yaml = (img.repo / "tensorrt_llm" / "1" / "model.yaml").read_text()
+    assert str(img.model) in model_yaml
+    assert "tensor_parallel_size: 2" in model_yaml
+    assert img.builds() == 0
+    model_configs(img.repo)  # parses
+
+
+def test_second_start_reuses_the_engine(image):
+    first = image.run("prepare")
+    second = image.run("prepare")
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    assert json.loads(first.stdout)["engine_dir"] == json.loads(second.stdout)["engine_dir"]
+    assert image.builds() == 1
+    assert "cache=hit" in second.stderr
+
+
+def test_changed_build_setting_builds_a_new_engine(image):
+    assert image.run("prepare").returncode == 0
+    other = image.run("prepare", MAX_BATCH_SIZE="8")
+    assert other.returncode == 0, other.stderr
+    assert image.builds() == 2
+    assert len(image.published()) == 2
+
+
+def test_four_concurrent_prepares_on_an_empty_cache_build_once(image):
+    procs = [image.start("prepare", TRTLLM_BUILD_DOUBLE_SLEEP="1") for _ in range(4)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [err for _, err in outputs]
+    assert image.builds() == 1
+    assert len({json.loads(out)["engine_dir"] for out, _ in outputs}) == 1
+
+
+def test_build_killed_midway_is_never_loaded_and_the_next_start_rebuilds(image):
+    proc = image.start("prepare", TRTLLM_BUILD_DOUBLE_SLEEP="60")
+    deadline = time.monotonic() + 60
+    while image.builds() == 0:
+        assert time.monotonic() < deadline and proc.poll() is None, "the build never started"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert image.published() == []
+    result = image.run("prepare")
+    assert result.returncode == 0, result.stderr
+    assert image.builds() == 2
+    assert len(image.published()) == 1
+    leftovers = [p.name for p in (image.cache / "engines").iterdir() if p.name.startswith(".tmp-")]
+    assert leftovers == []
+
+
+def test_failed_build_exits_non_zero_and_publishes_nothing(image):
+    result = image.run("prepare", TRTLLM_BUILD_DOUBLE_FAIL="1")
+    assert result.returncode == 1
+    assert "trtllm-build" in result.stderr
+    assert image.published() == []
+
+
+BAD_INPUT = [
+    ({"TP_SIZE": "zero"}, "TP_SIZE"),
+    ({"TP_SIZE": "3"}, "TP_SIZE"),
+    ({"PP_SIZE": "-1"}, "PP_SIZE"),
+    ({"DTYPE": "fp64"}, "DTYPE"),
+    ({"QUANTIZATION": "int3"}, "QUANTIZATION"),
+    ({"MAX_BATCH_SIZE": "0"}, "MAX_BATCH_SIZE"),
+    ({"MAX_SEQ_LEN": "100", "MAX_INPUT_LEN": "200"}, "MAX_SEQ_LEN"),
+    ({"KV_CACHE_FREE_GPU_MEM_FRACTION": "1.5"}, "KV_CACHE_FREE_GPU_MEM_FRACTION"),
+    ({"ENABLE_KV_CACHE_REUSE": "maybe"}, "ENABLE_KV_CACHE_REUSE"),
+    ({"DECOUPLED": "2"}, "DECOUPLED"),
+    ({"HTTP_PORT": "70000"}, "HTTP_PORT"),
+    ({"GRPC_PORT": "8000"}, "GRPC_PORT"),
+    ({"WORKFLOW": "llmapi"}, "WORKFLOW"),  # 25.01 (TensorRT-LLM 0.17) has no LLM API model
+    ({"WORKFLOW": "onnx"}, "WORKFLOW"),
+    ({"FRONTEND": "grpc"}, "FRONTEND"),
+    ({"LOG_FORMAT": "xml"}, "LOG_FORMAT"),
+    ({"MODEL_ID": "not a model id"}, "MODEL_ID"),
+    ({"MODEL_ID": "/does/not/exist"}, "MODEL_ID"),
+    ({"TRITON_ARGS": "--log-verbose='1"}, "TRITON_ARGS"),
+    ({"MATRIX_TAG": "99.99"}, "MATRIX_TAG"),
+    ({"SERVED_MODEL_NAME": "a/b"}, "SERVED_MODEL_NAME"),
+]
+
+
+@pytest.mark.parametrize("overrides,variable", BAD_INPUT)
+def test_bad_input_exits_2_naming_the_variable_and_writes_nothing(image, overrides, variable):
+    result = image.run("prepare", **overrides)
+    assert result.returncode == 2, result.stderr
+    first_line = result.stderr.splitlines()[0]
+    assert first_line.startswith("error: ") and variable in first_line, result.stderr
+    assert not image.cache.exists() and not image.repo.exists()
+    assert image.builds() == 0
+
+
+def test_token_never_appears_in_output_or_files(image):
+    token = "hf_abcdefghijklmnopqrstuvwxyz0123456789"
+    result = image.run("prepare", HF_TOKEN=token, LOG_FORMAT="json")
+    assert result.returncode == 0, result.stderr
+    assert token not in result.stdout + result.stderr
+    for path in [*image.cache.rglob("*"), *image.repo.rglob("*")]:
+        if path.is_file():
+            assert token.encode() not in path.read_bytes(), path
+
+
+def test_json_logs_are_one_object_per_line_with_phase_durations(image):
+    result = image.run("prepare", LOG_FORMAT="json")
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stderr.splitlines()]
+    phases = {e["phase"]: e for e in events if e.get("msg") == "phase done"}
+    assert {"resolve", "engine", "fill"} <= set(phases)
+    assert all(isinstance(e["seconds"], float) for e in phases.values())
+
+
+def test_prebuilt_engine_prepares_without_a_gpu_but_build_engine_needs_one(image):
+    built = image.run("build-engine")
+    assert built.returncode == 0, built.stderr
+    engine_dir = json.loads(built.stdout)["engine_dir"]
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (Path(engine_dir) / name).write_bytes((image.model / name).read_bytes())
+    prepared = image.run("prepare", ENGINE_DIR=engine_dir, MODEL_ID="", NVIDIA_SMI_DOUBLE_GPUS="none")
+    assert prepared.returncode == 0, prepared.stderr
+    assert json.loads(prepared.stdout)["engine_dir"] == engine_dir
+    no_gpu = image.run("build-engine", CACHE_DIR=str(image.root / "other"), NVIDIA_SMI_DOUBLE_GPUS="none")
+    assert no_gpu.returncode == 1
+    assert "GPU" in no_gpu.stderr
+
+
+def test_engine_from_another_tensorrt_llm_is_refused(tmp_path, image):
+    other = Image(tmp_path / "other", "25.01", templates_for("v0.17.0"), trtllm_version="0.16.0")
+    built = other.run("build-engine")
+    assert built.returncode == 0, built.stderr
+    engine_dir = json.loads(built.stdout)["engine_dir"]
+    result = image.run("prepare", ENGINE_DIR=engine_dir, MODEL_ID="")
+    assert result.returncode == 1
+    assert "0.16.0" in result.stderr and "0.17.0" in result.stderr
+
+
+def test_check_reports_versions_and_fails_on_too_few_gpus(image):
+    ok = image.run("check")
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["installed"]["tensorrt_llm"] == "0.17.0"
+    assert report["gpus"][0]["compute_capability"] == "9.0"
+    short = image.run("check", TP_SIZE="2")
+    assert short.returncode == 1
+    assert "needs 2 GPUs" in short.stderr
+
+
+def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image):
+    built = image.run("build-engine")
+    engine_dir = Path(json.loads(built.stdout)["engine_dir"])
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (engine_dir / name).write_bytes((image.model / name).read_bytes())
+    args = ["tritonserver", f"--model-store={engine_dir}", "--grpc-port=9000", "--http-port=18080",
+            "--allow-grpc=true"]
+    proc = image.start(*args, MODEL_ID="")
+    try:
+        deadline = time.monotonic() + 60
+        while not records(image.records, "tritonserver"):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.1)
+        argv = records(image.records, "tritonserver")[0]["argv"]
+        assert argv == [f"--model-store={image.repo}", "--grpc-port=9000", "--http-port=18080", "--allow-grpc=true"]
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert proc.returncode == 0

@@ -183,12 +183,19 @@ def ensure_engine(settings: Settings, facts: ImageFacts, env: Mapping[str, str],
 
 def write_repository(settings: Settings, facts: ImageFacts, log: Log, source: sources.ModelSource,
                      engine_dir: Path | None, tokenizer_dir: Path) -> Path:
-    dest = settings.repository_dir or Path(tempfile.gettempdir()) / "trtllm-model-repository"
     values = repository.fill_values(settings, facts, engine_dir, tokenizer_dir)
     plan = repository.plan_fill(settings.templates_dir, values, settings=settings, model_path=source.path)
     for name, value in sorted(plan.effective.items()):
         log.info("parameter", name=name, value=value)
-    repository.write_repository(plan, dest, settings.templates_dir, log=log)  # validates before swapping in
+    if settings.repository_dir:
+        repository.write_repository(plan, settings.repository_dir, settings.templates_dir, log=log)
+        return settings.repository_dir
+    # Named by its content: a restart with the same settings finds it valid and skips the write.
+    dest = settings.cache_dir / "repositories" / repository.plan_digest(plan, settings.templates_dir)
+    if dest.is_dir():
+        log.info("model repository up to date", repository=dest)
+    else:
+        repository.write_repository(plan, dest, settings.templates_dir, log=log, replace=False)
     return dest
 
 

@@ -11,6 +11,8 @@ and the BLS model (`tensorrt_llm_model_name`) refer to them by name.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import re
@@ -313,8 +315,18 @@ def _copy_tree(source: Path, target: Path) -> None:
             os.chmod(target / entry.name, (entry.stat().st_mode & 0o777) | 0o600)
 
 
-def write_repository(plan: FillPlan, dest: Path, template_root: Path, log: Log | None = None) -> None:
-    """Build the repository in a temp dir beside dest, validate it, then swap it in (a crash leaves dest intact)."""
+def plan_digest(plan: FillPlan, template_root: Path) -> str:
+    """Names the repository a plan writes: same templates and values, same digest, so it can be reused."""
+    content = {"templates": str(template_root), "workflow": plan.workflow,
+               "models": [[m.source, m.name, sorted(m.files.items())] for m in plan.models]}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def write_repository(plan: FillPlan, dest: Path, template_root: Path, log: Log | None = None, *,
+                     replace: bool = True) -> None:
+    """Build the repository in a temp dir beside dest, validate it, then swap it in (a crash leaves dest intact).
+
+    With replace=False an existing dest is kept (a content-addressed dest another replica wrote is the same)."""
     dest = Path(os.path.abspath(dest))
     template_root = Path(os.path.abspath(template_root))
     _check_destination(dest, template_root)
@@ -328,7 +340,10 @@ def write_repository(plan: FillPlan, dest: Path, template_root: Path, log: Log |
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text)
         validate_repository(staging, log=log)
-        _swap_in(staging, dest)
+        if replace:
+            _swap_in(staging, dest)
+        elif not _publish_once(staging, dest):
+            shutil.rmtree(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -343,6 +358,16 @@ def _swap_in(staging: Path, dest: Path) -> None:
     os.rename(staging, dest)
     if old is not None:
         shutil.rmtree(old.parent, ignore_errors=True)
+
+
+def _publish_once(staging: Path, dest: Path) -> bool:
+    try:
+        os.rename(staging, dest)
+    except OSError as exc:
+        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+            raise
+        return False
+    return True
 
 
 def _load_configs(root: Path) -> dict[str, tuple[Path, str, dict]]:

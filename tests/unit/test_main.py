@@ -303,3 +303,15 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image):
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
     assert proc.returncode == 0
+
+
+def test_default_repository_is_content_addressed_and_reused(image):
+    first = image.run("prepare", REPOSITORY_DIR="")
+    second = image.run("prepare", REPOSITORY_DIR="")
+    other = image.run("prepare", REPOSITORY_DIR="", DECOUPLED="true")
+    assert first.returncode == second.returncode == other.returncode == 0, first.stderr + other.stderr
+    repo = Path(json.loads(first.stdout)["repository"])
+    assert repo.parent == image.cache / "repositories"
+    assert json.loads(second.stdout)["repository"] == str(repo)
+    assert "model repository up to date" in second.stderr
+    assert json.loads(other.stdout)["repository"] != str(repo)

@@ -1,0 +1,257 @@
+"""Harness for the end-to-end tests: a real Docker engine, stand-in NGC images, our images built from them with
+`python build.py`, a tiny Hugging Face checkpoint, and containers that are always removed afterwards.
+
+No Docker engine → every test here is skipped with the reason, except under CI=true, where that is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import pytest
+
+from tests.doubles.install import double_environ, install_doubles, write_app
+from tests.tiny_checkpoint import tiny_llama
+from tests.standin.build_standin import (matrix_for_standin, SCRIPTS_DIR, Standin, StandinUnavailable, TemplatesMissing, build_standin,
+                                         upstream_templates)
+
+REPO = Path(__file__).resolve().parents[2]
+IN_CI = os.environ.get("CI") == "true"
+BUILD_TIMEOUT_S = 900
+# Set in the environment of every `build.py` run and of the token test's container: it must show up nowhere.
+E2E_TOKEN = "hf_e2eDoNotLeakMe0123456789"
+
+
+def pytest_collection_modifyitems(items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.docker)
+
+
+def unavailable(reason: str, *, required_in_ci: bool = True):
+    if IN_CI and required_in_ci:
+        pytest.fail(f"CI=true, so the Docker end-to-end tests must run: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def docker_client():
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # any failure to reach the daemon means the same: no engine here
+        unavailable(f"no Docker engine answers ({type(exc).__name__}: {exc}); start dockerd or set DOCKER_HOST")
+    return client
+
+
+@pytest.fixture(scope="session")
+def session_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("e2e")
+
+
+# --- stand-ins and our images ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def standin(docker_client):
+    """standin(tag, tensorrt_llm=None, image=None) -> Standin, built once per session and arguments."""
+    built: dict[tuple, Standin | Exception] = {}
+
+    def get(tag: str, *, tensorrt_llm: str | None = None, image: str | None = None) -> Standin:
+        key = (tag, tensorrt_llm, image)
+        if key not in built:
+            try:
+                built[key] = build_standin(tag, image=image, tensorrt_llm=tensorrt_llm, client=docker_client,
+                                           log=lambda msg: print(msg, file=sys.stderr))
+            except StandinUnavailable as exc:
+                built[key] = exc
+        result = built[key]
+        if isinstance(result, Exception):
+            # Upstream templates live outside the repository; without them a skip is right even in CI.
+            unavailable(f"stand-in for {tag}: {result}", required_in_ci=not isinstance(result, TemplatesMissing))
+        return result
+
+    return get
+
+
+def backend_checkout(dest: Path, version: str) -> Path:
+    """A local tensorrtllm_backend checkout (layout A) for --backend-dir: the stored upstream templates at
+    `version`, plus TensorRT-LLM examples whose scripts run the doubles that every stand-in carries."""
+    templates = upstream_templates(version)
+    write_app(dest / "app", SCRIPTS_DIR, templates)
+    (dest / "app" / "all_models").rename(dest / "all_models")
+    (dest / "app" / "tools").rename(dest / "tools")
+    (dest / "tensorrt_llm").mkdir()
+    (dest / "app" / "examples").rename(dest / "tensorrt_llm" / "examples")
+    (dest / "app").rmdir()
+    return dest
+
+
+@dataclass(frozen=True)
+class Build:
+    returncode: int
+    output: str
+    report: dict | None
+
+    def image(self, kind: str) -> str:
+        [ref] = [i["ref"] for i in self.report["images"] if i["kind"] == kind]
+        return ref
+
+
+def run_build(tag: str, base_image: str, matrix: Path, out: Path, *, backend_dir: Path | None = None,
+              registry: str | None = None) -> Build:
+    argv = [sys.executable, "build.py", "--tag", tag, "--base-image", base_image, "--matrix", str(matrix),
+            "--out", str(out)]
+    argv += ["--backend-dir", str(backend_dir)] if backend_dir else []
+    argv += ["--registry", registry] if registry else []
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+                          env={**os.environ, "HF_TOKEN": E2E_TOKEN})
+    report_path = out / "reports" / f"{tag}.json"
+    report = json.loads(report_path.read_text()) if report_path.exists() else None
+    return Build(done.returncode, done.stdout + done.stderr, report)
+
+
+@pytest.fixture(scope="session")
+def built(standin, session_dir):
+    """built(tag) -> Build of our server and builder images FROM the stand-in of `tag`, once per session."""
+    builds: dict[str, Build] = {}
+
+    def get(tag: str) -> Build:
+        if tag not in builds:
+            base = standin(tag)
+            work = session_dir / f"build-{tag}"
+            work.mkdir()
+            matrix = matrix_for_standin(work / "matrix.yaml", tag, base.python)
+            backend = None
+            if not base.spec.with_app:
+                try:
+                    backend = backend_checkout(work / "backend", base.spec.tensorrt_llm)
+                except TemplatesMissing as exc:
+                    unavailable(f"backend checkout for {tag}: {exc}", required_in_ci=False)
+            builds[tag] = run_build(tag, base.image, matrix, work / "out", backend_dir=backend)
+        result = builds[tag]
+        assert result.returncode == 0, f"python build.py --tag {tag} failed:\n{result.output[-4000:]}"
+        return result
+
+    return get
+
+
+# --- models ---------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def tiny_model(session_dir) -> Path:
+    model = tiny_llama(session_dir / "models" / "tiny")
+    for path in [model, *model.iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)  # readable by any container UID
+    return model
+
+
+@pytest.fixture(scope="session")
+def prebuilt_engine(session_dir, tiny_model, standin) -> Path:
+    """A KServe-style model directory: an engine for the 25.01 stand-in's TensorRT-LLM, plus the tokenizer files,
+    made on the host with the same doubles (convert_checkpoint + trtllm-build)."""
+    version = standin("25.01").spec.tensorrt_llm
+    root = session_dir / "host-doubles"
+    paths = install_doubles(root, trtllm_version=version, tensorrt_version="0", with_app=True, templates_src=None)
+    env = double_environ(paths, root / "records")
+    dest, ckpt = session_dir / "mnt-models", root / "ckpt"
+    for argv in ([sys.executable, str(paths["app"] / "examples/llama/convert_checkpoint.py"), "--model_dir",
+                  str(tiny_model), "--output_dir", str(ckpt), "--dtype", "float16"],
+                 ["trtllm-build", "--checkpoint_dir", str(ckpt), "--output_dir", str(dest)]):
+        subprocess.run(argv, env=env, check=True, capture_output=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (dest / name).write_bytes((tiny_model / name).read_bytes())
+    for path in [dest, *dest.iterdir()]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    return dest
+
+
+# --- containers -----------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def records(tmp_path) -> Path:
+    """A host directory every double in the container records into (mounted at /records)."""
+    path = tmp_path / "records"
+    path.mkdir()
+    path.chmod(0o777)  # containers run as 1000 or any --user
+    return path
+
+
+@pytest.fixture
+def cache_volume(docker_client):
+    """A fresh named volume for /var/cache/trtllm; Docker seeds it with the image's mode-1777 directory."""
+    volume = docker_client.volumes.create(f"trtllm-e2e-cache-{uuid.uuid4().hex[:10]}")
+    yield volume.name
+    volume.remove(force=True)
+
+
+@pytest.fixture
+def containers(docker_client):
+    """start(image, **docker_run_kwargs) -> Container (detached); all are force-removed after the test."""
+    started = []
+
+    def start(image: str, **kwargs):
+        container = docker_client.containers.run(image, detach=True, **kwargs)
+        started.append(container)
+        return container
+
+    yield start
+    for container in started:
+        try:
+            container.remove(force=True)
+        except Exception as exc:  # already gone: nothing to clean
+            print(f"cleanup of {container.short_id}: {exc}", file=sys.stderr)
+
+
+def logs(container) -> str:
+    return container.logs(stdout=True, stderr=True).decode(errors="replace")
+
+
+def wait_ready(container, port: int = 8000, timeout_s: float = 120) -> None:
+    """Until the server in `container` answers /v2/health/ready with 200; fails with its logs if it exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        container.reload()
+        if container.status not in ("created", "running"):
+            pytest.fail(f"container exited ({container.attrs['State']['ExitCode']}) before ready:\n{logs(container)}")
+        address = container.attrs["NetworkSettings"]["IPAddress"]
+        if address:
+            try:
+                with urllib.request.urlopen(f"http://{address}:{port}/v2/health/ready", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+        time.sleep(0.5)
+    pytest.fail(f"not ready on port {port} within {timeout_s}s:\n{logs(container)}")
+
+
+def wait_health_status(container, wanted: str = "healthy", timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    status = "none"
+    while time.monotonic() < deadline:
+        container.reload()
+        status = container.attrs["State"].get("Health", {}).get("Status", "none")
+        if status == wanted:
+            break
+        time.sleep(0.5)
+    return status
+
+
+# Docker's HEALTHCHECK of the image, polled every second instead of every 15 s: the test stays short, and the
+# image's own check command is what runs (an empty `test` inherits it).
+FAST_HEALTHCHECK = {"interval": 1_000_000_000, "timeout": 5_000_000_000, "retries": 3, "start_period": 0}
+
+
+def record_mount(records_dir: Path) -> dict:
+    return {str(records_dir): {"bind": "/records", "mode": "rw"}}

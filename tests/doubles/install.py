@@ -1,0 +1,99 @@
+"""Lay out the NVIDIA doubles the way an NGC TensorRT-LLM image has the real programs, under one root directory.
+
+    root/bin/{tritonserver,trtllm-build,mpirun,nvidia-smi}      put on PATH
+    root/site/{tensorrt_llm,tensorrt}[-<v>.dist-info]            put on PYTHONPATH (importlib.metadata sees them)
+    root/app/{all_models,tools,examples}                         the NGC /app layout (with_app=True)
+
+Every program is a tiny wrapper that runs a `*_double.py` script from `scripts_dir`: the repo's tests/doubles on the
+host, or wherever the stand-in image copies them (the wrappers must stay valid after being copied elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+DOUBLES_DIR = Path(__file__).resolve().parent
+
+PROGRAMS = {
+    "tritonserver": "tritonserver_double.py",
+    "trtllm-build": "trtllm_build_double.py",
+    "mpirun": "mpirun_double.py",
+    "nvidia-smi": "nvidia_smi_double.py",
+}
+# The examples paths our entrypoint probes: TensorRT-LLM <= 0.19 and >= 0.20 layouts, and the quantization script.
+EXAMPLES = {
+    "examples/llama/convert_checkpoint.py": "convert_checkpoint_double.py",
+    "examples/models/core/llama/convert_checkpoint.py": "convert_checkpoint_double.py",
+    "examples/quantization/quantize.py": "quantize_double.py",
+}
+
+
+def wrapper_text(script: str) -> str:
+    return (
+        "#!/usr/bin/env python3\n"
+        "# trtllm-images test double: runs the double script below under this program's name.\n"
+        "import runpy\n"
+        f"runpy.run_path({script!r}, run_name='__main__')\n"
+    )
+
+
+def write_wrapper(path: Path, script: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(wrapper_text(script))
+    path.chmod(0o755)
+    return path
+
+
+def write_distribution(site: Path, name: str, version: str) -> Path:
+    """A package `name` whose __version__ and dist-info both say `version`, as a real install would."""
+    package = site / name
+    package.mkdir(parents=True, exist_ok=True)
+    init = package / "__init__.py"
+    init.write_text(f'"""Test double of the {name} package: versions only, no functionality."""\n'
+                    f"__version__ = {version!r}\n")
+    dist_info = site / f"{name}-{version}.dist-info"
+    dist_info.mkdir(exist_ok=True)
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                        "Summary: trtllm-images test double\n")
+    (dist_info / "INSTALLER").write_text("trtllm-images-doubles\n")
+    files = [f"{name}/__init__.py", *(f"{dist_info.name}/{f}" for f in ("METADATA", "INSTALLER", "RECORD"))]
+    (dist_info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
+    return package
+
+
+def write_app(app: Path, scripts_dir: str, templates_src: Path | None) -> Path:
+    for relative, script in EXAMPLES.items():
+        write_wrapper(app / relative, f"{scripts_dir}/{script}")
+    (app / "tools").mkdir(parents=True, exist_ok=True)
+    if templates_src is not None:
+        shutil.copytree(templates_src, app / "all_models", dirs_exist_ok=True)
+    return app
+
+
+def install_doubles(root: Path, *, trtllm_version: str, tensorrt_version: str, with_app: bool,
+                    templates_src: Path | None, scripts_dir: str | None = None) -> dict[str, Path]:
+    """Create bin/, site/ and (with_app) app/ under `root`; return {"bin", "site", "app"?: path}.
+
+    `templates_src` is an `all_models` directory (holding inflight_batcher_llm/ …); `scripts_dir` is where the
+    wrappers find the *_double.py scripts at run time (default: this directory).
+    """
+    scripts = scripts_dir or str(DOUBLES_DIR)
+    paths = {"bin": root / "bin", "site": root / "site"}
+    for program, script in PROGRAMS.items():
+        write_wrapper(paths["bin"] / program, f"{scripts}/{script}")
+    write_distribution(paths["site"], "tensorrt_llm", trtllm_version)
+    write_distribution(paths["site"], "tensorrt", tensorrt_version)
+    if with_app:
+        paths["app"] = write_app(root / "app", scripts, templates_src)
+    return paths
+
+
+def double_environ(paths: dict[str, Path], record_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """An environment in which the doubles shadow the real programs and packages, recording into `record_dir`."""
+    env = dict(os.environ if base is None else base)
+    env["PATH"] = os.pathsep.join([str(paths["bin"]), env.get("PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(paths["site"]), env.get("PYTHONPATH", "")) if p)
+    env["DOUBLE_RECORD_DIR"] = str(record_dir)
+    return env

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Build `trtllm-standin:<tag>`: a small image laid out like nvcr.io/nvidia/tritonserver:<tag>-trtllm-python-py3
+where our Dockerfiles and entrypoint look, with the NVIDIA programs replaced by the doubles in tests/doubles.
+
+The NGC registry is not reachable from CI, so the base OS is a Debian rootfs made once with debootstrap and
+`docker import`ed as trtllm-standin-os:bookworm; each tag is then a seconds-long `docker build` FROM it.
+
+    python tests/standin/build_standin.py --tag 25.01 [--name IMAGE] [--tensorrt-llm VERSION] [--matrix FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # run as a script: make `tests.` and `trtllm_images.` importable
+    sys.path.insert(0, str(REPO))
+
+from tests.doubles.install import DOUBLES_DIR, install_doubles, write_wrapper  # noqa: E402
+from trtllm_images.errors import BuildError  # noqa: E402
+from trtllm_images.matrix import DEFAULT_PATH, MatrixEntry, load, version_tuple  # noqa: E402
+
+SHARED_UPSTREAM = REPO.parent / "shared" / "upstream"
+OS_IMAGE = "trtllm-standin-os:bookworm"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+PYTHON_LABEL = "io.trtllm-images.standin.python"
+SITE_LABEL = "io.trtllm-images.standin.site-packages"
+# Where the image keeps the *_double.py scripts that the program wrappers run.
+SCRIPTS_DIR = "/opt/trtllm-doubles"
+OPENAI_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
+LOCK_FILE = Path(tempfile.gettempdir()) / "trtllm-standin-os.lock"
+
+
+class StandinUnavailable(Exception):
+    """The stand-in cannot be built here (not root, no debootstrap, no upstream templates): tests skip with this."""
+
+
+class TemplatesMissing(StandinUnavailable):
+    """The upstream templates (outside the repository, in ../shared) are not on this machine."""
+
+
+@dataclass(frozen=True)
+class StandinSpec:
+    tag: str
+    image: str
+    triton: str
+    tensorrt_llm: str
+    tensorrt: str
+    with_app: bool                 # NGC images ship /app from 25.01
+    openai_frontend: bool
+    templates: Path | None         # an all_models directory copied to /app/all_models
+
+
+@dataclass(frozen=True)
+class Standin:
+    image: str
+    python: str                    # Debian's Python in the stand-in (not NGC's): matrix overrides need it
+    spec: StandinSpec
+
+
+def upstream_templates(tensorrt_llm: str, upstream: Path = SHARED_UPSTREAM) -> Path:
+    """The stored all_models that matches a TensorRT-LLM version: the newest backend release not newer than it,
+    or the TensorRT-LLM snapshot from 0.20 on (the backend moved into that repository)."""
+    wanted = version_tuple(tensorrt_llm)
+    if wanted >= (0, 20):
+        candidate = upstream / "tensorrt_llm" / "triton_backend" / "all_models"
+        if candidate.is_dir():
+            return candidate
+        raise TemplatesMissing(f"no TensorRT-LLM backend templates under {candidate}")
+    releases = sorted((version_tuple(p.name.lstrip("v")), p) for p in (upstream / "tensorrtllm_backend").glob("v*")
+                      if p.is_dir()) if (upstream / "tensorrtllm_backend").is_dir() else []
+    older = [path for version, path in releases if version <= wanted]
+    if not older:
+        raise TemplatesMissing(f"no backend templates <= {tensorrt_llm} under {upstream / 'tensorrtllm_backend'}")
+    return older[-1]
+
+
+def spec_for(entry: MatrixEntry, *, image: str | None = None, tensorrt_llm: str | None = None,
+             upstream: Path = SHARED_UPSTREAM) -> StandinSpec:
+    """What the stand-in for `entry` contains; `tensorrt_llm` overrides the installed version (mismatch tests)."""
+    with_app = entry.backend.in_image
+    return StandinSpec(
+        tag=entry.tag,
+        image=image or f"trtllm-standin:{entry.tag}",
+        triton=entry.triton or "0.0.0",
+        tensorrt_llm=tensorrt_llm or entry.tensorrt_llm,
+        tensorrt=entry.tensorrt or "0.0.0",
+        with_app=with_app,
+        openai_frontend=entry.openai_frontend,
+        templates=upstream_templates(entry.tensorrt_llm, upstream) if with_app else None,
+    )
+
+
+def dockerfile_text(spec: StandinSpec, site_dir: str) -> str:
+    lines = [
+        f"FROM {OS_IMAGE}",
+        f"LABEL io.trtllm-images.standin.tag={spec.tag} io.trtllm-images.standin.tensorrt-llm={spec.tensorrt_llm}",
+        f"ENV TRITON_SERVER_VERSION={spec.triton} TRITON_SERVER_USER=triton-server "
+        "PATH=/opt/tritonserver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "RUN useradd --uid 1000 --user-group --create-home --shell /bin/bash triton-server",
+        f"COPY doubles/ {SCRIPTS_DIR}/",
+        "COPY doubles/nvidia_entrypoint_double.sh /opt/nvidia/nvidia_entrypoint.sh",
+        "COPY layout/bin/tritonserver /opt/tritonserver/bin/tritonserver",
+        "COPY layout/bin/trtllm-build layout/bin/mpirun layout/bin/nvidia-smi /usr/local/bin/",
+        f"COPY layout/site/ {site_dir}/",
+    ]
+    if spec.openai_frontend:
+        lines.append(f"COPY layout/openai_main.py {OPENAI_MAIN}")
+    if spec.with_app:
+        lines.append("COPY layout/app/ /app/")
+    lines += ["WORKDIR /opt/tritonserver", 'ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]', ""]
+    return "\n".join(lines)
+
+
+def assemble_context(spec: StandinSpec, context: Path, site_dir: str) -> Path:
+    """Write the build context for `spec` into the (empty) directory `context`."""
+    shutil.copytree(DOUBLES_DIR, context / "doubles",
+                    ignore=shutil.ignore_patterns("__pycache__", "test_*.py", "install.py"))
+    # COPY keeps modes: make the entrypoint executable even from a checkout that lost the bit.
+    (context / "doubles" / "nvidia_entrypoint_double.sh").chmod(0o755)
+    layout = context / "layout"
+    install_doubles(layout, trtllm_version=spec.tensorrt_llm, tensorrt_version=spec.tensorrt,
+                    with_app=spec.with_app, templates_src=spec.templates, scripts_dir=SCRIPTS_DIR)
+    if spec.openai_frontend:
+        write_wrapper(layout / "openai_main.py", f"{SCRIPTS_DIR}/openai_frontend_double.py")
+    (context / "Dockerfile").write_text(dockerfile_text(spec, site_dir))
+    return context
+
+
+def debootstrap_argv(rootfs: Path) -> list[str]:
+    return ["debootstrap", "--variant=minbase", "--include=python3,python3-pip,ca-certificates",
+            "bookworm", str(rootfs), DEBIAN_MIRROR]
+
+
+def _run(argv: list[str]) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
+        raise RuntimeError(f"{' '.join(argv[:3])} … failed with exit code {done.returncode}:\n{tail}")
+    return done.stdout.strip()
+
+
+def _import_rootfs(client, rootfs: Path) -> None:
+    python = _run(["chroot", str(rootfs), "python3", "-c", "import platform; print(platform.python_version())"])
+    site_dir = _run(["chroot", str(rootfs), "python3", "-c", "import site; print(site.getsitepackages()[0])"])
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+        tarball = Path(tmp) / "rootfs.tar"
+        _run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."])
+        repository, tag = OS_IMAGE.split(":")
+        changes = [f"LABEL {PYTHON_LABEL}={python} {SITE_LABEL}={site_dir}", 'CMD ["/bin/bash"]',
+                   "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8"]
+        client.api.import_image_from_file(str(tarball), repository=repository, tag=tag, changes=changes)
+
+
+def ensure_os_image(client, log=print) -> None:
+    """Create trtllm-standin-os:bookworm once (debootstrap takes minutes; every later call returns at once)."""
+    with open(LOCK_FILE, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel sessions wait for one debootstrap instead of racing
+        try:
+            client.images.get(OS_IMAGE)
+            return
+        except docker.errors.ImageNotFound:
+            pass
+        if os.geteuid() != 0 or shutil.which("debootstrap") is None:
+            raise StandinUnavailable(f"{OS_IMAGE} is missing and building it needs root and debootstrap "
+                                     "(apt-get install debootstrap; .ci/run does it)")
+        log(f"building {OS_IMAGE} with debootstrap (once; a few minutes)")
+        rootfs = Path(tempfile.mkdtemp(prefix="trtllm-standin-rootfs-", dir="/var/tmp"))
+        try:
+            _run(debootstrap_argv(rootfs))
+            _import_rootfs(client, rootfs)
+        finally:
+            shutil.rmtree(rootfs, ignore_errors=True)
+
+
+def os_image_labels(client) -> dict[str, str]:
+    return client.images.get(OS_IMAGE).labels or {}
+
+
+def build_standin(tag: str, *, image: str | None = None, tensorrt_llm: str | None = None,
+                  matrix_path: Path = DEFAULT_PATH, client=None, log=print) -> Standin:
+    """Build (or refresh from Docker's layer cache) the stand-in for `tag`; return its name and Python version."""
+    client = client or docker.from_env()
+    spec = spec_for(load(matrix_path).get(tag), image=image, tensorrt_llm=tensorrt_llm)
+    ensure_os_image(client, log)
+    labels = os_image_labels(client)
+    with tempfile.TemporaryDirectory(prefix="trtllm-standin-ctx-") as tmp:
+        context = assemble_context(spec, Path(tmp), labels[SITE_LABEL])
+        output = []
+        for chunk in client.api.build(path=str(context), tag=spec.image, rm=True, forcerm=True, pull=False,
+                                      decode=True):
+            output.append(chunk.get("stream", ""))
+            if "error" in chunk:
+                raise RuntimeError(f"building {spec.image} failed: {chunk['error']}\n{''.join(output[-20:])}")
+    log(f"built {spec.image} (TensorRT-LLM {spec.tensorrt_llm}, Python {labels[PYTHON_LABEL]})")
+    return Standin(image=spec.image, python=labels[PYTHON_LABEL], spec=spec)
+
+
+def matrix_for_standin(dest: Path, tag: str, python: str) -> Path:
+    """A copy of matrix.yaml for a stand-in of `tag`.
+
+    The stand-in runs Debian's Python, not the NGC image's, and build.py verifies the Python in every image against
+    the matrix. Setting the entry's `python` to the stand-in's would trip the static check that TensorRT-LLM wheels
+    exist only for 3.10/3.12; marking the field uncertain instead turns that one mismatch into a reported warning,
+    which is how the project treats facts it cannot vouch for.
+    """
+    data = yaml.safe_load(DEFAULT_PATH.read_text())
+    [entry] = [e for e in data["entries"] if e["tag"] == tag]
+    entry.setdefault("uncertain", {})["python"] = (
+        f"e2e stand-in image: Debian's Python {python} stands in for the NGC image's {entry['python']}")
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tag", required=True, help="matrix tag, e.g. 25.01")
+    parser.add_argument("--name", help="image name (default trtllm-standin:<tag>)")
+    parser.add_argument("--tensorrt-llm", help="report this TensorRT-LLM version instead of the matrix's")
+    parser.add_argument("--matrix", type=Path, default=DEFAULT_PATH)
+    parser.add_argument("--matrix-out", type=Path, default=Path("out/standin-matrix.yaml"),
+                        help="where to write the matrix copy to build against this stand-in with")
+    args = parser.parse_args(argv)
+    try:
+        standin = build_standin(args.tag, image=args.name, tensorrt_llm=args.tensorrt_llm, matrix_path=args.matrix,
+                                log=lambda msg: print(msg, file=sys.stderr))
+    except (StandinUnavailable, BuildError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    args.matrix_out.parent.mkdir(parents=True, exist_ok=True)
+    matrix_for_standin(args.matrix_out, args.tag, standin.python)
+    print(f"{standin.image} python={standin.python}")
+    print(f"build against it: python build.py --tag {args.tag} --base-image {standin.image} --matrix {args.matrix_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,7 +7,6 @@ TensorRT-LLM to expect when `tensorrt_llm` is not importable.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path

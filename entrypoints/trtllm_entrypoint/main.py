@@ -185,8 +185,7 @@ def write_repository(settings: Settings, facts: ImageFacts, log: Log, source: so
                      engine_dir: Path | None, tokenizer_dir: Path) -> Path:
     values = repository.fill_values(settings, facts, engine_dir, tokenizer_dir)
     plan = repository.plan_fill(settings.templates_dir, values, settings=settings, model_path=source.path)
-    for name, value in sorted(plan.effective.items()):
-        log.info("parameter", name=name, value=value)
+    log.info("optional template parameters", **dict(sorted(plan.effective.items())))
     if settings.repository_dir:
         repository.write_repository(plan, settings.repository_dir, settings.templates_dir, log=log)
         return settings.repository_dir

@@ -28,8 +28,6 @@ USAGE = (
     "usage: trtllm-entrypoint [serve|prepare|build-engine|check|probe|health] "
     "| trtllm-entrypoint <command> [args…] (runs the command, e.g. tritonserver …)"
 )
-# Where `serve` records the URL that `health` (the image's HEALTHCHECK) asks; per container, so in the temp dir.
-HEALTH_STATE = Path(tempfile.gettempdir()) / "trtllm-entrypoint" / "health.json"
 
 
 @dataclass(frozen=True)
@@ -215,10 +213,15 @@ def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoRetur
     launch.exec_argv(prepared.argv, {**env, **prepared.env})
 
 
+def health_state() -> Path:
+    """Where `serve` records the URL that `health` (the image's HEALTHCHECK) asks: per container, so the temp dir."""
+    return Path(tempfile.gettempdir()) / "trtllm-entrypoint" / "health.json"
+
+
 def record_health_url(url: str) -> None:
     try:
-        HEALTH_STATE.parent.mkdir(parents=True, exist_ok=True)
-        HEALTH_STATE.write_text(json.dumps({"url": url}))
+        health_state().parent.mkdir(parents=True, exist_ok=True)
+        health_state().write_text(json.dumps({"url": url}))
     except OSError:
         pass  # the health check then falls back to HTTP_PORT; serving must not fail over it
 
@@ -226,7 +229,7 @@ def record_health_url(url: str) -> None:
 def health(env: Mapping[str, str]) -> int:
     """Exit 0 when the server answers ready; the image's HEALTHCHECK runs this."""
     try:
-        url = json.loads(HEALTH_STATE.read_text())["url"]
+        url = json.loads(health_state().read_text())["url"]
     except (OSError, ValueError, KeyError):
         url = f"http://127.0.0.1:{env.get('HTTP_PORT') or 8000}/v2/health/ready"
     try:

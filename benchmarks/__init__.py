@@ -1,0 +1,1 @@
+"""Benchmarks of trtllm-images: entrypoint start-up, engine cache reuse, image builds, static checks."""

@@ -1,0 +1,181 @@
+"""`python -m benchmarks` (or `python benchmarks/run.py`): start-up overhead, cache reuse, image builds, static checks.
+
+Prints a table (metric | value | target | status) and writes the results as JSON. Exit 0 when every target is met,
+1 when one is missed. Progress goes to stderr; docs/benchmarks.md explains each measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: make `benchmarks.`, `tests.` and `trtllm_images.` importable
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import entrypoint_bench, image_bench, static_bench  # noqa: E402
+from benchmarks.report import Metric, document, markdown_table, table  # noqa: E402
+from benchmarks.sandbox import Sandbox  # noqa: E402
+
+SUITES = ("warm", "cold", "concurrent", "images", "static")
+# Runs per measurement (medians are taken over them): full, and --quick.
+REPEATS = {
+    "warm": (20, 5),         # per checkpoint size
+    "cold": (5, 2),
+    "concurrent": (3, 1),    # each run starts 8 replicas
+    "images": (3, 1),        # each run: a fresh base, a first build, an edited rebuild
+    "static": (5, 2),
+}
+DEFAULT_JSON = REPO / "out" / "benchmarks.json"  # out/ is not tracked; docs/benchmarks.md keeps the numbers
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (see REPEATS in benchmarks/run.py)")
+    parser.add_argument("--only", action="append", choices=SUITES, metavar="SUITE",
+                        help=f"run only this suite (repeatable): {', '.join(SUITES)}; concurrent also runs cold")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (docs/benchmarks.md)")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write the results [{DEFAULT_JSON}]")
+    parser.add_argument("--build-sleep", type=float, default=entrypoint_bench.BUILD_SLEEP_S, metavar="SECONDS",
+                        help="how long the trtllm-build double takes in cold and concurrent starts "
+                             f"[{entrypoint_bench.BUILD_SLEEP_S:g}]")
+    parser.add_argument("--workdir", type=Path, help="parent of the scratch directory (default: the temp dir); "
+                                                     "needs sparse-file support for the 21 GB checkpoint")
+    return parser.parse_args(argv)
+
+
+def selected_suites(only: list[str] | None) -> list[str]:
+    chosen = set(only or SUITES)
+    if "concurrent" in chosen:
+        chosen.add("cold")  # the concurrent start is compared with a single cold start
+    return [suite for suite in SUITES if suite in chosen]
+
+
+def skipped(suite: str, reason: str) -> Metric:
+    return Metric(f"{suite}: skipped", None, note=reason)
+
+
+def run_entrypoint_suites(suites: list[str], repeats: dict[str, int], build_sleep_s: float, work: Path,
+                          say) -> list[Metric]:
+    from tests.standin.build_standin import TemplatesMissing
+
+    wanted = [s for s in ("warm", "cold", "concurrent") if s in suites]
+    if not wanted:
+        return []
+    try:
+        sandbox = Sandbox(work / "sandbox")
+    except TemplatesMissing as exc:
+        say(f"entrypoint benchmarks skipped: {exc}")
+        return [skipped(s, str(exc)) for s in wanted]
+    metrics = []
+    if "warm" in suites:
+        metrics += entrypoint_bench.warm_start(sandbox, work, repeats["warm"], say)
+    if "cold" in suites:
+        cold, single_cold_s = entrypoint_bench.cold_start(sandbox, work, repeats["cold"], build_sleep_s, say)
+        metrics += cold
+        if "concurrent" in suites:
+            metrics += entrypoint_bench.concurrent_start(sandbox, work, repeats["concurrent"], build_sleep_s,
+                                                        single_cold_s, say)
+    return metrics
+
+
+def run_image_suite(repeats: int, work: Path, say) -> tuple[list[Metric], str | None]:
+    """The image metrics and the Docker server version (None without Docker)."""
+    client, reason = image_bench.docker_or_reason()
+    if client is None:
+        say(f"image benchmarks skipped: {reason}")
+        return [skipped("images", reason)], None
+    version = client.version().get("Version")
+    standin, reason = image_bench.standin_or_reason(client, say)
+    if standin is None:
+        say(f"image benchmarks skipped: {reason}")
+        return [skipped("images", reason)], version
+    return image_bench.image_metrics(client, standin, work / "images", repeats, say), version
+
+
+def machine(docker_version: str | None) -> dict:
+    return {
+        "nproc": os.cpu_count(),
+        "memory_bytes": _meminfo_total(),
+        "cpu_model": _cpu_model(),
+        "docker_version": docker_version or _docker_cli_version(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_average_at_end": list(os.getloadavg()),
+    }
+
+
+def _meminfo_total() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _docker_cli_version() -> str | None:
+    try:
+        done = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
+                              text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Atomically: an interrupted run never leaves a truncated results file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    suites = selected_suites(args.only)
+    repeats = {suite: full_quick[1 if args.quick else 0] for suite, full_quick in REPEATS.items()}
+
+    def say(message: str) -> None:
+        print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+    metrics: list[Metric] = []
+    docker_version = None
+    with tempfile.TemporaryDirectory(prefix="trtllm-bench-", dir=args.workdir) as tmp:
+        work = Path(tmp)
+        metrics += run_entrypoint_suites(suites, repeats, args.build_sleep, work, say)
+        if "images" in suites:
+            image_metrics, docker_version = run_image_suite(repeats["images"], work, say)
+            metrics += image_metrics
+        if "static" in suites:
+            metrics += static_bench.static_metrics(repeats["static"], say)
+    settings = {"suites": suites, "quick": args.quick, "repeats": {s: repeats[s] for s in suites},
+                "build_double_sleep_s": args.build_sleep,
+                "replicas": entrypoint_bench.REPLICAS, "small_checkpoint_bytes": entrypoint_bench.SMALL_BYTES,
+                "large_checkpoint_bytes": entrypoint_bench.LARGE_BYTES}
+    result = document(metrics, machine(docker_version), settings)
+    write_json(args.json, result)
+    print(markdown_table(metrics) if args.markdown else table(metrics))
+    say(f"results written to {args.json}")
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The two packages' boundaries: the container side runs on the NGC image's Python with the standard library only."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CONTAINER = REPO / "entrypoints" / "trtllm_entrypoint"
+HOST = REPO / "trtllm_images"
+LAZY_ONLY = {"huggingface_hub", "google", "tritonclient"}  # present in NGC images or optional; never at import time
+
+
+def imports(path: Path) -> list[tuple[str, bool]]:
+    """(top-level module, imported at module level?) for every import in the file."""
+    tree = ast.parse(path.read_text(), str(path))
+    top_level = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name.split(".")[0], id(node) in top_level) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.module.split(".")[0], id(node) in top_level))
+    return found
+
+
+def test_container_side_imports_only_the_standard_library_at_import_time():
+    for path in sorted(CONTAINER.glob("*.py")):
+        for module, at_import in imports(path):
+            if module in ("trtllm_entrypoint", "__future__") or module in sys.stdlib_module_names:
+                continue
+            assert module in LAZY_ONLY and not at_import, f"{path.name} imports {module}"
+
+
+def test_host_and_container_never_import_each_other():
+    for path in sorted(HOST.glob("*.py")):
+        assert "trtllm_entrypoint" not in {m for m, _ in imports(path)}, path.name
+    for path in sorted(CONTAINER.glob("*.py")):
+        assert "trtllm_images" not in {m for m, _ in imports(path)}, path.name
+
+
+def test_only_cli_imports_click():
+    users = sorted(p.name for p in HOST.glob("*.py") if "click" in {m for m, _ in imports(p)})
+    assert users == ["cli.py"]
+
+
+def python_3_10() -> str | None:
+    """A working Python 3.10 (the oldest the images have), from PATH or a pyenv install, if there is one."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    for candidate in [shutil.which("python3.10"), *map(str, sorted(pyenv.glob("versions/3.10*/bin/python3.10")))]:
+        if candidate and subprocess.run([candidate, "-c", ""], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+def test_container_side_compiles_and_imports_on_python_3_10():
+    interpreter = python_3_10()
+    if interpreter is None:
+        pytest.skip("no Python 3.10 interpreter on this machine")
+    # Every module compiles under 3.10's grammar (in memory) and the orchestrator imports with all it pulls in.
+    script = ("import pathlib, sys, trtllm_entrypoint.main\n"
+              "for f in pathlib.Path(sys.argv[1]).glob('*.py'): compile(f.read_text(), str(f), 'exec')")
+    result = subprocess.run([interpreter, "-B", "-c", script, str(CONTAINER)], cwd=REPO / "entrypoints",
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr + result.stdout

@@ -97,6 +97,15 @@ def push(client, ref: str, on_line: OnLine) -> None:
         raise _engine_error(f"pushing {ref}", exc) from exc
 
 
+def untag(client, ref: str) -> None:
+    """Remove the name `ref` (the image itself stays while other names or containers use it)."""
+    try:
+        client.api.remove_image(ref, noprune=True)
+    except APIError as exc:
+        if exc.status_code != 404:
+            raise _engine_error(f"removing the tag {ref}", exc) from exc
+
+
 def registry_of(repository: str) -> str:
     """The registry host of a repository name, by Docker's rule (a first part with '.' or ':', or localhost)."""
     first, _, rest = repository.partition("/")

@@ -256,6 +256,11 @@ def _verify_images(plan: BuildPlan, record: report.BuildRecord, client) -> None:
         for warning in result.warnings:
             _say(f"[{plan.entry.tag} {spec.kind}] warning: {warning}")
         results.append(result)
+    if any(result.errors for result in results):
+        # An image that does not match the matrix must not be found under its name, pushed or run by mistake.
+        for spec in plan.images:
+            builder.untag(client, spec.ref)
+        _say(f"[{plan.entry.tag}] removed the tags {', '.join(spec.ref for spec in plan.images)}")
     for result in results:
         result.raise_for_errors()
 

@@ -251,6 +251,9 @@ class FakeDocker:
         self.pushes.append(f"{repository}:{tag}")
         return iter([{"status": "Pushed", "id": "l1"}])
 
+    def remove_image(self, ref, noprune=False):
+        self.images.remove(ref)
+
     # containers
     def create(self, image, **kwargs):
         self.probed.append(image)
@@ -328,6 +331,8 @@ def test_build_fails_listing_each_verification_mismatch(tmp_path, entry, fake_do
     report = read_report(tmp_path, entry.tag)
     assert report["ok"] is False and report["verification"]["ok"] is False
     assert {e["field"] for e in report["verification"]["images"][0]["errors"]} == {"tensorrt_llm", "openai_frontend"}
+    built = [b["tag"] for b in fake_docker.builds]
+    assert not set(built) & fake_docker.images, "an image that failed verification keeps no name"
 
 
 @needs_hadolint

@@ -33,6 +33,7 @@ from typing import Callable, Iterator
 
 from trtllm_entrypoint.errors import EntrypointError
 from trtllm_entrypoint.facts import version_tuple
+from trtllm_entrypoint.paths import shared_dir
 
 # Bump when the layout, the stamp or the build commands change: old entries then no longer match any key.
 SCHEMA = 1
@@ -186,11 +187,11 @@ class EngineCache:
     def ensure(self, key: str, stamp_inputs: dict, build: Callable[[Path, Path], None], *,
                timeout_s: float, log) -> tuple[Path, bool]:
         """The published entry for `key`, built by `build(tmp_dir, log_path)` unless it exists; (entry, built_now)."""
-        found = self.lookup(key)
+        found = self.lookup(key, log)
         if found is not None:
             log.info("engine cache hit", key=key, path=str(found))
             return found, False
-        self.root.mkdir(parents=True, exist_ok=True)
+        shared_dir(self.root)
         waited_since = time.monotonic()
         with self._locked(key, timeout_s, log):
             found = self.lookup(key)  # an invalid entry is reported by _clear_debris

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from trtllm_entrypoint import contract, pbtxt
 from trtllm_entrypoint.errors import EntrypointError, UsageError
+from trtllm_entrypoint.paths import shared_dir, under_model_dir, within
 
 if TYPE_CHECKING:
     from trtllm_entrypoint.facts import ImageFacts
@@ -290,16 +291,12 @@ def plan_fill(template_root: Path, values: Mapping[str, str], *, settings: Setti
     return FillPlan(workflow, tuple(models), dict(sorted(effective.items())))
 
 
-def _within(path: Path, other: Path) -> bool:
-    return path == other or other in path.parents
-
-
 def _check_destination(dest: Path, template_root: Path) -> None:
-    kserve = Path(contract.KSERVE_MODEL_DIR)
-    if _within(dest, kserve):
-        raise UsageError(f"refusing to write the model repository to {dest}: {kserve} is KServe's read-only "
-                         "model mount", "set REPOSITORY_DIR to a writable directory such as /tmp/model-repository")
-    if _within(dest, template_root) or _within(template_root, dest):
+    if under_model_dir(dest):
+        raise UsageError(f"refusing to write the model repository to {dest}: {contract.KSERVE_MODEL_DIR} is "
+                         "KServe's read-only model mount",
+                         "set REPOSITORY_DIR to a writable directory such as /tmp/model-repository")
+    if within(dest, template_root) or within(template_root, dest):
         raise UsageError(f"refusing to write the model repository to {dest}: it overlaps the templates at "
                          f"{template_root}", "set REPOSITORY_DIR to a directory outside TEMPLATES_DIR")
 
@@ -333,7 +330,7 @@ def write_repository(plan: FillPlan, dest: Path, template_root: Path, log: Log |
     dest = Path(os.path.abspath(dest))
     template_root = Path(os.path.abspath(template_root))
     _check_destination(dest, template_root)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    shared_dir(dest.parent)
     if replace:
         _write(plan, dest, template_root, log)
         return True

@@ -17,6 +17,7 @@ from typing import Mapping
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.facts import ImageFacts
 
 DTYPES = ("auto", "float16", "bfloat16", "float32")
@@ -267,10 +268,6 @@ def _cache_dir(env: _Env) -> tuple[Path, str | None]:
     return fallback, reason
 
 
-def _inside(path: Path, parent: Path) -> bool:
-    return path == parent or parent in path.parents
-
-
 def _check_relations(s: Settings) -> None:
     """Rules that involve more than one variable."""
     if s.max_seq_len <= s.max_input_len:
@@ -278,19 +275,20 @@ def _check_relations(s: Settings) -> None:
     # Without chunked context a whole prompt is scheduled in one step, so the step budget must hold it.
     if s.max_num_tokens < s.max_input_len:
         raise bad("MAX_NUM_TOKENS", s.max_num_tokens, f"a number at least MAX_INPUT_LEN={s.max_input_len}")
-    ports = {"HTTP_PORT": s.http_port, "GRPC_PORT": s.grpc_port, "METRICS_PORT": s.metrics_port,
-             "OPENAI_PORT": s.openai_port}
+    ports = {"HTTP_PORT": s.http_port, "GRPC_PORT": s.grpc_port, "METRICS_PORT": s.metrics_port}
+    if s.frontend == "openai":  # otherwise nothing listens there (KServe's gRPC port is 9000, its default)
+        ports["OPENAI_PORT"] = s.openai_port
     seen: dict[int, str] = {}
     for name, port in ports.items():
         if port in seen:
-            raise bad(name, port, f"a port different from {seen[port]}={port} (the four ports must be distinct)")
+            raise bad(name, port, f"a port different from {seen[port]}={port} (the ports in use must be distinct)")
         seen[port] = name
     if s.workflow == "llmapi" and s.quantization != "none":
         raise bad("QUANTIZATION", s.quantization,
                   "none with WORKFLOW=llmapi (it serves the checkpoint as is: use a pre-quantized checkpoint)")
     if s.workflow == "llmapi" and s.engine_dir is not None:
         raise bad("ENGINE_DIR", s.engine_dir, "unset with WORKFLOW=llmapi (prebuilt engines need WORKFLOW=engine)")
-    model_dir = Path(contract.KSERVE_MODEL_DIR)
     for name, path in (("CACHE_DIR", s.cache_dir), ("REPOSITORY_DIR", s.repository_dir)):
-        if path is not None and _inside(path, model_dir):
-            raise bad(name, path, f"a writable directory outside {model_dir} (KServe mounts it read-only)")
+        if path is not None and under_model_dir(path):
+            raise bad(name, path, f"a writable directory outside {contract.KSERVE_MODEL_DIR} (KServe mounts it "
+                                  "read-only)")

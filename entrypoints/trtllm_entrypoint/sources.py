@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import EntrypointError, UsageError
+from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.log import Log
 
 # Hub ids are "org/name": letters, digits, '-', '_', '.' (the hub's own rule, minus its length limit).
@@ -73,9 +74,8 @@ def classify_dir(path: Path) -> str:
 
 def _local(path: Path) -> ModelSource:
     path = Path(os.path.abspath(path))
-    model_dir = Path(contract.KSERVE_MODEL_DIR)
-    read_only = path == model_dir or model_dir in path.parents
-    return ModelSource(kind=classify_dir(path), path=path, repo_id=None, revision=None, read_only=read_only)
+    return ModelSource(kind=classify_dir(path), path=path, repo_id=None, revision=None,
+                       read_only=under_model_dir(path))
 
 
 def resolve_model(settings, environ: Mapping[str, str], exists: Callable[[str], bool] = os.path.exists

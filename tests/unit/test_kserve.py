@@ -396,3 +396,36 @@ def test_cli_reproduces_the_stamped_command(tmp_path, entry):
     result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == kserve.render_files(entry, DEPLOY_OPTIONS)
+
+
+def _pod_environments(docs):
+    """The environment each pod's container gets: runtime env merged with the InferenceService's, or the Job's."""
+    runtime = {e["name"]: e.get("value") for e in _runtime_container(docs).get("env", []) if "value" in e}
+    for doc in docs:
+        if doc["kind"] == "InferenceService":
+            model = {e["name"]: e["value"] for e in _isvc_model([doc]).get("env", []) if "value" in e}
+            yield "InferenceService", {**runtime, **model}
+        elif doc["kind"] == "Job":
+            (container,) = doc["spec"]["template"]["spec"]["containers"]
+            yield "Job", {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
+@pytest.mark.parametrize("options", list(grid()))
+def test_the_entrypoint_accepts_every_generated_environment(options, entry, tmp_path):
+    """The manifests and the container's settings validation must agree, or every pod exits 2 at start."""
+    from trtllm_entrypoint.facts import load_facts
+    from trtllm_entrypoint.settings import Settings
+
+    matrix_file = tmp_path / "matrix.json"
+    matrix_file.write_text(matrix.load().to_json())
+    facts = load_facts({"MATRIX_TAG": entry.tag, "TRTLLM_MATRIX_FILE": str(matrix_file)})
+    docs = kserve.manifests(entry, options)
+    environments = list(_pod_environments(docs))
+    assert [kind for kind, _ in environments] == ["InferenceService"] + (["Job"] if options.warm_job else [])
+    for kind, env in environments:
+        # KServe fills {{.Name}} with the InferenceService's name before the pod starts.
+        env = {k: v.replace("{{.Name}}", options.name) for k, v in env.items()}
+        settings = Settings.from_env(env, facts)
+        assert settings.tp_size == options.tp_size, kind
+        if kind == "InferenceService":
+            assert (settings.http_port, settings.grpc_port) == (8080, 9000)

@@ -94,7 +94,7 @@ BAD = [
     ({"HTTP_PORT": "0"}, "HTTP_PORT='0'", "a whole number from 1 to 65535"),
     ({"GRPC_PORT": "70000"}, "GRPC_PORT='70000'", "a whole number from 1 to 65535"),
     ({"GRPC_PORT": "8000"}, "GRPC_PORT='8000'", "a port different from HTTP_PORT=8000"),
-    ({"OPENAI_PORT": "8002"}, "OPENAI_PORT='8002'", "a port different from METRICS_PORT=8002"),
+    ({"OPENAI_PORT": "8002", "FRONTEND": "openai"}, "OPENAI_PORT='8002'", "a port different from METRICS_PORT=8002"),
     ({"SERVED_MODEL_NAME": "org/model"}, "SERVED_MODEL_NAME='org/model'", "up to 128 letters, digits"),
     ({"TRITON_ARGS": "--log-file 'unclosed"}, "TRITON_ARGS=\"--log-file 'unclosed\"",
      "arguments in shell quoting"),
@@ -192,3 +192,9 @@ def test_explicit_cache_dir_is_used_even_when_unwritable(monkeypatch, tmp_path):
 def test_writable_checks_the_nearest_existing_parent(tmp_path):
     assert settings_mod._writable(tmp_path / "not" / "yet")
     assert not (tmp_path / "not").exists()
+
+
+def test_the_openai_port_only_has_to_differ_when_the_openai_frontend_runs():
+    # KServe's gRPC port is 9000, OPENAI_PORT's default: fine as long as nothing listens on the OpenAI port.
+    settings = Settings.from_env({"GRPC_PORT": "9000"}, FACTS)
+    assert settings.grpc_port == settings.openai_port == 9000

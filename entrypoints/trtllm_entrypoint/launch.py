@@ -103,6 +103,11 @@ class Passthrough:
     http_port: int | None
     grpc_port: int | None
     metrics_port: int | None
+    others: tuple[str, ...] = ()  # every other argument, as given
+
+    def ports(self) -> dict[str, int]:
+        """The ports the command line sets, by Settings field name."""
+        return {name: port for name in PORT_FLAGS.values() if (port := getattr(self, name)) is not None}
 
     @property
     def repository(self) -> Path | None:
@@ -125,14 +130,19 @@ def _options(argv: Sequence[str]) -> list[tuple[int, str, str, bool]]:
 def parse_passthrough(argv: Sequence[str]) -> Passthrough:
     repositories: list[Path] = []
     ports: dict[str, int | None] = dict.fromkeys(PORT_FLAGS.values())
-    for _, flag, value, _ in _options(argv[1:]):
+    taken: set[int] = set()
+    for index, flag, value, inline in _options(argv[1:]):
         if flag in REPOSITORY_FLAGS:
             repositories.append(Path(value))
         elif flag in PORT_FLAGS:
             if not value.isdigit() or not 0 < int(value) < 65536:
                 raise UsageError(f"{flag}={value!r} is not a port number", "give a number from 1 to 65535")
             ports[PORT_FLAGS[flag]] = int(value)
-    return Passthrough(tuple(repositories), **ports)
+        else:
+            continue
+        taken.update((index,) if inline else (index - 1, index))
+    others = tuple(arg for i, arg in enumerate(argv[1:]) if i not in taken)
+    return Passthrough(tuple(repositories), **ports, others=others)
 
 
 def rewrite_repository(argv: Sequence[str], new_repository: Path) -> list[str]:

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, NoReturn, Sequence
 
-from trtllm_entrypoint import engine_build, engine_cache, gpu, launch, probe, repository, sources
+from trtllm_entrypoint import contract, engine_build, engine_cache, gpu, launch, probe, repository, sources
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, load_facts
 from trtllm_entrypoint.log import Log
+from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.settings import Settings
 
 SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health")
@@ -53,12 +54,22 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     try:
         code = run(args, env)
     except EntrypointError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        fail(env, exc.message, exc.hint, exc.exit_code)
+    except OSError as exc:  # a file system the user gave us (read-only, full, not ours): say which, no traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        fail(env, f"{where}{exc.strerror or exc}", "check that CACHE_DIR (and REPOSITORY_DIR) is a writable "
+             "directory with free space, and that the model directory is readable", 1)
     except KeyboardInterrupt:
         sys.exit(130)
+    sys.exit(code)
+
+
+def fail(env: Mapping[str, str], message: str, hint: str, code: int) -> NoReturn:
+    # Masked like every log line, whatever produced the message.
+    log = Log(secrets=tuple(env.get(name, "") for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")))
+    print(log.redact(f"error: {message}"), file=sys.stderr)
+    if hint:
+        print(log.redact(f"hint: {hint}"), file=sys.stderr)
     sys.exit(code)
 
 
@@ -86,7 +97,7 @@ def run(args: list[str], env: dict[str, str]) -> int:
         return check(settings, facts, env, log)
     if command == "build-engine":
         source = resolve_model(settings, env, log)
-        engine_dir = ensure_engine(settings, facts, env, log, source, lambda: gpu.detect_gpus(env))
+        engine_dir, _ = ensure_engine(settings, facts, env, log, source, lambda: gpu.detect_gpus(env))
         print(json.dumps({"engine_dir": str(engine_dir)}))
         return 0
     prepared = prepare(settings, facts, env, log, need_gpu=command == "serve")
@@ -125,11 +136,17 @@ def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: 
         log.info("model is a complete Triton model repository; serving it as it is", repository=source.path)
         return finish(settings, facts, log, repo=source.path, engine_dir=None, world_size=settings.world_size,
                       tokenizer=None)
+    if source.kind == "engine" and settings.workflow == "llmapi":
+        if env.get("WORKFLOW"):
+            raise UsageError(f"WORKFLOW=llmapi cannot serve the prebuilt engine at {source.path}",
+                             "set WORKFLOW=engine, or give MODEL_ID a Hugging Face checkpoint")
+        log.info("the model is a prebuilt engine: using the engine workflow (this image's default is llmapi)")
+        settings = dataclasses.replace(settings, workflow="engine")
     if settings.workflow == "llmapi":
         engine_dir = None
         world_size = settings.world_size
     else:
-        engine_dir = ensure_engine(settings, facts, env, log, source, gpus)
+        engine_dir, source = ensure_engine(settings, facts, env, log, source, gpus)
         world_size = engine_cache.engine_world_size(engine_dir)
     if need_gpu:
         gpu.require_gpus(gpus(), world_size, "to serve the model")
@@ -144,18 +161,20 @@ def finish(settings: Settings, facts: ImageFacts, log: Log, *, repo: Path, engin
     argv = launch.server_argv(settings, facts, repo, world_size, tokenizer=tokenizer)
     log.info("launch command", argv=" ".join(argv))
     return Prepared(argv=argv, repository=repo, engine_dir=engine_dir,
-                    health_url=f"http://127.0.0.1:{settings.http_port}/v2/health/ready",
+                    health_url=health_url(settings.http_port),
                     env=launch.server_env(settings))
 
 
 def ensure_engine(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log,
-                  source: sources.ModelSource, detect_gpus: Callable[[], gpu.GpuInfo]) -> Path:
-    """A prebuilt engine of the installed TensorRT-LLM, or one from the cache (built once, under a lock)."""
+                  source: sources.ModelSource,
+                  detect_gpus: Callable[[], gpu.GpuInfo]) -> tuple[Path, sources.ModelSource]:
+    """A prebuilt engine of the installed TensorRT-LLM, or one from the cache (built once, under a lock); with the
+    source it came from (the checkpoint when a prebuilt engine of another version was rebuilt)."""
     if source.kind == "engine":
         try:
             engine_cache.check_engine_version(source.path, facts.tensorrt_llm)
             log.info("using the prebuilt engine", engine_dir=source.path)
-            return source.path
+            return source.path, source
         except EntrypointError as exc:
             if not settings.model_id:
                 raise
@@ -176,7 +195,7 @@ def ensure_engine(settings: Settings, facts: ImageFacts, env: Mapping[str, str],
         engine_dir, built = cache.ensure(key, engine_cache.stamp_inputs(inputs, facts, gpus), build,
                                          timeout_s=settings.lock_timeout_secs, log=log)
         extra.update(cache="built" if built else "hit", engine_dir=engine_dir)
-    return engine_dir
+    return engine_dir, source
 
 
 def write_repository(settings: Settings, facts: ImageFacts, log: Log, source: sources.ModelSource,
@@ -211,6 +230,10 @@ def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoRetur
     launch.exec_argv(prepared.argv, {**env, **prepared.env})
 
 
+def health_url(port: int | str) -> str:
+    return f"http://127.0.0.1:{port}/v2/health/ready"
+
+
 def health_state() -> Path:
     """Where `serve` records the URL that `health` (the image's HEALTHCHECK) asks: per container, so the temp dir."""
     return Path(tempfile.gettempdir()) / "trtllm-entrypoint" / "health.json"
@@ -231,7 +254,7 @@ def health(env: Mapping[str, str]) -> int:
     try:
         url = json.loads(health_state().read_text())["url"]
     except (OSError, ValueError, KeyError):
-        url = f"http://127.0.0.1:{env.get('HTTP_PORT') or 8000}/v2/health/ready"
+        url = health_url(env.get("HTTP_PORT") or contract.DEFAULT_HTTP_PORT)
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             return 0 if response.status == 200 else 1
@@ -244,21 +267,24 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     if Path(args[0]).name != "tritonserver":
         launch.exec_argv(args, env)
     given = launch.parse_passthrough(args)
-    if given.repository is None or sources.classify_dir(given.repository) == "repository":
+    kind = sources.classify_dir(given.repository) if given.repository is not None else "repository"
+    if kind == "repository":
         if given.http_port:
-            record_health_url(f"http://127.0.0.1:{given.http_port}/v2/health/ready")
+            record_health_url(health_url(given.http_port))
         launch.exec_argv(args, env)
     facts = load_facts(env)
-    settings = Settings.from_env(env, facts)
+    # The ports typed on the command line win over the environment's; the other arguments go to the server too.
+    settings = dataclasses.replace(Settings.from_env(env, facts), **given.ports())
+    settings = dataclasses.replace(settings, triton_args=given.others + settings.triton_args, frontend="triton")
     log = Log(settings.log_format, secrets=(settings.hf_token or "",))
     log.info("the model store is not a Triton model repository; preparing one from it", path=given.repository)
-    source = sources.ModelSource(kind=sources.classify_dir(given.repository), path=given.repository,
-                                 repo_id=None, revision=None, read_only=True)
+    source = sources.ModelSource(kind=kind, path=given.repository, repo_id=None, revision=None,
+                                 read_only=under_model_dir(given.repository))
     prepared = prepare(settings, facts, env, log, need_gpu=True, source=source)
-    argv = launch.rewrite_repository(args, prepared.repository)
-    port = given.http_port or settings.http_port
-    return exec_server(dataclasses.replace(prepared, argv=argv,
-                                           health_url=f"http://127.0.0.1:{port}/v2/health/ready"), env, log)
+    if Path(prepared.argv[0]).name == "tritonserver":
+        # One rank: the command as typed, with only its model repository replaced.
+        prepared = dataclasses.replace(prepared, argv=launch.rewrite_repository(args, prepared.repository))
+    return exec_server(prepared, env, log)
 
 
 def check(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log) -> int:

@@ -110,6 +110,12 @@ def _active_placeholders(text: str) -> set[str]:
     return set(_PLACEHOLDER.findall(_strip_comments(text)))
 
 
+def unfilled(text: str) -> tuple[set[str], set[str]]:
+    """(structural, parameter) placeholders left that make a config unusable; the parameters we leave unset on
+    purpose (the backend reads `${x}` there as "use the default") are fine."""
+    return structural_placeholders(text), _active_placeholders(text) - INTENTIONALLY_UNSET
+
+
 def _flag(value: bool) -> str:
     return "true" if value else "false"
 
@@ -179,12 +185,11 @@ def _fill_config(path: Path, values: Mapping[str, str]) -> tuple[str, dict[str, 
     """(rendered text, effective optional parameters); fails when something stays unfilled by mistake."""
     text = path.read_text()
     rendered = render(text, {k: v for k, v in values.items() if k in placeholders(text)})
-    stuck = structural_placeholders(rendered)
+    stuck, unknown = unfilled(rendered)
     if stuck:
         raise EntrypointError(f"{path}: no value for the required placeholder(s) {', '.join(sorted(stuck))}",
                               "these templates are newer than this entrypoint knows; set TEMPLATES_DIR to "
                               "templates of the installed backend, or report the names")
-    unknown = _active_placeholders(rendered) - INTENTIONALLY_UNSET
     if unknown:
         raise EntrypointError(f"{path}: parameter placeholder(s) {', '.join(sorted(unknown))} would stay unfilled",
                               "these templates are newer than this entrypoint knows; report the names")
@@ -316,7 +321,10 @@ def _copy_tree(source: Path, target: Path) -> None:
 
 def plan_digest(plan: FillPlan, template_root: Path) -> str:
     """Names the repository a plan writes: same templates and values, same digest, so it can be reused."""
-    content = {"templates": str(template_root), "workflow": plan.workflow,
+    # The copied template files (model.py …) count too: a new image on an old cache must not reuse old code.
+    copied = sorted((str(f.relative_to(template_root)), f.stat().st_size, f.stat().st_mtime_ns)
+                    for m in plan.models for f in (template_root / m.source).rglob("*") if f.is_file())
+    content = {"templates": str(template_root), "workflow": plan.workflow, "copied": copied,
                "models": [[m.source, m.name, sorted(m.files.items())] for m in plan.models]}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:20]
 

@@ -192,16 +192,19 @@ def _model_values(env: _Env, facts: ImageFacts) -> dict:
         raise bad("WORKFLOW", workflow, f"one of {', '.join(workflows)} "
                                         f"(what TensorRT-LLM {facts.tensorrt_llm} in this image supports)")
     templates_dir = env.path("TEMPLATES_DIR") or facts.templates_dir
+    engine_dir = env.path("ENGINE_DIR")
+    # A prebuilt engine can only be served by the engine workflow, whatever this image defaults to.
+    default_workflow = "engine" if engine_dir is not None and "engine" in workflows else facts.default_workflow
     return {
         "model_id": env.text("MODEL_ID"),
         "model_revision": env.text("MODEL_REVISION"),
         "hf_token": _token(env),
-        "engine_dir": env.path("ENGINE_DIR"),
+        "engine_dir": engine_dir,
         "templates_dir": templates_dir,
         "repository_dir": env.path("REPOSITORY_DIR"),
-        "workflow": workflow.lower() if workflow else facts.default_workflow,
+        "workflow": workflow.lower() if workflow else default_workflow,
         "tp_size": env.power_of_two("TP_SIZE"),
-        "pp_size": env.power_of_two("PP_SIZE"),
+        "pp_size": env.integer("PP_SIZE", 1, 1, 64),
         "dtype": env.choice("DTYPE", "auto", DTYPES),
         "quantization": env.choice("QUANTIZATION", "none", QUANTIZATIONS),
     }

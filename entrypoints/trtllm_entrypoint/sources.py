@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
-from trtllm_entrypoint import contract
+from trtllm_entrypoint import contract, repository
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.log import Log
@@ -38,7 +38,7 @@ class ModelSource:
     path: Path | None      # local path; None for a hub model not yet downloaded
     repo_id: str | None    # also kept after download()
     revision: str | None   # as asked (MODEL_REVISION); after download() the resolved commit
-    read_only: bool        # True under /mnt/models and in the hub cache: never write there
+    read_only: bool        # True under /mnt/models and in the hub cache: never written, re-created per pod
 
 
 def _json_keys(path: Path) -> set[str]:
@@ -60,7 +60,7 @@ def classify_dir(path: Path) -> str:
         return "engine"
     pbtxts = sorted(path.glob("*/config.pbtxt"))
     if pbtxts:
-        unfilled = [p.parent.name for p in pbtxts if "${" in p.read_text(errors="replace")]
+        unfilled = [p.parent.name for p in pbtxts if any(repository.unfilled(p.read_text(errors="replace")))]
         if unfilled:
             raise UsageError(f"{path} is a repository template: ${{...}} placeholders are left in "
                              f"{', '.join(unfilled)}/config.pbtxt",
@@ -116,8 +116,14 @@ def resolve(settings, environ: Mapping[str, str], exists: Callable[[str], bool] 
     return source
 
 
-def fingerprint(path: Path) -> str:
-    """Cheap identity of a local directory: relative names, sizes and mtimes of its files, never their contents."""
+SMALL_FILE = 1 << 20  # configs and tokenizers are below this; weight shards are far above it
+
+
+def fingerprint(path: Path, mtimes: bool = True) -> str:
+    """Cheap identity of a local directory: relative names, sizes and mtimes of its files, never the weights.
+
+    mtimes=False is for copies made anew at every start (KServe's storage initializer downloads into /mnt/models per
+    pod): the contents of the small files (configs, tokenizer) stand in for the mtimes, so a restart still hits."""
     digest = hashlib.sha256()
     entries = []
     for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
@@ -125,9 +131,13 @@ def fingerprint(path: Path) -> str:
         for name in filenames:
             full = os.path.join(dirpath, name)
             st = os.stat(full)
-            entries.append((os.path.relpath(full, path).replace(os.sep, "/"), st.st_size, st.st_mtime_ns))
-    for rel, size, mtime in sorted(entries):
-        digest.update(f"{rel}\0{size}\0{mtime}\n".encode())
+            if mtimes:
+                mark = str(st.st_mtime_ns)
+            else:
+                mark = hashlib.sha256(Path(full).read_bytes()).hexdigest() if st.st_size <= SMALL_FILE else "-"
+            entries.append((os.path.relpath(full, path).replace(os.sep, "/"), st.st_size, mark))
+    for rel, size, mark in sorted(entries):
+        digest.update(f"{rel}\0{size}\0{mark}\n".encode())
     return digest.hexdigest()
 
 
@@ -157,7 +167,7 @@ def identity(source: ModelSource) -> dict:
         if source.kind == "hub":
             raise ValueError("identity() of a hub model needs download() first: the commit is resolved there")
         return {"repo_id": source.repo_id, "revision": source.revision}
-    return {"path": str(source.path), "fingerprint": fingerprint(source.path)}
+    return {"path": str(source.path), "fingerprint": fingerprint(source.path, mtimes=not source.read_only)}
 
 
 def _offline() -> bool:

@@ -345,3 +345,78 @@ def test_health_asks_the_ready_endpoint_on_the_configured_port(image, tmp_path):
         server.shutdown()
         server.server_close()
     assert image.run("health", HTTP_PORT=port, **isolated).returncode == 1
+
+
+def test_a_repository_we_filled_is_served_as_it_is(image):
+    first = image.run("prepare")
+    assert first.returncode == 0, first.stderr
+    again = image.run("prepare", MODEL_ID=str(image.repo), REPOSITORY_DIR=str(image.root / "unused"))
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["repository"] == str(image.repo)
+    assert "serving it as it is" in again.stderr
+    assert not (image.root / "unused").exists() and image.builds() == 1
+
+
+def test_engine_from_another_tensorrt_llm_is_rebuilt_from_model_id(tmp_path, image):
+    other = Image(tmp_path / "other", "25.01", templates_for("v0.17.0"), trtllm_version="0.16.0")
+    old_engine = json.loads(other.run("build-engine").stdout)["engine_dir"]  # no tokenizer files beside it
+    result = image.run("prepare", ENGINE_DIR=old_engine)  # MODEL_ID (the checkpoint) is set by the fixture
+    assert result.returncode == 0, result.stderr
+    assert "rebuilding from MODEL_ID" in result.stderr
+    new_engine = json.loads(result.stdout)["engine_dir"]
+    assert new_engine != old_engine and image.builds() == 1
+    assert json.loads((Path(new_engine) / "config.json").read_text())["version"] == "0.17.0"
+
+
+def test_prebuilt_engine_on_an_llmapi_default_image_uses_the_engine_workflow(tmp_path):
+    img = Image(tmp_path, "26.07", templates_for("triton_backend"))
+    engine_dir = Path(json.loads(img.run("build-engine", WORKFLOW="engine").stdout)["engine_dir"])
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (engine_dir / name).write_bytes((img.model / name).read_bytes())
+    served = img.run("prepare", MODEL_ID=str(engine_dir))
+    assert served.returncode == 0, served.stderr
+    assert json.loads(served.stdout)["engine_dir"] == str(engine_dir)
+    assert (img.repo / "ensemble" / "config.pbtxt").exists()
+    refused = img.run("prepare", MODEL_ID=str(engine_dir), WORKFLOW="llmapi")
+    assert refused.returncode == 2 and "WORKFLOW=llmapi cannot serve the prebuilt engine" in refused.stderr
+
+
+def test_stock_kserve_command_with_a_two_gpu_engine_starts_one_rank_per_gpu(image):
+    two_gpus = "NVIDIA H100 80GB HBM3|9.0|81559;NVIDIA H100 80GB HBM3|9.0|81559"
+    built = image.run("build-engine", TP_SIZE="2", NVIDIA_SMI_DOUBLE_GPUS=two_gpus)
+    assert built.returncode == 0, built.stderr
+    engine_dir = Path(json.loads(built.stdout)["engine_dir"])
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (engine_dir / name).write_bytes((image.model / name).read_bytes())
+    args = ["tritonserver", f"--model-store={engine_dir}", "--grpc-port=9000", "--http-port=18081",
+            "--allow-grpc=true"]
+    # The mpirun double records and exits (MPIRUN_DOUBLE_EXEC=0): the ranks' program path exists only in images.
+    result = image.run(*args, MODEL_ID="", NVIDIA_SMI_DOUBLE_GPUS=two_gpus, MPIRUN_DOUBLE_EXEC="0")
+    assert result.returncode == 0, result.stderr
+    (mpirun,) = records(image.records, "mpirun")
+    contexts = " ".join(mpirun["argv"]).split(" : ")
+    assert len(contexts) == 2, mpirun["argv"]
+    rank0 = contexts[0].split()
+    assert {f"--model-repository={image.repo}", "--grpc-port=9000", "--http-port=18081",
+            "--allow-grpc=true"} <= set(rank0), rank0
+    assert "--http-port=18081" not in contexts[1]  # only rank 0 serves the endpoints
+
+
+def test_unusable_cache_dir_is_one_clear_error_not_a_traceback(image, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    result = image.run("prepare", CACHE_DIR=str(tmp_path / "a-file" / "cache"))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr, result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert error == f"error: {tmp_path / 'a-file' / 'cache'}: Not a directory"
+    assert "CACHE_DIR" in result.stderr.splitlines()[-1]
+
+
+def test_new_template_files_make_a_new_repository(image):
+    first = json.loads(image.run("prepare", REPOSITORY_DIR="").stdout)["repository"]
+    model_py = image.paths["app"] / "all_models" / "inflight_batcher_llm" / "preprocessing" / "1" / "model.py"
+    model_py.parent.mkdir(parents=True, exist_ok=True)
+    model_py.write_text("# the next image's preprocessing\n")
+    second = json.loads(image.run("prepare", REPOSITORY_DIR="").stdout)["repository"]
+    assert second != first
+    assert (Path(second) / "preprocessing" / "1" / "model.py").read_text() == model_py.read_text()

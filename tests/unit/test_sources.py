@@ -197,6 +197,23 @@ def test_fingerprint_never_opens_files(tmp_path, monkeypatch):
     assert fingerprint(path) == expected
 
 
+def test_fingerprint_of_a_per_pod_copy_ignores_mtimes_and_never_reads_weights(tmp_path, monkeypatch):
+    path = checkpoint(tmp_path / "m")
+    with open(path / "model-00001.safetensors", "wb") as shard:
+        shard.truncate(sources.SMALL_FILE + 1)  # sparse: a weight shard
+    first = fingerprint(path, mtimes=False)
+    for file in path.iterdir():  # the storage initializer downloaded everything again
+        os.utime(file, ns=(1, 1))
+    assert fingerprint(path, mtimes=False) == first
+    (path / "config.json").write_text((path / "config.json").read_text().replace("}", ', "x": 1}'))
+    assert fingerprint(path, mtimes=False) != first
+    read = []
+    real_read_bytes = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self.name) or real_read_bytes(self))
+    fingerprint(path, mtimes=False)
+    assert "model-00001.safetensors" not in read and "config.json" in read
+
+
 def test_fingerprint_does_not_depend_on_location_or_creation_order(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     for root, names in ((a, ["x", "y/z", "w"]), (b, ["w", "y/z", "x"])):

@@ -62,6 +62,24 @@ def installed_version(distribution: str) -> str | None:
         return None
 
 
+# The TensorRT wheel is "tensorrt" in NGC images; pip installs name it by CUDA major.
+TENSORRT_DISTRIBUTIONS = ("tensorrt", "tensorrt_cu12", "tensorrt_cu13")
+
+
+def installed_tensorrt() -> str | None:
+    return next((v for v in map(installed_version, TENSORRT_DISTRIBUTIONS) if v), None)
+
+
+def app_dir(environ: Mapping[str, str], in_image: bool | None) -> Path:
+    """Where all_models/, tools/ and examples/ are: TRTLLM_APP_DIR, else NGC's /app when the image ships it (None:
+    when it exists), else the copy build.py bakes in."""
+    if environ.get("TRTLLM_APP_DIR"):
+        return Path(environ["TRTLLM_APP_DIR"])
+    if in_image is None:
+        in_image = Path(contract.NGC_APP_DIR).is_dir()
+    return Path(contract.NGC_APP_DIR if in_image else contract.BUNDLED_APP_DIR)
+
+
 def load_entry(environ: Mapping[str, str]) -> dict:
     tag = environ.get("MATRIX_TAG", "")
     path = Path(environ.get("TRTLLM_MATRIX_FILE", contract.MATRIX_FILE))
@@ -83,18 +101,16 @@ def load_entry(environ: Mapping[str, str]) -> dict:
 
 def load_facts(environ: Mapping[str, str]) -> ImageFacts:
     entry = load_entry(environ)
-    backend = entry["backend"]
-    app_dir = Path(contract.NGC_APP_DIR if backend["in_image"] else contract.BUNDLED_APP_DIR)
     trtllm = installed_version("tensorrt_llm")
     return ImageFacts(
         tag=entry["tag"],
         tensorrt_llm=trtllm or entry["tensorrt_llm"],
-        tensorrt=installed_version("tensorrt") or entry["tensorrt"],
+        tensorrt=installed_tensorrt() or entry["tensorrt"],
         triton=entry["triton"],
         workflows=tuple(entry["workflows"]),
         engine_deprecated=bool(entry["engine_deprecated"]),
         openai_frontend=bool(entry["openai_frontend"]),
-        app_dir=Path(environ["TRTLLM_APP_DIR"]) if environ.get("TRTLLM_APP_DIR") else app_dir,
+        app_dir=app_dir(environ, entry["backend"]["in_image"]),
         installed=trtllm is not None,
         matrix_tensorrt_llm=entry["tensorrt_llm"],
     )

@@ -1,11 +1,11 @@
 import json
-import os
 import platform
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from trtllm_entrypoint import facts as facts_mod
 from trtllm_entrypoint import probe as probe_mod
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.probe import probe
@@ -34,7 +34,6 @@ def image(tmp_path, monkeypatch):
     monkeypatch.setattr(probe_mod.contract, "NGC_APP_DIR", str(tmp_path / "no-app"))
     monkeypatch.setattr(probe_mod.contract, "BUNDLED_APP_DIR", str(tmp_path / "bundled"))
     monkeypatch.setattr(probe_mod, "TRITON_VERSION_FILE", str(version_file))
-    monkeypatch.setattr(probe_mod, "HPCX_MPIRUN", str(tmp_path / "opt" / "hpcx" / "ompi" / "bin" / "mpirun"))
     bin_dir = tmp_path / "bin"
     touch(bin_dir / "trtllm-build", executable=True)
     return SimpleNamespace(root=tmp_path, app=app, tritonserver=tritonserver, bin_dir=bin_dir)
@@ -59,6 +58,7 @@ def test_probe_reports_files_and_programs_of_the_image(image):
 def test_versions_come_from_the_install_not_the_matrix(image, monkeypatch):
     installed = {"tensorrt_llm": "0.17.0.post1", "tensorrt_cu12": "10.8.0.43", "huggingface_hub": "0.30.2"}
     monkeypatch.setattr(probe_mod, "installed_version", installed.get)
+    monkeypatch.setattr(facts_mod, "installed_version", installed.get)
     facts = ImageFacts(tag="25.01", tensorrt_llm="9.9.9", tensorrt="9.9", triton="9.9", workflows=("engine",),
                        engine_deprecated=False, openai_frontend=True, app_dir=image.app)
     report = probe(facts, {"PATH": "", "TRITON_SERVER_VERSION": "2.54.0"})
@@ -69,6 +69,7 @@ def test_versions_come_from_the_install_not_the_matrix(image, monkeypatch):
 
 def test_probe_without_matrix_tag_or_image_files(image, monkeypatch):
     monkeypatch.setattr(probe_mod, "installed_version", lambda name: None)
+    monkeypatch.setattr(facts_mod, "installed_version", lambda name: None)
     monkeypatch.setattr(probe_mod.contract, "TRITONSERVER", str(image.root / "missing"))
     monkeypatch.setattr(probe_mod.contract, "OPENAI_FRONTEND_MAIN", str(image.root / "missing"))
     monkeypatch.setattr(probe_mod, "TRITON_VERSION_FILE", str(image.root / "missing"))
@@ -89,15 +90,10 @@ def test_app_dir_without_facts(image, monkeypatch):
     assert probe(None, {})["app_dir"] == str(image.app)
 
 
-def test_mpirun_from_path_or_hpcx(image):
-    hpcx = touch(Path(probe_mod.HPCX_MPIRUN), executable=True)
-    assert probe(None, {"PATH": ""})["programs"]["mpirun"] == str(hpcx)
+def test_programs_are_found_where_launch_looks_for_them(image, monkeypatch):
+    # launch execs contract.TRITONSERVER and `mpirun` from PATH: a tritonserver elsewhere on PATH does not count.
+    touch(image.bin_dir / "tritonserver", executable=True)
     on_path = touch(image.bin_dir / "mpirun", executable=True)
-    assert probe(None, {"PATH": str(image.bin_dir)})["programs"]["mpirun"] == str(on_path)
-
-
-def test_tritonserver_on_path_when_not_at_the_fixed_place(image, monkeypatch):
     monkeypatch.setattr(probe_mod.contract, "TRITONSERVER", str(image.root / "missing"))
-    fallback = touch(image.bin_dir / "tritonserver", executable=True)
-    assert probe(None, {"PATH": os.pathsep.join(["/nonexistent", str(image.bin_dir)])})["programs"][
-        "tritonserver"] == str(fallback)
+    programs = probe(None, {"PATH": str(image.bin_dir)})["programs"]
+    assert programs["tritonserver"] is None and programs["mpirun"] == str(on_path)

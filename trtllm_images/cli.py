@@ -83,7 +83,8 @@ def _out_option(func):
 # --- turning options into plans (pure apart from reading the matrix file) -----------------------------------------
 
 def _plans(matrix_path: Path, tags: tuple[str, ...], all_tags: bool, *, base_image: str | None = None,
-           registry: str | None = None, out_dir: Path = DEFAULT_OUT) -> tuple[matrix_mod.Matrix, list[BuildPlan]]:
+           registry: str | None = None, out_dir: Path = DEFAULT_OUT,
+           revision: str | None = None) -> tuple[matrix_mod.Matrix, list[BuildPlan]]:
     """Load the matrix and plan every selected tag; any bad tag or option fails here, before any work."""
     if tags and all_tags:
         raise UsageError("--tag and --all exclude each other", "give one or more --tag TAG, or --all")
@@ -95,7 +96,8 @@ def _plans(matrix_path: Path, tags: tuple[str, ...], all_tags: bool, *, base_ima
     if base_image and len(entries) != 1:
         raise UsageError(f"--base-image applies to a single tag, got {len(entries)} tags",
                          "build the tags one by one, each with its own --base-image")
-    return matrix, [make_plan(e, base_image=base_image, registry=registry, out_dir=out_dir) for e in entries]
+    return matrix, [make_plan(e, base_image=base_image, registry=registry, out_dir=out_dir, revision=revision)
+                    for e in entries]
 
 
 @functools.cache
@@ -139,11 +141,13 @@ class _BuildOptions:
 @_selection_options
 @_plan_options
 @click.option("--push", is_flag=True, help="Push the images after they built and verified (needs --registry).")
+@click.option("--revision", metavar="SHA", help="Source revision for the org.opencontainers.image.revision label "
+                                                "(added last, so it never costs a cached layer).")
 @_matrix_option
 @_backend_dir_option
 @_out_option
 @click.pass_context
-def cli(ctx: click.Context, tags, all_tags, base_image, registry, push, matrix_path, backend_dir, out_dir):
+def cli(ctx: click.Context, tags, all_tags, base_image, registry, push, revision, matrix_path, backend_dir, out_dir):
     """Build TensorRT-LLM + Triton serving images for NGC tags: `build.py --tag 25.01`.
 
     Without a command, builds the selected tags: static checks, build contexts, docker build of the server and
@@ -158,7 +162,8 @@ def cli(ctx: click.Context, tags, all_tags, base_image, registry, push, matrix_p
         return
     if push and not registry:
         raise UsageError("--push needs --registry", "e.g. --registry ghcr.io/my-org --push")
-    matrix, plans = _plans(matrix_path, tags, all_tags, base_image=base_image, registry=registry, out_dir=out_dir)
+    matrix, plans = _plans(matrix_path, tags, all_tags, base_image=base_image, registry=registry, out_dir=out_dir,
+                           revision=revision)
     options = _BuildOptions(matrix=matrix, backend_dir=backend_dir, out_dir=out_dir, push=push)
     docker = _LazyDocker()
     outcomes = [_build_tag(plan, options, docker) for plan in plans]

@@ -381,3 +381,13 @@ def test_a_failing_tag_does_not_stop_the_others(tmp_path, entry, fake_docker):
     assert f"error: 1 of 2 tags failed: {other.tag}" in result.stderr
     assert read_report(tmp_path, entry.tag)["ok"] is True
     assert read_report(tmp_path, other.tag)["ok"] is False
+
+
+@needs_hadolint
+def test_revision_label_is_the_last_instruction_before_the_runtime_settings(tmp_path, entry, fake_docker):
+    result = run("--tag", entry.tag, "--out", str(tmp_path), "--revision", "0123abc")
+    assert result.exit_code == 0, result.output
+    dockerfile = (tmp_path / "context" / entry.tag / "server.Dockerfile").read_text()
+    label = 'LABEL org.opencontainers.image.revision="0123abc"'
+    assert label in dockerfile
+    assert dockerfile.index(label) > dockerfile.index("pip install"), "it must not invalidate a cached layer"

@@ -59,9 +59,8 @@ def test_expected_lists_what_the_image_must_show():
     assert want["openai_frontend"] is True
 
 
-@pytest.mark.parametrize("kind", ["server", "builder"])
-def test_a_matching_probe_has_no_mismatch(kind):
-    assert verify.compare(Entry(), good_probe(), kind) == []
+def test_a_matching_probe_has_no_mismatch():
+    assert verify.compare(Entry(), good_probe()) == []
 
 
 @pytest.mark.parametrize(
@@ -82,7 +81,7 @@ def test_a_matching_probe_has_no_mismatch(kind):
 )
 def test_versions_compare_at_the_precision_the_matrix_gives(name, matrix_value, installed, ok):
     entry = replace(Entry(), **{name: matrix_value})
-    mismatches = verify.compare(entry, good_probe(**{name: installed}), "server")
+    mismatches = verify.compare(entry, good_probe(**{name: installed}))
     assert (mismatches == []) is ok
     if not ok:
         assert fields_and_levels(mismatches) == {(name, "error")}
@@ -91,13 +90,13 @@ def test_versions_compare_at_the_precision_the_matrix_gives(name, matrix_value, 
 
 def test_an_uncertain_field_mismatches_as_a_warning():
     entry = Entry(uncertain={"tensorrt": "table says 10.0.1.6, maintainer says 9.3.0"})
-    mismatches = verify.compare(entry, good_probe(tensorrt="9.3.0.post12.dev1"), "server")
+    mismatches = verify.compare(entry, good_probe(tensorrt="9.3.0.post12.dev1"))
     assert fields_and_levels(mismatches) == {("tensorrt", "warning")}
 
 
 def test_a_null_matrix_value_reports_what_the_image_has_as_a_warning():
     entry = Entry(tensorrt=None, uncertain={"tensorrt": "not verified"})
-    (mismatch,) = verify.compare(entry, good_probe(), "server")
+    (mismatch,) = verify.compare(entry, good_probe())
     assert (mismatch.field, mismatch.actual, mismatch.level) == ("tensorrt", "10.8.0.43", "warning")
 
 
@@ -112,42 +111,37 @@ def test_a_null_matrix_value_reports_what_the_image_has_as_a_warning():
     ],
 )
 def test_templates_of_every_workflow_must_be_present(workflows, templates, missing):
-    mismatches = verify.compare(Entry(workflows=workflows), good_probe(templates=templates), "server")
+    mismatches = verify.compare(Entry(workflows=workflows), good_probe(templates=templates))
     assert fields_and_levels(mismatches) == {(name, "error") for name in missing}
 
 
 def test_fill_template_is_not_required():
-    assert verify.compare(Entry(), good_probe(fill_template=False), "server") == []
+    assert verify.compare(Entry(), good_probe(fill_template=False)) == []
 
 
 @pytest.mark.parametrize("program", ["tritonserver", "trtllm-build", "mpirun"])
 def test_every_program_must_be_on_the_path(program):
     probe = good_probe()
     probe["programs"] = {**probe["programs"], program: None}
-    (mismatch,) = verify.compare(Entry(), probe, "builder")
+    (mismatch,) = verify.compare(Entry(), probe)
     assert (mismatch.field, mismatch.level) == (f"programs.{program}", "error")
 
 
 @pytest.mark.parametrize("in_matrix, in_image", [(True, False), (False, True)])
 def test_openai_frontend_must_match_the_entry(in_matrix, in_image):
-    mismatches = verify.compare(Entry(openai_frontend=in_matrix), good_probe(openai_frontend=in_image), "server")
+    mismatches = verify.compare(Entry(openai_frontend=in_matrix), good_probe(openai_frontend=in_image))
     assert fields_and_levels(mismatches) == {("openai_frontend", "error")}
 
 
 def test_an_image_baked_for_another_tag_is_an_error():
-    mismatches = verify.compare(Entry(), good_probe(tag="25.02"), "server")
+    mismatches = verify.compare(Entry(), good_probe(tag="25.02"))
     assert fields_and_levels(mismatches) == {("tag", "error")}
-
-
-def test_an_unknown_kind_is_a_programming_error():
-    with pytest.raises(ValueError):
-        verify.compare(Entry(), good_probe(), "sidecar")
 
 
 def test_errors_fail_the_build_listing_each_mismatch_but_warnings_do_not():
     entry = Entry(uncertain={"python": "inferred"})
     probe = good_probe(tensorrt_llm="0.18.0", python="3.10.12", openai_frontend=False)
-    result = verify.Verification("server", "img:1", probe, tuple(verify.compare(entry, probe, "server")))
+    result = verify.Verification("server", "img:1", probe, tuple(verify.compare(entry, probe)))
     assert [m.field for m in result.warnings] == ["python"]
     with pytest.raises(BuildError) as caught:
         result.raise_for_errors()
@@ -162,7 +156,7 @@ def test_errors_fail_the_build_listing_each_mismatch_but_warnings_do_not():
 def test_warnings_alone_pass():
     entry = Entry(uncertain={"python": "inferred"})
     probe = good_probe(python="3.10.12")
-    result = verify.Verification("server", "img:1", probe, tuple(verify.compare(entry, probe, "server")))
+    result = verify.Verification("server", "img:1", probe, tuple(verify.compare(entry, probe)))
     result.raise_for_errors()
     assert result.to_dict()["ok"] is True
 
@@ -258,5 +252,5 @@ def test_verify_image_is_probe_plus_compare():
 
 def test_missing_templates_of_an_uncertain_workflow_are_a_warning():
     entry = Entry(workflows=("engine", "llmapi"), uncertain={"workflows": "llmapi model not seen in a real image"})
-    mismatches = verify.compare(entry, good_probe(), "server")
+    mismatches = verify.compare(entry, good_probe())
     assert fields_and_levels(mismatches) == {("templates.llmapi", "warning")}

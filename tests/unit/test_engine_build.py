@@ -234,7 +234,7 @@ def test_engine_builder_failure_publishes_nothing(doubles):
     build = engine_builder(doubles.facts, settings(), doubles.model, "llama", Log(stream=io.StringIO()), env)
     with pytest.raises(EntrypointError, match="trtllm-build exited with code 1") as caught:
         doubles.cache.ensure("k" * 20, {}, build, timeout_s=5, log=Log(stream=io.StringIO()))
-    assert "build failed" in caught.value.message
+    assert "build failed" in caught.value.message, "the error carries the tail of the program's output"
     assert sorted(p.name for p in doubles.cache.root.iterdir()) == ["k" * 20 + ".build.log", "k" * 20 + ".lock"]
 
 

@@ -116,10 +116,11 @@ def test_key_and_stamp_inputs_never_hold_the_token():
 
 
 def test_key_reads_only_attributes_that_settings_and_gpu_info_define():
-    settings_mod = pytest.importorskip("trtllm_entrypoint.settings")
+    from trtllm_entrypoint import gpu as gpu_mod
+    from trtllm_entrypoint import settings as settings_mod
+
     names = {f.name for f in dataclasses.fields(settings_mod.Settings)}
     assert set(key_inputs(IDENTITY, settings(), FACTS, gpus())["build"]) <= names
-    gpu_mod = pytest.importorskip("trtllm_entrypoint.gpu")
     assert all(hasattr(gpu_mod.GpuInfo, attr) for attr in ("compute_capability", "count", "names"))
 
 

@@ -106,6 +106,10 @@ class Sandbox:
         for name in _SCRUBBED:
             env.pop(name, None)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "entrypoints"), env["PYTHONPATH"]])
+        # In the image our code is byte-compiled when pip installs the wheel; here it would be compiled again at
+        # every start if the machine forbids bytecode files (PYTHONDONTWRITEBYTECODE), so keep them in the sandbox.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
         env.update(MATRIX_TAG=tag, TRTLLM_MATRIX_FILE=str(matrix_file), TRTLLM_APP_DIR=str(paths["app"]),
                    LOG_FORMAT="json", BENCH_TRITONSERVER=str(paths["bin"] / "tritonserver"))
         self.base_env = env

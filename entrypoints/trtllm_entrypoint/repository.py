@@ -79,6 +79,9 @@ def _strip_comments(text: str) -> str:
     """The text with every `#` comment removed (a `#` inside a quoted string is kept)."""
     lines = []
     for line in text.split("\n"):
+        if "#" not in line:
+            lines.append(line)
+            continue
         quote = None
         escaped = False
         for i, ch in enumerate(line):

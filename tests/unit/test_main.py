@@ -104,14 +104,14 @@ def assert_ensemble_wired(configs: dict) -> None:
     ensembles = [c for c in configs.values() if c.platform == "ensemble"]
     assert ensembles, "the engine workflow serves an ensemble"
     for ensemble in ensembles:
-        produced = {t.name for t in ensemble.input}
-        for step in ensemble.ensemble_scheduling.step:
+        steps = ensemble.ensemble_scheduling.step
+        produced = {t.name for t in ensemble.input} | {v for step in steps for v in step.output_map.values()}
+        for step in steps:
             assert step.model_name in configs, f"ensemble step names a missing model {step.model_name}"
             model = configs[step.model_name]
             assert set(step.input_map) <= {t.name for t in model.input}, step.model_name
             assert set(step.output_map) <= {t.name for t in model.output}, step.model_name
-            assert set(step.input_map.values()) <= produced | set(step.input_map.values()) & produced
-            produced |= set(step.output_map.values())
+            assert set(step.input_map.values()) <= produced, step.model_name
         assert {t.name for t in ensemble.output} <= produced
 
 

@@ -5,7 +5,7 @@ Layout of the root directory:
     <key>/                        a published engine: config.json, rank*.engine, build.log, stamp.json
     .tmp-<key>-<pid>-<rand>/      a build in progress (or the debris of a killed one)
     <key>.lock                    flock(2) target; holds "who builds" for log messages; never deleted
-    <key>.build.log               output of the current (or last failed) build; moved into <key>/ on success
+    <key>.failed-<pid>.log        output of a failed build (a build writes build.log inside its temp dir)
     <key>.invalid-<time>/         a published directory that failed validation, moved aside for inspection
 
 Only the holder of the key's lock builds, writes stamp.json last and renames the temp dir into place, so a reader
@@ -33,7 +33,7 @@ from typing import Callable, Iterator
 
 from trtllm_entrypoint.errors import EntrypointError
 from trtllm_entrypoint.facts import version_tuple
-from trtllm_entrypoint.paths import shared_dir
+from trtllm_entrypoint.paths import open_lock, shared_dir
 
 # Bump when the layout, the stamp or the build commands change: old entries then no longer match any key.
 SCHEMA = 1
@@ -205,7 +205,7 @@ class EngineCache:
     @contextmanager
     def _locked(self, key: str, timeout_s: float, log) -> Iterator[None]:
         lock_path = self.root / f"{key}.lock"
-        fd = _open_lock_file(lock_path)
+        fd = open_lock(lock_path)
         try:
             deadline = time.monotonic() + timeout_s
             announced = False
@@ -236,20 +236,35 @@ class EngineCache:
             aside = self.root / f"{key}.invalid-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
             log.warn("moving an invalid engine cache entry aside before rebuilding",
                      path=str(entry), moved_to=str(aside), reason=_entry_problem(entry, key))
-            os.rename(entry, aside)
+            try:
+                os.rename(entry, aside)
+            except PermissionError:
+                raise EntrypointError(f"the invalid engine cache entry {entry} belongs to another user and cannot "
+                                      "be moved aside", "remove it, or give each UID its own CACHE_DIR") from None
+
+    def _keep_failed_log(self, key: str, log_path: Path, log, error: BaseException) -> None:
+        """Moves the output out of the temp dir before it is removed, and points the error at the new place."""
+        kept = self.root / f"{key}.failed-{os.getpid()}.log"
+        try:
+            os.replace(log_path, kept)
+        except OSError:
+            return  # nothing was written yet
+        log.error("the failed build's output is kept", path=str(kept))
+        if isinstance(error, EntrypointError):
+            error.message = error.message.replace(str(log_path), str(kept))
+            error.hint = error.hint.replace(str(log_path), str(kept))
 
     def _build(self, key: str, stamp_inputs: dict, build: Callable[[Path, Path], None], lock_wait: float,
                log) -> Path:
         tmp = self.root / f".tmp-{key}-{os.getpid()}-{secrets.token_hex(4)}"
-        log_path = self.root / f"{key}.build.log"
         tmp.mkdir(mode=0o755)
+        # Inside our own temp dir, so no other UID's file is ever truncated; published with the engine.
+        log_path = tmp / BUILD_LOG
         try:
-            log_path.write_text("")  # a failed earlier attempt's output is replaced, not appended to
             started = time.monotonic()
             with log.phase("engine build", key=key, log_path=str(log_path)):
                 build(tmp, log_path)
             build_seconds = round(time.monotonic() - started, 3)
-            os.replace(log_path, tmp / BUILD_LOG)
             stamp = {
                 "schema": SCHEMA, "key": key, "inputs": stamp_inputs, "created": _utc_now(),
                 "builder": {"host": socket.gethostname(), "pid": os.getpid()},
@@ -261,19 +276,12 @@ class EngineCache:
             final = self.entry(key)
             os.rename(tmp, final)
             _fsync_path(self.root, directory=True)
-        except BaseException:
+        except BaseException as error:
+            self._keep_failed_log(key, log_path, log, error)
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         log.info("engine published", key=key, path=str(final))
         return final
-
-
-def _open_lock_file(path: Path) -> int:
-    try:
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except PermissionError:
-        # Made by another UID without group/other write: flock still works on a read-only descriptor.
-        return os.open(path, os.O_RDONLY)
 
 
 def _try_flock(fd: int) -> bool:

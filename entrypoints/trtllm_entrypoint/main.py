@@ -65,12 +65,22 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 
 def fail(env: Mapping[str, str], message: str, hint: str, code: int) -> NoReturn:
-    # Masked like every log line, whatever produced the message.
-    log = Log(secrets=tuple(env.get(name, "") for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")))
+    # Masked like every log line, whatever produced the message (settings may not have been parsed).
+    log = Log(secrets=tokens(env))
     print(log.redact(f"error: {message}"), file=sys.stderr)
     if hint:
         print(log.redact(f"hint: {hint}"), file=sys.stderr)
     sys.exit(code)
+
+
+def tokens(env: Mapping[str, str]) -> tuple[str, ...]:
+    """Every form the Hugging Face token may have been given in, as Settings would read it."""
+    found = [env.get(name, "").strip() for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")]
+    try:
+        found.append(Path(env["HF_TOKEN_FILE"]).read_text().strip() if env.get("HF_TOKEN_FILE") else "")
+    except OSError:
+        pass
+    return tuple(t for t in found if t)
 
 
 def run(args: list[str], env: dict[str, str]) -> int:
@@ -137,7 +147,7 @@ def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: 
         return finish(settings, facts, log, repo=source.path, engine_dir=None, world_size=settings.world_size,
                       tokenizer=None)
     if source.kind == "engine" and settings.workflow == "llmapi":
-        if env.get("WORKFLOW"):
+        if (env.get("WORKFLOW") or "").strip():
             raise UsageError(f"WORKFLOW=llmapi cannot serve the prebuilt engine at {source.path}",
                              "set WORKFLOW=engine, or give MODEL_ID a Hugging Face checkpoint")
         log.info("the model is a prebuilt engine: using the engine workflow (this image's default is llmapi)")
@@ -273,9 +283,11 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
             record_health_url(health_url(given.http_port))
         launch.exec_argv(args, env)
     facts = load_facts(env)
-    # The ports typed on the command line win over the environment's; the other arguments go to the server too.
-    settings = dataclasses.replace(Settings.from_env(env, facts), **given.ports())
-    settings = dataclasses.replace(settings, triton_args=given.others + settings.triton_args, frontend="triton")
+    # The ports typed on the command line win over the environment's (and are validated with it); it asked for
+    # tritonserver, so no OpenAI frontend; with several ranks its other arguments go to rank 0.
+    typed = {name.upper(): str(port) for name, port in given.ports().items()}
+    settings = Settings.from_env({**env, **typed, "FRONTEND": "triton"}, facts)
+    settings = dataclasses.replace(settings, triton_args=given.others + settings.triton_args)
     log = Log(settings.log_format, secrets=(settings.hf_token or "",))
     log.info("the model store is not a Triton model repository; preparing one from it", path=given.repository)
     source = sources.ModelSource(kind=kind, path=given.repository, repo_id=None, revision=None,

@@ -31,5 +31,16 @@ def shared_dir(path: Path) -> Path:
             directory.mkdir()
         except FileExistsError:
             continue  # another replica made it first
-        os.chmod(directory, 0o1777)
+        try:
+            os.chmod(directory, 0o1777)
+        except OSError:
+            pass  # some volume drivers refuse modes; the directory still works for this UID
     return path
+
+
+def open_lock(path: Path) -> int:
+    """A descriptor to flock on, also when another UID created the lock file (flock works read-only too)."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:
+        return os.open(path, os.O_RDONLY)

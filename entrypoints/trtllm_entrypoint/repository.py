@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from trtllm_entrypoint import contract, pbtxt
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.paths import shared_dir, under_model_dir, within
+from trtllm_entrypoint.paths import open_lock, shared_dir, under_model_dir, within
 
 if TYPE_CHECKING:
     from trtllm_entrypoint.facts import ImageFacts
@@ -325,8 +325,10 @@ def _copy_tree(source: Path, target: Path) -> None:
 def plan_digest(plan: FillPlan, template_root: Path) -> str:
     """Names the repository a plan writes: same templates and values, same digest, so it can be reused."""
     # The copied template files (model.py …) count too: a new image on an old cache must not reuse old code.
-    copied = sorted((str(f.relative_to(template_root)), f.stat().st_size, f.stat().st_mtime_ns)
-                    for m in plan.models for f in (template_root / m.source).rglob("*") if f.is_file())
+    # By content, not mtime, so templates copied anew per pod still name the same repository.
+    copied = sorted((str(f.relative_to(template_root)), hashlib.sha256(f.read_bytes()).hexdigest())
+                    for m in plan.models for f in (template_root / m.source).rglob("*")
+                    if f.is_file() and "__pycache__" not in f.parts)
     content = {"templates": str(template_root), "workflow": plan.workflow, "copied": copied,
                "models": [[m.source, m.name, sorted(m.files.items())] for m in plan.models]}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:20]
@@ -341,16 +343,24 @@ def write_repository(plan: FillPlan, dest: Path, template_root: Path, log: Log |
     dest = Path(os.path.abspath(dest))
     template_root = Path(os.path.abspath(template_root))
     _check_destination(dest, template_root)
-    shared_dir(dest.parent)
     if replace:
+        dest.parent.mkdir(parents=True, exist_ok=True)
         _write(plan, dest, template_root, log)
         return True
-    with open(dest.parent / f".{dest.name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released on close, or by the kernel if we are killed
+    if dest.is_dir():
+        return False
+    shared_dir(dest.parent)
+    fd = open_lock(dest.parent / f".{dest.name}.lock")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released on close, or by the kernel if we are killed
         if dest.is_dir():
             return False
+        for debris in dest.parent.glob(f".{dest.name}.new-*"):  # a killed writer's, since we hold the lock
+            shutil.rmtree(debris, ignore_errors=True)
         _write(plan, dest, template_root, log)
         return True
+    finally:
+        os.close(fd)
 
 
 def _write(plan: FillPlan, dest: Path, template_root: Path, log: Log | None) -> None:
@@ -363,6 +373,7 @@ def _write(plan: FillPlan, dest: Path, template_root: Path, log: Log | None) -> 
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text)
         validate_repository(staging, log=log)
+        os.chmod(staging, 0o755)  # mkdtemp's 0700 would hide it from replicas under other UIDs
         _swap_in(staging, dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

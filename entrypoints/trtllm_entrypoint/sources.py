@@ -117,24 +117,41 @@ def resolve(settings, environ: Mapping[str, str], exists: Callable[[str], bool] 
 
 
 SMALL_FILE = 1 << 20  # configs and tokenizers are below this; weight shards are far above it
+SAMPLE = 1 << 16      # bytes read from the middle and from the end of a large file in a per-pod copy
+
+
+def _sample(path: str, size: int) -> bytes:
+    """A few bytes from the middle and the end of a large file: enough to tell two fine-tunes of the same
+    architecture apart (same names and sizes), without reading the weights."""
+    with open(path, "rb") as file:
+        file.seek(size // 2)
+        middle = file.read(SAMPLE)
+        file.seek(max(size - SAMPLE, 0))
+        return middle + file.read(SAMPLE)
 
 
 def fingerprint(path: Path, mtimes: bool = True) -> str:
     """Cheap identity of a local directory: relative names, sizes and mtimes of its files, never the weights.
 
     mtimes=False is for copies made anew at every start (KServe's storage initializer downloads into /mnt/models per
-    pod): the contents of the small files (configs, tokenizer) stand in for the mtimes, so a restart still hits."""
+    pod): the contents of the small files (configs, tokenizer) and a 128 KiB sample of each large one stand in for
+    the mtimes, so a restart still hits and another model with the same file sizes does not. Hidden files and
+    directories (download metadata such as .cache/huggingface) are not part of the model."""
     digest = hashlib.sha256()
     entries = []
     for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
-        dirnames.sort()
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in filenames:
+            if name.startswith("."):
+                continue
             full = os.path.join(dirpath, name)
             st = os.stat(full)
             if mtimes:
                 mark = str(st.st_mtime_ns)
+            elif st.st_size <= SMALL_FILE:
+                mark = hashlib.sha256(Path(full).read_bytes()).hexdigest()
             else:
-                mark = hashlib.sha256(Path(full).read_bytes()).hexdigest() if st.st_size <= SMALL_FILE else "-"
+                mark = hashlib.sha256(_sample(full, st.st_size)).hexdigest()
             entries.append((os.path.relpath(full, path).replace(os.sep, "/"), st.st_size, mark))
     for rel, size, mark in sorted(entries):
         digest.update(f"{rel}\0{size}\0{mark}\n".encode())

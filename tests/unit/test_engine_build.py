@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import json
 import sys
 from pathlib import Path
@@ -235,7 +236,9 @@ def test_engine_builder_failure_publishes_nothing(doubles):
     with pytest.raises(EntrypointError, match="trtllm-build exited with code 1") as caught:
         doubles.cache.ensure("k" * 20, {}, build, timeout_s=5, log=Log(stream=io.StringIO()))
     assert "build failed" in caught.value.message, "the error carries the tail of the program's output"
-    assert sorted(p.name for p in doubles.cache.root.iterdir()) == ["k" * 20 + ".build.log", "k" * 20 + ".lock"]
+    kept = doubles.cache.root / f"{'k' * 20}.failed-{os.getpid()}.log"
+    assert sorted(p.name for p in doubles.cache.root.iterdir()) == [kept.name, "k" * 20 + ".lock"]
+    assert str(kept) in caught.value.hint
 
 
 def test_engine_builder_needs_the_convert_script_of_the_version(doubles):

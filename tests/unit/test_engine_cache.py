@@ -236,9 +236,24 @@ def test_a_failing_build_leaves_no_temp_dir_and_no_entry_but_keeps_its_log(tmp_p
 
     with pytest.raises(EntrypointError, match="exited with code 1"):
         cache.ensure(KEY, {}, failing, timeout_s=5, log=quiet_log())
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{KEY}.build.log", f"{KEY}.lock"]
-    assert "out of memory" in (tmp_path / f"{KEY}.build.log").read_text()
+    kept = f"{KEY}.failed-{os.getpid()}.log"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [kept, f"{KEY}.lock"]
+    assert "out of memory" in (tmp_path / kept).read_text()
     assert cache.lookup(KEY) is None
+
+
+def test_the_error_of_a_failed_build_points_at_the_kept_log(tmp_path):
+    cache = EngineCache(tmp_path)
+
+    def failing(out_dir, log_path):
+        log_path.write_text("boom\n")
+        raise EntrypointError(f"step failed; the full output is in {log_path}", f"see {log_path}")
+
+    with pytest.raises(EntrypointError) as caught:
+        cache.ensure(KEY, {}, failing, timeout_s=5, log=quiet_log())
+    kept = tmp_path / f"{KEY}.failed-{os.getpid()}.log"
+    assert str(kept) in caught.value.message and str(kept) in caught.value.hint
+    assert kept.read_text() == "boom\n"
 
 
 def test_an_invalid_published_dir_is_moved_aside_and_rebuilt(tmp_path):

@@ -429,3 +429,15 @@ def test_the_entrypoint_accepts_every_generated_environment(options, entry, tmp_
         assert settings.tp_size == options.tp_size, kind
         if kind == "InferenceService":
             assert (settings.http_port, settings.grpc_port) == (8080, 9000)
+
+
+def test_kserve_command_takes_a_users_own_image(tmp_path):
+    from click.testing import CliRunner
+
+    from trtllm_images.cli import cli
+
+    image = "registry.example.com/team/llm-server:prod"
+    result = CliRunner().invoke(cli, ["kserve", "--tag", "25.01", "--model-id", HUB_MODEL, "--image", image])
+    assert result.exit_code == 0, result.output
+    (runtime, *_) = yaml.safe_load_all(result.output)
+    assert runtime["spec"]["containers"][0]["image"] == image

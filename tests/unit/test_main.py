@@ -315,6 +315,7 @@ def test_default_repository_is_content_addressed_and_reused(image):
     assert json.loads(second.stdout)["repository"] == str(repo)
     assert "model repository up to date" in second.stderr
     assert json.loads(other.stdout)["repository"] != str(repo)
+    assert repo.stat().st_mode & 0o777 == 0o755, "readable by replicas under other UIDs"
 
 
 def test_other_commands_run_unchanged_with_their_exit_code(image):
@@ -377,6 +378,8 @@ def test_prebuilt_engine_on_an_llmapi_default_image_uses_the_engine_workflow(tmp
     assert served.returncode == 0, served.stderr
     assert json.loads(served.stdout)["engine_dir"] == str(engine_dir)
     assert (img.repo / "ensemble" / "config.pbtxt").exists()
+    blank = img.run("prepare", MODEL_ID=str(engine_dir), WORKFLOW="  ")  # blank counts as unset
+    assert blank.returncode == 0, blank.stderr
     refused = img.run("prepare", MODEL_ID=str(engine_dir), WORKFLOW="llmapi")
     assert refused.returncode == 2 and "WORKFLOW=llmapi cannot serve the prebuilt engine" in refused.stderr
 
@@ -399,6 +402,7 @@ def test_stock_kserve_command_with_a_two_gpu_engine_starts_one_rank_per_gpu(imag
     rank0 = contexts[0].split()
     assert {f"--model-repository={image.repo}", "--grpc-port=9000", "--http-port=18081",
             "--allow-grpc=true"} <= set(rank0), rank0
+    assert not any(arg.startswith("--model-store") for arg in " : ".join(contexts).split()), "no engine as repo"
     assert "--http-port=18081" not in contexts[1]  # only rank 0 serves the endpoints
 
 
@@ -420,3 +424,11 @@ def test_new_template_files_make_a_new_repository(image):
     second = json.loads(image.run("prepare", REPOSITORY_DIR="").stdout)["repository"]
     assert second != first
     assert (Path(second) / "preprocessing" / "1" / "model.py").read_text() == model_py.read_text()
+
+
+def test_error_lines_mask_a_token_given_in_a_file(image, tmp_path):
+    token = "hf_filetokenfiletokenfiletoken12"
+    (tmp_path / "token").write_text(token + "\n")
+    result = image.run("prepare", HF_TOKEN_FILE=str(tmp_path / "token"), MODEL_ID=f"{token} x")
+    assert result.returncode == 2
+    assert token not in result.stderr and "***" in result.stderr

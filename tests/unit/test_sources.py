@@ -197,21 +197,29 @@ def test_fingerprint_never_opens_files(tmp_path, monkeypatch):
     assert fingerprint(path) == expected
 
 
-def test_fingerprint_of_a_per_pod_copy_ignores_mtimes_and_never_reads_weights(tmp_path, monkeypatch):
+def test_fingerprint_of_a_per_pod_copy_ignores_mtimes_and_samples_large_files(tmp_path, monkeypatch):
     path = checkpoint(tmp_path / "m")
     with open(path / "model-00001.safetensors", "wb") as shard:
-        shard.truncate(sources.SMALL_FILE + 1)  # sparse: a weight shard
+        shard.truncate(sources.SMALL_FILE * 64)  # sparse: a weight shard
+    metadata = path / ".cache" / "huggingface" / "download" / "config.json.metadata"
+    write(metadata, "written at 1700000000.1")  # what hf:// downloads leave, different on every pod
     first = fingerprint(path, mtimes=False)
     for file in path.iterdir():  # the storage initializer downloaded everything again
         os.utime(file, ns=(1, 1))
+    write(metadata, "written at 1700000999.9")
     assert fingerprint(path, mtimes=False) == first
     (path / "config.json").write_text((path / "config.json").read_text().replace("}", ', "x": 1}'))
-    assert fingerprint(path, mtimes=False) != first
+    changed_config = fingerprint(path, mtimes=False)
+    assert changed_config != first
+    with open(path / "model-00001.safetensors", "r+b") as shard:  # another fine-tune: same names and sizes
+        shard.seek(sources.SMALL_FILE * 32 + 10)
+        shard.write(b"\x01")
+    assert fingerprint(path, mtimes=False) != changed_config
     read = []
-    real_read_bytes = Path.read_bytes
-    monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self.name) or real_read_bytes(self))
+    real_sample = sources._sample
+    monkeypatch.setattr(sources, "_sample", lambda p, size: read.append(len(real_sample(p, size))) or b"")
     fingerprint(path, mtimes=False)
-    assert "model-00001.safetensors" not in read and "config.json" in read
+    assert read == [2 * sources.SAMPLE], "only a sample of the one large file is read"
 
 
 def test_fingerprint_does_not_depend_on_location_or_creation_order(tmp_path):

@@ -4,10 +4,8 @@ and a Job that warms it. Pure: options in, dicts/text out (`write_files` is the 
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import tempfile
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -15,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import yaml
 
 from trtllm_images.errors import UsageError
+from trtllm_images.files import write_atomic
 from trtllm_images.plan import make_plan
 
 if TYPE_CHECKING:
@@ -301,19 +300,7 @@ def render_files(entry: MatrixEntry, options: KServeOptions) -> dict[str, str]:
 
 def write_files(out_dir: Path, files: dict[str, str]) -> list[Path]:
     """Each file via a temp file + rename, so an interrupted run never leaves a truncated manifest."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in files.items():
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out_dir)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(tmp, out_dir / name)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        written.append(out_dir / name)
-    return written
+    return [write_atomic(Path(out_dir) / name, text.encode("utf-8")) for name, text in files.items()]
 
 
 RUNTIME_KINDS = ("ClusterServingRuntime", "ServingRuntime")

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from trtllm_images.files import write_atomic
 
 REPORT_VERSION = 1
 
@@ -79,18 +79,8 @@ def report_path(out_dir: Path, tag: str) -> Path:
 
 def write_report(out_dir: Path, record: BuildRecord) -> Path:
     """Write the report atomically: readers see the previous report or the new one, never half of one."""
-    path = report_path(out_dir, record.tag)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{record.tag}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(record.to_dict(), handle, indent=2, default=str)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+    text = json.dumps(record.to_dict(), indent=2, default=str) + "\n"
+    return write_atomic(report_path(out_dir, record.tag), text.encode("utf-8"))
 
 
 def _finding_dict(finding) -> dict:

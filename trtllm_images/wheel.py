@@ -11,13 +11,12 @@ import csv
 import hashlib
 import io
 import json
-import os
 import re
-import tempfile
 import zipfile
 from pathlib import Path
 
 from trtllm_images.errors import BuildError
+from trtllm_images.files import write_atomic
 
 ENTRYPOINTS_DIR = Path(__file__).resolve().parents[1] / "entrypoints"
 WHEEL_GLOB = "trtllm_entrypoint-*.whl"   # what images/_common.j2 installs
@@ -41,18 +40,7 @@ def build_wheel(project_dir: Path = ENTRYPOINTS_DIR, *, dest: Path) -> Path:
     record = f"{dist_info}/RECORD"
     files[record] = _record(files, record)
 
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    target = dest / f"{dist}-{meta['version']}-py3-none-any.whl"
-    fd, tmp = tempfile.mkstemp(dir=dest, prefix=".wheel-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(_zip(files))
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return target
+    return write_atomic(Path(dest) / f"{dist}-{meta['version']}-py3-none-any.whl", _zip(files))
 
 
 def read_project(pyproject: Path) -> dict:

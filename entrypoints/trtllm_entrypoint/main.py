@@ -21,7 +21,7 @@ from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, load_facts
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.paths import under_model_dir
-from trtllm_entrypoint.settings import Settings
+from trtllm_entrypoint.settings import Settings, token_values
 
 SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health")
 USAGE = (
@@ -66,21 +66,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 def fail(env: Mapping[str, str], message: str, hint: str, code: int) -> NoReturn:
     # Masked like every log line, whatever produced the message (settings may not have been parsed).
-    log = Log(secrets=tokens(env))
+    log = Log(secrets=token_values(env))
     print(log.redact(f"error: {message}"), file=sys.stderr)
     if hint:
         print(log.redact(f"hint: {hint}"), file=sys.stderr)
     sys.exit(code)
-
-
-def tokens(env: Mapping[str, str]) -> tuple[str, ...]:
-    """Every form the Hugging Face token may have been given in, as Settings would read it."""
-    found = [env.get(name, "").strip() for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")]
-    try:
-        found.append(Path(env["HF_TOKEN_FILE"]).read_text().strip() if env.get("HF_TOKEN_FILE") else "")
-    except OSError:
-        pass
-    return tuple(t for t in found if t)
 
 
 def run(args: list[str], env: dict[str, str]) -> int:
@@ -100,9 +90,7 @@ def run(args: list[str], env: dict[str, str]) -> int:
                          "configure it with environment variables (see the README's environment table)")
     facts = load_facts(env)
     settings = Settings.from_env(env, facts)
-    log = Log(settings.log_format, secrets=(settings.hf_token or "",))
-    if settings.cache_fallback_reason:
-        log.warn(settings.cache_fallback_reason, cache_dir=settings.cache_dir)
+    log = open_log(settings)
     if command == "check":
         return check(settings, facts, env, log)
     if command == "build-engine":
@@ -115,6 +103,13 @@ def run(args: list[str], env: dict[str, str]) -> int:
         print(prepared.to_json())
         return 0
     return exec_server(prepared, env, log)
+
+
+def open_log(settings: Settings) -> Log:
+    log = Log(settings.log_format, secrets=(settings.hf_token or "",))
+    if settings.cache_fallback_reason:
+        log.warn(settings.cache_fallback_reason, cache_dir=settings.cache_dir)
+    return log
 
 
 def _facts_or_none(env: Mapping[str, str]) -> ImageFacts | None:
@@ -250,9 +245,10 @@ def health_state() -> Path:
 
 
 def record_health_url(url: str) -> None:
+    state = health_state()
     try:
-        health_state().parent.mkdir(parents=True, exist_ok=True)
-        health_state().write_text(json.dumps({"url": url}))
+        state.parent.mkdir(parents=True, exist_ok=True)
+        state.write_text(json.dumps({"url": url}))
     except OSError:
         pass  # the health check then falls back to HTTP_PORT; serving must not fail over it
 
@@ -288,7 +284,7 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     typed = {name.upper(): str(port) for name, port in given.ports().items()}
     settings = Settings.from_env({**env, **typed, "FRONTEND": "triton"}, facts)
     settings = dataclasses.replace(settings, triton_args=given.others + settings.triton_args)
-    log = Log(settings.log_format, secrets=(settings.hf_token or "",))
+    log = open_log(settings)
     log.info("the model store is not a Triton model repository; preparing one from it", path=given.repository)
     source = sources.ModelSource(kind=kind, path=given.repository, repo_id=None, revision=None,
                                  read_only=under_model_dir(given.repository))

@@ -168,8 +168,22 @@ class _Env:
         return None if raw is None else Path(os.path.abspath(raw))
 
 
+TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # the second is the older name, read when HF_TOKEN is unset
+
+
+def token_values(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """Every token the environment gives, unvalidated: for masking messages written before settings are parsed."""
+    env = _Env(environ)
+    found = [env.text(name) for name in TOKEN_VARIABLES]
+    try:
+        found.append(Path(environ["HF_TOKEN_FILE"]).read_text().strip() if env.text("HF_TOKEN_FILE") else None)
+    except OSError:
+        pass
+    return tuple(token for token in found if token)
+
+
 def _token(env: _Env) -> str | None:
-    token = env.text("HF_TOKEN") or env.text("HUGGING_FACE_HUB_TOKEN")
+    token = env.text(TOKEN_VARIABLES[0]) or env.text(TOKEN_VARIABLES[1])
     token_file = env.text("HF_TOKEN_FILE")
     if token_file is None:
         return token

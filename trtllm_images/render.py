@@ -22,9 +22,6 @@ CONTAINER_PATHS = {
     "metrics_port": 8002,
 }
 
-REVISION_LABEL = "org.opencontainers.image.revision"
-BASE_NAME_LABEL = "org.opencontainers.image.base.name"
-
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
@@ -37,11 +34,6 @@ def render(plan: BuildPlan) -> dict[str, str]:
     env = environment()
     out = {}
     for spec in plan.images:
-        labels = plan.image_labels(spec.kind)
-        # Expanded by Docker, so the label names the image actually used even when BASE_IMAGE is overridden.
-        labels[BASE_NAME_LABEL] = "${BASE_IMAGE}"
-        revision = {REVISION_LABEL: labels.pop(REVISION_LABEL)} if REVISION_LABEL in labels else {}
         template = env.get_template(spec.dockerfile + ".j2")
-        out[spec.dockerfile] = template.render(plan=plan, spec=spec, labels=labels, revision_labels=revision,
-                                               paths=CONTAINER_PATHS)
+        out[spec.dockerfile] = template.render(plan=plan, spec=spec, paths=CONTAINER_PATHS)
     return out

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.update_golden import GOLDEN_DIR, GOLDEN_TAGS, render_tag
+from tests.update_golden import GOLDEN_DIR, REGENERATE, golden_tags, render_tag
 from trtllm_entrypoint import contract
 from trtllm_images import context, matrix, render
 from trtllm_images.checks import instructions
@@ -25,13 +25,20 @@ def rendered(real_matrix, tag, **options):
     return render.render(make_plan(real_matrix.get(tag), out_dir=Path("/nonexistent"), **options))
 
 
-@pytest.mark.parametrize("tag", GOLDEN_TAGS)
+@pytest.mark.parametrize("tag", golden_tags())
 def test_golden_dockerfiles(tag):
-    """On an intended change: `python tests/update_golden.py`, then review the diff of tests/golden/."""
-    texts = render_tag(tag)
-    assert sorted(texts) == sorted(p.name for p in (GOLDEN_DIR / tag).iterdir())
-    for name, text in texts.items():
-        assert text == (GOLDEN_DIR / tag / name).read_text(encoding="utf-8"), f"{tag}/{name} differs from golden"
+    """Every supported tag, byte for byte: a template change that breaks an old tag shows in the diff of tests/golden."""
+    rendered = render_tag(tag)
+    hint = f"if the change is intended, run `{REGENERATE}` and review `git diff tests/golden`"
+    golden = {p.name: p.read_bytes() for p in (GOLDEN_DIR / tag).glob("*")} if (GOLDEN_DIR / tag).is_dir() else {}
+    assert sorted(golden) == sorted(rendered), f"tests/golden/{tag} holds {sorted(golden)}; {hint}"
+    for name, data in rendered.items():
+        assert data == golden[name], f"tests/golden/{tag}/{name} differs from the render; {hint}"
+
+
+def test_golden_directories_are_exactly_the_supported_tags():
+    present = sorted(p.name for p in GOLDEN_DIR.iterdir() if p.is_dir())
+    assert present == sorted(golden_tags()), f"run `{REGENERATE}` to add missing tags and drop unsupported ones"
 
 
 def test_host_paths_agree_with_the_container_contract():

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import yaml
 
+from trtllm_images.contract import CACHE_DIR, KSERVE_MODEL_DIR, METRICS_PORT, UID
 from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.files import write_atomic
 from trtllm_images.plan import make_plan as make_build_plan
@@ -20,17 +21,12 @@ from trtllm_images.plan import make_plan as make_build_plan
 if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry
 
-# Must agree with entrypoints/trtllm_entrypoint/contract.py (the packages never import each other; a test compares).
-MODEL_DIR = "/mnt/models"
-CACHE_DIR = "/var/cache/trtllm"
-
 CONTAINER = "kserve-container"            # KServe refuses a runtime without a container of this name
 MODEL_FORMAT = "tensorrt-llm"             # our own format, so auto-selection never competes with kserve-tritonserver
 PROTOCOLS = ("v2", "grpc-v2")
 KNOWN_PROTOCOLS = {"v1", "v2", "grpc-v1", "grpc-v2"}
-HTTP_PORT, GRPC_PORT, METRICS_PORT = 8080, 9000, 8002  # KServe's HTTP default; gRPC/metrics as its stock Triton runtime
+HTTP_PORT, GRPC_PORT = 8080, 9000        # KServe's HTTP default; gRPC as its stock Triton runtime
 GPU = "nvidia.com/gpu"
-UID = 1000                                # the NGC images' triton-server user
 STARTUP_BUDGET_SECONDS = 2 * 3600         # a cold engine build of a large model
 STARTUP_PERIOD_SECONDS = 30
 CACHE_VOLUME, SHM_VOLUME, MODELS_VOLUME = "trtllm-cache", "devshm", "models"
@@ -258,7 +254,7 @@ def _warm_job(o: KServeOptions, image: str) -> dict:
     volumes = [_cache_volume(o), _shm_volume()]
     if o.storage_uri:  # validated: pvc://<claim>[/<path>]
         claim, _, sub_path = o.storage_uri[len("pvc://"):].partition("/")
-        mount = {"name": MODELS_VOLUME, "mountPath": MODEL_DIR, "readOnly": True}
+        mount = {"name": MODELS_VOLUME, "mountPath": KSERVE_MODEL_DIR, "readOnly": True}
         if sub_path:
             mount["subPath"] = sub_path
         mounts.append(mount)

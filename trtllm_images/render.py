@@ -7,21 +7,10 @@ from pathlib import Path
 
 import jinja2
 
+from trtllm_images import contract
 from trtllm_images.plan import BuildPlan
 
 IMAGES_DIR = Path(__file__).resolve().parents[1] / "images"
-
-# The container side's contract (entrypoints/trtllm_entrypoint/contract.py) as the Dockerfiles need it; the two
-# packages never import each other, so tests compare these values with that module.
-CONTAINER_PATHS = {
-    "matrix_file": "/etc/trtllm-images/matrix.json",
-    "bundled_app_dir": "/opt/trtllm-images/app",
-    "cache_dir": "/var/cache/trtllm",
-    "http_port": 8000,
-    "grpc_port": 8001,
-    "metrics_port": 8002,
-}
-
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
@@ -35,5 +24,5 @@ def render(plan: BuildPlan) -> dict[str, str]:
     out = {}
     for spec in plan.images:
         template = env.get_template(spec.dockerfile + ".j2")
-        out[spec.dockerfile] = template.render(plan=plan, spec=spec, paths=CONTAINER_PATHS)
+        out[spec.dockerfile] = template.render(plan=plan, spec=spec, contract=contract)
     return out

@@ -213,14 +213,6 @@ def test_pvc_and_warm_job_share_the_cache_and_the_engine_settings(entry):
     assert job["spec"]["activeDeadlineSeconds"] >= 2 * 3600
 
 
-def test_constants_agree_with_the_container_contract():
-    from trtllm_entrypoint import contract
-
-    assert kserve.MODEL_DIR == contract.KSERVE_MODEL_DIR
-    assert kserve.CACHE_DIR == contract.DEFAULT_CACHE_DIR
-    assert kserve.METRICS_PORT == contract.DEFAULT_METRICS_PORT
-
-
 def test_explicit_image_and_registry(entry):
     explicit = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, image="registry.local/x@sha256:" + "a" * 64)
     runtime = documents(explicit)[0]

@@ -11,6 +11,7 @@ import pytest
 from tests.update_golden import GOLDEN_DIR, REGENERATE, golden_tags, render_tag
 from trtllm_entrypoint import contract
 from trtllm_images import context, matrix, render
+from trtllm_images import contract as host
 from trtllm_images.checks import instructions
 from trtllm_images.errors import BuildError
 from trtllm_images.plan import make_plan
@@ -41,12 +42,11 @@ def test_golden_directories_are_exactly_the_supported_tags():
     assert present == sorted(golden_tags()), f"run `{REGENERATE}` to add missing tags and drop unsupported ones"
 
 
-def test_host_paths_agree_with_the_container_contract():
-    paths = render.CONTAINER_PATHS
-    assert paths["matrix_file"] == contract.MATRIX_FILE
-    assert paths["bundled_app_dir"] == contract.BUNDLED_APP_DIR
-    assert paths["cache_dir"] == contract.DEFAULT_CACHE_DIR
-    assert (paths["http_port"], paths["grpc_port"], paths["metrics_port"]) == (
+def test_host_contract_agrees_with_the_container_contract():
+    """Dockerfiles and KServe manifests take these values from trtllm_images.contract; the image from its own module."""
+    assert (host.MATRIX_FILE, host.BUNDLED_APP_DIR, host.CACHE_DIR, host.KSERVE_MODEL_DIR) == (
+        contract.MATRIX_FILE, contract.BUNDLED_APP_DIR, contract.DEFAULT_CACHE_DIR, contract.KSERVE_MODEL_DIR)
+    assert (host.HTTP_PORT, host.GRPC_PORT, host.METRICS_PORT) == (
         contract.DEFAULT_HTTP_PORT, contract.DEFAULT_GRPC_PORT, contract.DEFAULT_METRICS_PORT)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import resource
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from benchmarks.report import Metric, Target, median
 from benchmarks.sandbox import Sandbox, Start, checkpoint_bytes, sized_checkpoint

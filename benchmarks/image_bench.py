@@ -6,14 +6,15 @@ Drives the same functions as `python build.py` (plan, render, wheel, context, bu
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from benchmarks.report import Metric, Target, median
 from trtllm_images import builder, context, render, wheel
@@ -155,7 +156,5 @@ def image_metrics(client, standin: str, work: Path, repeats: int, say: Say) -> l
 def _remove(client, refs: list[str]) -> None:
     """Remove the images this benchmark tagged (children first); what fails to go is left for `docker image prune`."""
     for ref in refs:
-        try:
+        with contextlib.suppress(Exception):  # cleanup must not hide the measurement's own error
             client.images.remove(ref)
-        except Exception:  # noqa: BLE001 - cleanup must not hide the measurement's own error
-            pass

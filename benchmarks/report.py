@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import operator
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 _OPS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, ">=": operator.ge, ">": operator.gt}
 
@@ -93,7 +93,7 @@ def table(metrics: Sequence[Metric]) -> str:
     rows += [(m.name, format_value(m.value, m.unit), m.target.describe() if m.target else "-", m.status)
              for m in metrics]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = [" | ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines = [" | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     notes = [f"  {m.name}: {m.note}" for m in metrics if m.note]
     return "\n".join(lines + (["", "notes:"] + notes if notes else []))

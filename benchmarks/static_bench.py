@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from benchmarks.report import Metric, Target, median
 from trtllm_images import checks, render
@@ -50,7 +50,7 @@ def static_metrics(repeats: int, say: Say) -> list[Metric]:
         in_policy.append(_timed(lambda: [checks.dockerfile_findings(*t) for t in texts]
                                 + [checks.matrix_findings(matrix)]))
         in_hadolint.append(_timed(lambda: checks.hadolint_findings(texts)))
-    total = [r + c for r, c in zip(cli_render, cli_check)]
+    total = [r + c for r, c in zip(cli_render, cli_check, strict=True)]
     return [
         Metric("render --all + check --all (CLI)", median(total), "s", Target("<", 2.0, "s"),
                details={"samples_s": total, "repeats": repeats, "tags": len(plans), "dockerfiles": len(texts)}),

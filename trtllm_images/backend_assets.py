@@ -14,9 +14,10 @@ import tempfile
 import urllib.error
 import urllib.request
 import zlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from trtllm_images.errors import BuildError, UsageError
 

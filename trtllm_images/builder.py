@@ -6,8 +6,8 @@ must not use BuildKit-only syntax. Output is streamed line by line to a callback
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound

@@ -11,9 +11,10 @@ import re
 import shlex
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from trtllm_images.matrix import version_tuple
 

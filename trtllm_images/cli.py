@@ -286,7 +286,7 @@ def _print_summary(records: list[report.BuildRecord]) -> None:
 
 def _table(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
 # --- list, render, check -------------------------------------------------------------------------------------------
@@ -383,8 +383,10 @@ def check_command(tags, all_tags, matrix_path):
 @click.option("--pvc-name", help="Cache PVC name  [default: <name>-trtllm-cache]")
 @click.option("--pvc-size", default="100Gi", show_default=True)
 @click.option("--pvc-access-mode", type=click.Choice(kserve.ACCESS_MODES), default="ReadWriteOnce", show_default=True)
-@click.option("--namespaced-runtime", is_flag=True, help="A ServingRuntime in --namespace, not a ClusterServingRuntime.")
-@click.option("--warm-job", is_flag=True, help="Add a Job that builds the engine into the cache PVC (needs --cache pvc).")
+@click.option("--namespaced-runtime", is_flag=True,
+              help="A ServingRuntime in --namespace, not a ClusterServingRuntime.")
+@click.option("--warm-job", is_flag=True,
+              help="Add a Job that builds the engine into the cache PVC (needs --cache pvc).")
 @click.option("--hf-token-secret", default="hf-token", show_default=True,
               help="Secret holding the Hugging Face token under key 'token' (optional at run time).")
 @click.option("--no-hf-token", is_flag=True, help="Reference no token Secret.")

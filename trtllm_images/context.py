@@ -69,7 +69,7 @@ def _validate(plan: BuildPlan, dockerfiles: dict[str, str], wheel: Path, matrix_
 
 def _normalise_modes(root: Path) -> None:
     """Readable by any UID inside the image; the same modes whatever the umask, so COPY layers stay cacheable."""
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         os.chmod(dirpath, 0o755)
         for name in filenames:
             path = Path(dirpath) / name

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -419,10 +420,14 @@ def _container_findings(container: dict, known_images: set[str] | None) -> list[
             if got != str(gpus) and not (section == "requests" and got is None):
                 problems.append(f"{section}[{GPU}] is {got!r}, but TP_SIZE*PP_SIZE is {gpus}")
     image = container.get("image")
-    if known_images is not None and image and "@" not in image:
-        if not any(image == ref or image.endswith("/" + ref) for ref in known_images):
-            problems.append(f"image {image!r} is not one build.py makes for a supported tag")
+    if known_images is not None and image and "@" not in image and not _built_here(image, known_images):
+        problems.append(f"image {image!r} is not one build.py makes for a supported tag")
     return problems
+
+
+def _built_here(image: str, known_images: set[str]) -> bool:
+    """One of build.py's refs, possibly behind a registry prefix (a digest-pinned image is the user's own)."""
+    return any(image == ref or image.endswith("/" + ref) for ref in known_images)
 
 
 def _literal_secrets(node: Any, path: str = "") -> Iterable[str]:

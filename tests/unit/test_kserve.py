@@ -1,4 +1,5 @@
-"""KServe manifests: every generated document against KServe's own CRD schemas, plus the rules the schemas cannot say."""
+"""KServe manifests: every generated document against KServe's own CRD schemas, plus the rules the schemas cannot
+say."""
 
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ def unknown_fields(instance, schema, path="") -> list[str]:
                 found += unknown_fields(value, schema["properties"][key], f"{path}.{key}")
         return found
     if isinstance(instance, dict) and isinstance(schema.get("additionalProperties"), dict):
-        return [f for k, v in instance.items() for f in unknown_fields(v, schema["additionalProperties"], f"{path}.{k}")]
+        values = schema["additionalProperties"]
+        return [f for k, v in instance.items() for f in unknown_fields(v, values, f"{path}.{k}")]
     if isinstance(instance, list) and "items" in schema:
         return [f for i, v in enumerate(instance) for f in unknown_fields(v, schema["items"], f"{path}[{i}]")]
     return []
@@ -274,7 +276,8 @@ BREAKAGES = {
     "literal token": (lambda d: _isvc_model(d)["env"].append({"name": "HF_TOKEN", "value": "x"}), "literal value"),
     "token in args": (lambda d: _runtime_container(d).update(args=["--token=hf_" + "a" * 30]), "Hugging Face token"),
     "no liveness": (lambda d: _runtime_container(d).pop("livenessProbe"), "no livenessProbe"),
-    "short startup": (lambda d: _runtime_container(d)["startupProbe"].update(failureThreshold=10), "startupProbe allows"),
+    "short startup": (lambda d: _runtime_container(d)["startupProbe"].update(failureThreshold=10),
+                      "startupProbe allows"),
     "unknown image": (lambda d: _runtime_container(d).update(image="trtllm-serve:99.01-trtllm-9"), "not one build.py"),
     "v1 protocol": (lambda d: _isvc_model(d).pop("protocolVersion"), "protocolVersion None"),
     "wrong runtime": (lambda d: _isvc_model(d).update(runtime="kserve-tritonserver"), "runtime 'kserve-tritonserver'"),
@@ -375,7 +378,7 @@ def test_compose_file_serves_one_gpu_host(compose, entry):
     _, data = compose
     (service,) = data["services"].values()
     # The default image is what `python build.py --tag 25.01` builds locally.
-    assert service["image"] == "${TRTLLM_IMAGE:-%s}" % make_plan(entry, out_dir=Path(".")).image("server").ref
+    assert service["image"] == f"${{TRTLLM_IMAGE:-{make_plan(entry, out_dir=Path('.')).image('server').ref}}}"
     devices = service["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
     assert service["ports"] == ["8000:8000", "8001:8001", "8002:8002"]  # the image's (Triton's) default ports

@@ -28,7 +28,7 @@ def rendered(real_matrix, tag, **options):
 
 @pytest.mark.parametrize("tag", golden_tags())
 def test_golden_dockerfiles(tag):
-    """Every supported tag, byte for byte: a template change that breaks an old tag shows in the diff of tests/golden."""
+    """Every supported tag, byte for byte: a template change that breaks an old tag shows in tests/golden's diff."""
     rendered = render_tag(tag)
     hint = f"if the change is intended, run `{REGENERATE}` and review `git diff tests/golden`"
     golden = {p.name: p.read_bytes() for p in (GOLDEN_DIR / tag).glob("*")} if (GOLDEN_DIR / tag).is_dir() else {}

@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from trtllm_images.errors import BuildError, UsageError
 
@@ -145,7 +145,8 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, members: Mapping[str
         target.mkdir(parents=True, exist_ok=True)
     elif member.isfile():
         target.parent.mkdir(parents=True, exist_ok=True)
-        with tar.extractfile(member) as data, open(target, "wb") as out:
+        # A regular member always has data (extractfile returns None only for other kinds).
+        with cast("IO[bytes]", tar.extractfile(member)) as data, open(target, "wb") as out:
             shutil.copyfileobj(data, out)
         target.chmod(0o755 if member.mode & 0o111 else 0o644)
     elif member.issym() and _link_stays_inside(rel, member.linkname, source):

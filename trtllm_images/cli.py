@@ -28,7 +28,7 @@ class _Failure(click.ClickException):
 
     def __init__(self, error: BuildError):
         super().__init__(error.message)
-        self.exit_code = error.exit_code
+        self.exit_code = error.exit_code  # type: ignore[misc]  # click types it as a ClassVar; it is read per instance
         self.hint = error.hint
 
     def show(self, file=None) -> None:
@@ -168,9 +168,9 @@ def cli(ctx: click.Context, tags, all_tags, base_image, registry, push, revision
     docker = _LazyDocker()
     outcomes = [_build_tag(plan, options, docker) for plan in plans]
     _print_summary([outcome.record for outcome in outcomes])
+    if len(outcomes) == 1 and outcomes[0].error:
+        raise outcomes[0].error
     failed = [outcome for outcome in outcomes if outcome.error]
-    if len(outcomes) == 1 and failed:
-        raise failed[0].error
     if failed:
         raise BuildError(f"{len(failed)} of {len(outcomes)} tags failed: "
                          f"{', '.join(outcome.record.tag for outcome in failed)}",
@@ -275,7 +275,7 @@ def _progress(tag: str, what: str):
 
 
 def _print_summary(records: list[report.BuildRecord]) -> None:
-    rows = [("TAG", "RESULT", "IMAGES", "WARNINGS", "SECONDS")]
+    rows: list[tuple[str, ...]] = [("TAG", "RESULT", "IMAGES", "WARNINGS", "SECONDS")]
     for record in records:
         warnings = sum(len(v["warnings"]) for v in record.verifications)
         refs = ", ".join(image["ref"] for image in record.images) or "-"

@@ -32,7 +32,7 @@ def write_context(plan: BuildPlan, dockerfiles: dict[str, str], wheel: Path, mat
         (tmp / "matrix.json").write_text(matrix_json, encoding="utf-8", newline="\n")
         (tmp / "wheels").mkdir()
         shutil.copyfile(wheel, tmp / "wheels" / Path(wheel).name)
-        if plan.needs_backend_assets:
+        if plan.needs_backend_assets and assets is not None:  # _validate refused needing them without them
             shutil.copytree(assets, tmp / BUNDLED_APP, symlinks=True,
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
         _normalise_modes(tmp)

@@ -251,7 +251,8 @@ def _pvc(o: KServeOptions) -> dict:
 
 
 def _warm_job(o: KServeOptions, image: str) -> dict:
-    mounts = [{"name": CACHE_VOLUME, "mountPath": CACHE_DIR}, {"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+    mounts: list[dict[str, Any]] = [{"name": CACHE_VOLUME, "mountPath": CACHE_DIR},
+                                    {"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
     volumes = [_cache_volume(o), _shm_volume()]
     if o.storage_uri:  # validated: pvc://<claim>[/<path>]
         claim, _, sub_path = o.storage_uri[len("pvc://"):].partition("/")

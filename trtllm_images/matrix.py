@@ -6,6 +6,7 @@ Validation here is about shape (keys, types, version syntax, order). Whether the
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Mapping
@@ -114,7 +115,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
     '1.0.3.2510' -> (1, 0, 3), '24.01' -> (24, 1). Same rule as the container side's facts.version_tuple."""
     parts: list[int] = []
     for piece in version.split("."):
-        digits = re.match(r"\d*", piece).group()
+        digits = "".join(itertools.takewhile(str.isdigit, piece))
         if not digits:
             break
         parts.append(int(digits))
@@ -164,8 +165,9 @@ def parse(data: object, source: str) -> Matrix:
     elif not isinstance(data["entries"], list) or not data["entries"]:
         errors.append("entries: expected a non-empty list of entries")
     else:
-        entries = [_entry(raw, f"#{i}", errors) for i, raw in enumerate(data["entries"])]
-        _check_order([e for e in entries if e is not None], errors)
+        parsed = [_entry(raw, f"#{i}", errors) for i, raw in enumerate(data["entries"])]
+        entries = [e for e in parsed if e is not None]
+        _check_order(entries, errors)
         if not errors:
             return Matrix(tuple(entries))
     count = f"{len(errors)} problem" + ("s" if len(errors) != 1 else "")
@@ -205,7 +207,7 @@ def _entry(raw: object, index: str, errors: list[str]) -> MatrixEntry | None:
     workflows = _string_list(raw["workflows"], "workflows", problem, WORKFLOWS) if "workflows" in raw else []
     sources = _string_list(raw["sources"], "sources", problem) if "sources" in raw else []
     uncertain = _uncertain(raw["uncertain"], problem) if "uncertain" in raw else {}
-    if len(errors) > before:
+    if len(errors) > before or backend is None:
         return None
     return MatrixEntry(
         **{key: raw[key] for key in ("tag", "status", "note", *VERSION_FIELDS, "engine_deprecated",
@@ -242,7 +244,9 @@ def _check_scalars(raw: dict, problem) -> None:
     for key in ("engine_deprecated", "openai_frontend"):
         if key in raw and not isinstance(raw[key], bool):
             problem(key, f"expected true or false, got {_type_name(raw[key])}")
-    uncertain = raw.get("uncertain") if isinstance(raw.get("uncertain"), dict) else {}
+    uncertain = raw.get("uncertain")
+    if not isinstance(uncertain, dict):
+        uncertain = {}
     for key in VERSION_FIELDS:
         value = raw.get(key)
         if key not in raw:

@@ -84,4 +84,5 @@ def write_report(out_dir: Path, record: BuildRecord) -> Path:
 
 
 def _finding_dict(finding) -> dict:
-    return dataclasses.asdict(finding) if dataclasses.is_dataclass(finding) else dict(vars(finding))
+    is_record = dataclasses.is_dataclass(finding) and not isinstance(finding, type)
+    return dataclasses.asdict(finding) if is_record else dict(vars(finding))

@@ -6,8 +6,8 @@ tests/unit/test_render.py compares these values with entrypoints/trtllm_entrypoi
 """
 
 MATRIX_FILE = "/etc/trtllm-images/matrix.json"
-BUNDLED_APP_DIR = "/opt/trtllm-images/app"   # the backend's files, for base images without /app
+BUNDLED_APP_DIR = "/opt/trtllm-images/app"  # the backend's files, for base images without /app
 CACHE_DIR = "/var/cache/trtllm"
-KSERVE_MODEL_DIR = "/mnt/models"             # where KServe's storage initializer puts the model
+KSERVE_MODEL_DIR = "/mnt/models"  # where KServe's storage initializer puts the model
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002  # Triton's defaults
-UID = 1000                                   # the NGC images' triton-server user
+UID = 1000  # the NGC images' triton-server user

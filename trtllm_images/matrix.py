@@ -25,12 +25,23 @@ STATUSES = ("supported", "unsupported")
 WORKFLOWS = ("engine", "llmapi")
 VERSION_FIELDS = ("triton", "tensorrt_llm", "tensorrt", "cuda", "python", "pytorch", "ubuntu")
 BACKEND_KEYS = ("repo", "ref", "subdir", "in_image")
-ENTRY_KEYS = ("tag", "status", "note", *VERSION_FIELDS, "backend", "workflows", "engine_deprecated",
-              "openai_frontend", "uncertain", "sources")
+ENTRY_KEYS = (
+    "tag",
+    "status",
+    "note",
+    *VERSION_FIELDS,
+    "backend",
+    "workflows",
+    "engine_deprecated",
+    "openai_frontend",
+    "uncertain",
+    "sources",
+)
 # Fields an `uncertain` reason may name: the facts, not the bookkeeping keys.
 UNCERTAIN_KEYS = frozenset(
     {"note", *VERSION_FIELDS, "backend", "workflows", "engine_deprecated", "openai_frontend"}
-    | {f"backend.{key}" for key in BACKEND_KEYS})
+    | {f"backend.{key}" for key in BACKEND_KEYS}
+)
 
 # PEP 440-like: release, optional pre/post/dev segments, optional local part (NVIDIA's PyTorch builds).
 VERSION_RE = re.compile(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[A-Za-z0-9]+(\.[A-Za-z0-9]+)*)?$")
@@ -133,7 +144,8 @@ class _StrictLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark)
+                    "while constructing a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark
+                )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -143,16 +155,18 @@ def load(path: Path = DEFAULT_PATH) -> Matrix:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise UsageError(f"matrix file {path} does not exist",
-                         "run from a checkout of trtllm-images or pass --matrix FILE") from None
+        raise UsageError(
+            f"matrix file {path} does not exist", "run from a checkout of trtllm-images or pass --matrix FILE"
+        ) from None
     try:
         data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise UsageError(f"{path}: YAML syntax error{where}: {problem}",
-                         "fix the YAML; quote versions and tags (\"25.01\")") from None
+        raise UsageError(
+            f"{path}: YAML syntax error{where}: {problem}", 'fix the YAML; quote versions and tags ("25.01")'
+        ) from None
     return parse(data, str(path))
 
 
@@ -171,8 +185,10 @@ def parse(data: object, source: str) -> Matrix:
         if not errors:
             return Matrix(tuple(entries))
     count = f"{len(errors)} problem" + ("s" if len(errors) != 1 else "")
-    raise UsageError(f"{source}: {count} in the matrix:\n" + "\n".join(f"  - {e}" for e in errors),
-                     "matrix.yaml's header comment describes every field and its allowed values")
+    raise UsageError(
+        f"{source}: {count} in the matrix:\n" + "\n".join(f"  - {e}" for e in errors),
+        "matrix.yaml's header comment describes every field and its allowed values",
+    )
 
 
 def _check_order(entries: list[MatrixEntry], errors: list[str]) -> None:
@@ -182,8 +198,10 @@ def _check_order(entries: list[MatrixEntry], errors: list[str]) -> None:
         if entry.tag in seen:
             errors.append(f"entry {entry.tag}: tag: duplicate tag {entry.tag!r}")
         elif previous is not None and version_tuple(entry.tag) < version_tuple(previous.tag):
-            errors.append(f"entry {entry.tag}: tag: tags not sorted ({entry.tag} comes after {previous.tag}); "
-                          "list entries oldest first")
+            errors.append(
+                f"entry {entry.tag}: tag: tags not sorted ({entry.tag} comes after {previous.tag}); "
+                "list entries oldest first"
+            )
         seen.add(entry.tag)
         previous = entry
 
@@ -210,10 +228,12 @@ def _entry(raw: object, index: str, errors: list[str]) -> MatrixEntry | None:
     if len(errors) > before or backend is None:
         return None
     return MatrixEntry(
-        **{key: raw[key] for key in ("tag", "status", "note", *VERSION_FIELDS, "engine_deprecated",
-                                     "openai_frontend")},
-        backend=backend, workflows=tuple(workflows), uncertain=MappingProxyType(dict(uncertain)),
-        sources=tuple(sources))
+        **{key: raw[key] for key in ("tag", "status", "note", *VERSION_FIELDS, "engine_deprecated", "openai_frontend")},
+        backend=backend,
+        workflows=tuple(workflows),
+        uncertain=MappingProxyType(dict(uncertain)),
+        sources=tuple(sources),
+    )
 
 
 def _check_keys(raw: dict, expected: tuple[str, ...], prefix: str, problem) -> None:
@@ -232,7 +252,7 @@ def _type_name(value: object) -> str:
 def _check_scalars(raw: dict, problem) -> None:
     tag = raw.get("tag")
     if "tag" in raw and not (isinstance(tag, str) and TAG_RE.match(tag)):
-        problem("tag", f"expected a quoted NGC tag YY.MM such as \"25.01\", got {_type_name(tag)}")
+        problem("tag", f'expected a quoted NGC tag YY.MM such as "25.01", got {_type_name(tag)}')
     status = raw.get("status")
     if "status" in raw and status not in STATUSES:
         problem("status", f"expected one of {', '.join(STATUSES)}, got {_type_name(status)}")
@@ -257,8 +277,10 @@ def _check_scalars(raw: dict, problem) -> None:
         elif not isinstance(value, str):
             problem(key, f"expected a quoted version string, got {_type_name(value)}")
         elif not VERSION_RE.match(value):
-            problem(key, f"malformed version {value!r} (expected e.g. 1.2.0, 0.17.0.post1, 1.2.0rc8, "
-                         "2.6.0a0+ecf3bae40a.nv25.1)")
+            problem(
+                key,
+                f"malformed version {value!r} (expected e.g. 1.2.0, 0.17.0.post1, 1.2.0rc8, 2.6.0a0+ecf3bae40a.nv25.1)",
+            )
 
 
 def _backend(raw: object, problem) -> Backend | None:
@@ -269,8 +291,10 @@ def _backend(raw: object, problem) -> Backend | None:
     checks = {
         "repo": (lambda v: isinstance(v, str) and REPO_RE.match(v), "a GitHub owner/name"),
         "ref": (lambda v: isinstance(v, str) and REF_RE.match(v), "a git tag or branch such as v0.17.0"),
-        "subdir": (lambda v: isinstance(v, str) and not v.startswith("/") and ".." not in v.split("/"),
-                   "a relative directory or \"\""),
+        "subdir": (
+            lambda v: isinstance(v, str) and not v.startswith("/") and ".." not in v.split("/"),
+            'a relative directory or ""',
+        ),
         "in_image": (lambda v: isinstance(v, bool), "true or false"),
     }
     for key, (ok, expected) in checks.items():
@@ -322,8 +346,7 @@ def markdown_table(matrix: Matrix) -> str:
         ("workflows", lambda e: ", ".join(e.workflows), ("workflows",)),
         ("OpenAI", lambda e: "yes" if e.openai_frontend else "no", ("openai_frontend",)),
     ]
-    lines = ["| " + " | ".join(title for title, _, _ in columns) + " |",
-             "|" + "---|" * len(columns)]
+    lines = ["| " + " | ".join(title for title, _, _ in columns) + " |", "|" + "---|" * len(columns)]
     notes: list[str] = []
     for entry in matrix.entries:
         cells = []

@@ -12,10 +12,15 @@ from trtllm_images.plan import BuildPlan
 
 IMAGES_DIR = Path(__file__).resolve().parents[1] / "images"
 
+
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(IMAGES_DIR)), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, autoescape=False)
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(IMAGES_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
 
 
 def render(plan: BuildPlan) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 A report is written whether the build succeeded or not, so a failed CI job still leaves the evidence behind.
 """
+
 from __future__ import annotations
 
 import dataclasses

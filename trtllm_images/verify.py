@@ -3,6 +3,7 @@
 `expected` and `compare` are pure; `run_probe` is the only Docker call. A fact the matrix marks as uncertain
 still gets compared, but a difference is a warning (worth fixing in matrix.yaml), not a failed build.
 """
+
 from __future__ import annotations
 
 import contextlib

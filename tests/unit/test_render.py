@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 
@@ -97,6 +98,16 @@ def test_wheel_install_is_offline_and_classic_builder_compatible(real_matrix):
                                   "--no-cache-dir")
             assert "/tmp/wheels/trtllm_entrypoint-*.whl" in run and run.endswith("rm -rf /tmp/wheels")
             assert "--mount" not in text and "--chmod" not in text and "<<" not in text
+
+
+def test_labels_are_rendered_exactly_as_planned(real_matrix):
+    plan = make_plan(real_matrix.get("24.08"), out_dir=Path("/nonexistent"), revision="c0ffee")
+    texts = render.render(plan)
+    for spec in plan.images:
+        label_steps = [args for keyword, args in instructions(texts[spec.dockerfile]) if keyword == "LABEL"]
+        rendered = [dict(re.findall(r'(\S+)="([^"]*)"', args)) for args in label_steps]
+        assert [list(labels.items()) for labels in rendered] == [list(spec.labels.items()),
+                                                                  list(spec.revision_labels.items())]
 
 
 def test_base_image_override_does_not_change_the_text(real_matrix):

@@ -4,24 +4,30 @@ from __future__ import annotations
 
 import os
 import resource
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from benchmarks.report import Metric, Target, median
 from benchmarks.sandbox import Sandbox, Start, checkpoint_bytes, sized_checkpoint
 from tests.doubles.double_records import read_records
 
 SMALL_BYTES = 100 * 10**6
-LARGE_BYTES = 20 * 2**30          # 21.5 GB, sparse
+LARGE_BYTES = 20 * 2**30  # 21.5 GB, sparse
 LARGE_SHARDS = 5
-BUILD_SLEEP_S = 2.0               # TRTLLM_BUILD_DOUBLE_SLEEP: the build dominates a cold start, as a real one does
+BUILD_SLEEP_S = 2.0  # TRTLLM_BUILD_DOUBLE_SLEEP: the build dominates a cold start, as a real one does
 REPLICAS = 8
 # Programs that a cold start of a local checkpoint runs exactly once.
 ONCE_PROGRAMS = ("convert_checkpoint", "trtllm-build", "tritonserver")
 ONCE_PHASES = ("resolve", "engine", "engine build", "fill")
 # Breakdown rows: (row name, `phase done` phase or `step done` step). "engine" includes convert, build and publish.
-_PHASES = (("resolve", "resolve"), ("download", "download"), ("convert", "convert"), ("build", "trtllm-build"),
-           ("engine", "engine"), ("fill", "fill"))
+_PHASES = (
+    ("resolve", "resolve"),
+    ("download", "download"),
+    ("convert", "convert"),
+    ("build", "trtllm-build"),
+    ("engine", "engine"),
+    ("fill", "fill"),
+)
 _DURATION_EVENTS = {"phase done": "phase", "step done": "step"}
 
 Say = Callable[[str], None]
@@ -84,19 +90,30 @@ def warm_start(sandbox: Sandbox, work: Path, repeats: int, say: Say) -> list[Met
         rows = [breakdown(start) for start in starts[label]]
         rebuilt = len(read_records(Path(env["DOUBLE_RECORD_DIR"]), "trtllm-build")) - builds_before
         size = checkpoint_bytes(model)
-        metrics.append(Metric(
-            f"warm start, {label} checkpoint ({size / 1e9:.1f} GB)", median(samples[label]), "s",
-            Target("<", 1.0, "s"), note="" if rebuilt == 0 else f"{rebuilt} unexpected engine build(s) in warm runs",
-            details={"samples_s": samples[label], "repeats": repeats, "checkpoint_bytes": size,
-                     "engine_builds_during_runs": rebuilt,
-                     "phases_median_s": {name: median([row[name] for row in rows]) for name in rows[0]}}))
+        metrics.append(
+            Metric(
+                f"warm start, {label} checkpoint ({size / 1e9:.1f} GB)",
+                median(samples[label]),
+                "s",
+                Target("<", 1.0, "s"),
+                note="" if rebuilt == 0 else f"{rebuilt} unexpected engine build(s) in warm runs",
+                details={
+                    "samples_s": samples[label],
+                    "repeats": repeats,
+                    "checkpoint_bytes": size,
+                    "engine_builds_during_runs": rebuilt,
+                    "phases_median_s": {name: median([row[name] for row in rows]) for name in rows[0]},
+                },
+            )
+        )
     ratio = median(samples["large"]) / median(samples["small"])
     metrics.append(Metric("warm start, large/small", ratio, "x", Target("<=", 1.2, "x")))
     return metrics
 
 
-def cold_start(sandbox: Sandbox, work: Path, repeats: int, build_sleep_s: float,
-               say: Say) -> tuple[list[Metric], float]:
+def cold_start(
+    sandbox: Sandbox, work: Path, repeats: int, build_sleep_s: float, say: Say
+) -> tuple[list[Metric], float]:
     """`serve` on an empty cache, phase by phase; returns the metrics and the median total (for concurrency)."""
     model = sized_checkpoint(work / "model-cold", SMALL_BYTES, 1)
     say(f"cold start: {repeats} runs (trtllm-build double sleeps {build_sleep_s:g} s)")
@@ -107,28 +124,42 @@ def cold_start(sandbox: Sandbox, work: Path, repeats: int, build_sleep_s: float,
         rows.append(breakdown(start))
         counts.append(once_counts(start, records))
     phases = {name: median([row[name] for row in rows]) for name in rows[0]}
-    notes = {"total": f"median of {repeats} runs, trtllm-build double sleeping {build_sleep_s:g} s",
-             "download": "skipped: local checkpoint, nothing to download",
-             "overhead": "total minus convert and build: what the entrypoint itself adds"}
-    metrics = [Metric(f"cold start: {name}", phases[name], "s", note=notes.get(name, ""),
-                      details={"samples_s": [row[name] for row in rows]})
-               for name in ("total", *(n for n in phases if n != "total"))]
+    notes = {
+        "total": f"median of {repeats} runs, trtllm-build double sleeping {build_sleep_s:g} s",
+        "download": "skipped: local checkpoint, nothing to download",
+        "overhead": "total minus convert and build: what the entrypoint itself adds",
+    }
+    metrics = [
+        Metric(
+            f"cold start: {name}",
+            phases[name],
+            "s",
+            note=notes.get(name, ""),
+            details={"samples_s": [row[name] for row in rows]},
+        )
+        for name in ("total", *(n for n in phases if n != "total"))
+    ]
     not_once = sum(1 for run in counts for count in run.values() if count != 1)
-    metrics.append(Metric("cold start: steps not run exactly once", not_once, "", Target("==", 0),
-                          details={"counts_per_run": counts}))
+    metrics.append(
+        Metric(
+            "cold start: steps not run exactly once", not_once, "", Target("==", 0), details={"counts_per_run": counts}
+        )
+    )
     return metrics, phases["total"]
 
 
-def concurrent_start(sandbox: Sandbox, work: Path, repeats: int, build_sleep_s: float, single_cold_s: float,
-                     say: Say) -> list[Metric]:
+def concurrent_start(
+    sandbox: Sandbox, work: Path, repeats: int, build_sleep_s: float, single_cold_s: float, say: Say
+) -> list[Metric]:
     """Eight `serve` replicas on one empty cache: one build, and the last ready soon after a single cold start."""
     model = sized_checkpoint(work / "model-concurrent", SMALL_BYTES, 1)
     say(f"{REPLICAS} concurrent starts: {repeats} runs")
     builds, last_ready, cpu = [], [], []
     for run in range(repeats):
         cache, records = work / f"cache-concurrent-{run}", work / f"records-concurrent-{run}"
-        envs = [sandbox.env(model, cache, records, TRTLLM_BUILD_DOUBLE_SLEEP=str(build_sleep_s))
-                for _ in range(REPLICAS)]
+        envs = [
+            sandbox.env(model, cache, records, TRTLLM_BUILD_DOUBLE_SLEEP=str(build_sleep_s)) for _ in range(REPLICAS)
+        ]
         cpu_before = children_cpu_s()
         starts = sandbox.serve_many(envs)
         cpu.append((children_cpu_s() - cpu_before) / REPLICAS)
@@ -138,15 +169,33 @@ def concurrent_start(sandbox: Sandbox, work: Path, repeats: int, build_sleep_s: 
     # Each replica's start-up CPU work queues behind the others' when replicas outnumber cores.
     queued = median(cpu) * (REPLICAS - 1) / cores
     return [
-        Metric(f"{REPLICAS} concurrent starts: engine builds", max(builds), "", Target("==", 1),
-               details={"builds_per_run": builds}),
-        Metric(f"{REPLICAS} concurrent starts: last ready", median(last_ready), "s",
-               details={"samples_s": last_ready, "repeats": repeats}),
-        Metric(f"{REPLICAS} concurrent starts: CPU time per replica", median(cpu), "s",
-               note=f"{REPLICAS} replicas on {cores} core(s): ~{queued:.2f} s of the others' CPU work queues "
-                    "ahead of the last one", details={"samples_s": cpu}),
-        Metric(f"{REPLICAS} concurrent starts: last ready / single cold", median(last_ready) / single_cold_s, "x",
-               Target("<=", 1.3, "x")),
+        Metric(
+            f"{REPLICAS} concurrent starts: engine builds",
+            max(builds),
+            "",
+            Target("==", 1),
+            details={"builds_per_run": builds},
+        ),
+        Metric(
+            f"{REPLICAS} concurrent starts: last ready",
+            median(last_ready),
+            "s",
+            details={"samples_s": last_ready, "repeats": repeats},
+        ),
+        Metric(
+            f"{REPLICAS} concurrent starts: CPU time per replica",
+            median(cpu),
+            "s",
+            note=f"{REPLICAS} replicas on {cores} core(s): ~{queued:.2f} s of the others' CPU work queues "
+            "ahead of the last one",
+            details={"samples_s": cpu},
+        ),
+        Metric(
+            f"{REPLICAS} concurrent starts: last ready / single cold",
+            median(last_ready) / single_cold_s,
+            "x",
+            Target("<=", 1.3, "x"),
+        ),
     ]
 
 

@@ -6,14 +6,15 @@ Drives the same functions as `python build.py` (plan, render, wheel, context, bu
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from benchmarks.report import Metric, Target, median
 from trtllm_images import builder, context, render, wheel
@@ -22,7 +23,7 @@ from trtllm_images.errors import BuildError
 from trtllm_images.plan import make_plan
 
 TAG = "25.01"
-REGISTRY = "trtllm-bench"              # our own image names: never retag what the tests or users build
+REGISTRY = "trtllm-bench"  # our own image names: never retag what the tests or users build
 BASE_REF = f"{REGISTRY}/base:{TAG}"
 EDITED_FILE = Path("trtllm_entrypoint") / "main.py"
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
@@ -76,7 +77,8 @@ def _fresh_base(client, standin: str) -> str:
     """A base image nobody built on yet (the stand-in plus a unique label): the first build can hit no cache."""
     with tempfile.TemporaryDirectory(prefix="trtllm-bench-base-") as tmp:
         Path(tmp, "Dockerfile").write_text(
-            f"FROM {standin}\nLABEL io.trtllm-images.benchmark-run={secrets.token_hex(8)}\n")
+            f"FROM {standin}\nLABEL io.trtllm-images.benchmark-run={secrets.token_hex(8)}\n"
+        )
         builder.build_image(client, Path(tmp), "Dockerfile", BASE_REF, {}, lambda line: None)
     return BASE_REF
 
@@ -107,7 +109,7 @@ class Round:
     first_s: float
     rebuild_s: float
     added_bytes: int
-    steps: list[Step]           # of the rebuild
+    steps: list[Step]  # of the rebuild
 
 
 def one_round(client, standin: str, work: Path) -> Round:
@@ -139,23 +141,39 @@ def image_metrics(client, standin: str, work: Path, repeats: int, say: Say) -> l
     wheel_step = next((i for i, s in enumerate(layers) if "wheels/" in s.instruction), len(layers))
     not_cached = max(sum(not s.cached for s in layer_steps(r.steps)[:wheel_step]) for r in rounds)
     return [
-        Metric("server image: bytes added to the base", median([r.added_bytes for r in rounds]), "B",
-               Target("<", 50e6, "B"), details={"samples_bytes": [r.added_bytes for r in rounds]}),
-        Metric("server image: first build on a warm base", median(first), "s",
-               details={"samples_s": first, "repeats": repeats}),
-        Metric("server image: rebuild after a one-line entrypoint edit", median(rebuild), "s",
-               details={"samples_s": rebuild, "repeats": repeats}),
+        Metric(
+            "server image: bytes added to the base",
+            median([r.added_bytes for r in rounds]),
+            "B",
+            Target("<", 50e6, "B"),
+            details={"samples_bytes": [r.added_bytes for r in rounds]},
+        ),
+        Metric(
+            "server image: first build on a warm base",
+            median(first),
+            "s",
+            details={"samples_s": first, "repeats": repeats},
+        ),
+        Metric(
+            "server image: rebuild after a one-line entrypoint edit",
+            median(rebuild),
+            "s",
+            details={"samples_s": rebuild, "repeats": repeats},
+        ),
         Metric("server image: rebuild / first build", median(rebuild) / median(first), "x"),
-        Metric("server image: rebuild, steps before the wheel COPY not cached", not_cached, "", Target("==", 0),
-               note=f"cache hits: {hits} of {len(layers)} steps after FROM; first rebuilt: {first_miss}",
-               details={"steps": [{"instruction": s.instruction[:80], "cached": s.cached} for s in layers]}),
+        Metric(
+            "server image: rebuild, steps before the wheel COPY not cached",
+            not_cached,
+            "",
+            Target("==", 0),
+            note=f"cache hits: {hits} of {len(layers)} steps after FROM; first rebuilt: {first_miss}",
+            details={"steps": [{"instruction": s.instruction[:80], "cached": s.cached} for s in layers]},
+        ),
     ]
 
 
 def _remove(client, refs: list[str]) -> None:
     """Remove the images this benchmark tagged (children first); what fails to go is left for `docker image prune`."""
     for ref in refs:
-        try:
+        with contextlib.suppress(Exception):  # cleanup must not hide the measurement's own error
             client.images.remove(ref)
-        except Exception:  # noqa: BLE001 - cleanup must not hide the measurement's own error
-            pass

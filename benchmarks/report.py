@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import operator
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 _OPS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, ">=": operator.ge, ">": operator.gt}
 
@@ -59,7 +59,7 @@ class Metric:
 
 
 def evaluate(value: float | None, target: Target | None) -> str:
-    """"pass"/"fail" against the target, "skip" when nothing was measured, "info" when there is no target."""
+    """ "pass"/"fail" against the target, "skip" when nothing was measured, "info" when there is no target."""
     if value is None:
         return "skip"
     if target is None:
@@ -90,10 +90,11 @@ def format_bytes(value: float) -> str:
 def table(metrics: Sequence[Metric]) -> str:
     """A fixed-width table: metric | value | target | status, then the notes of rows that have one."""
     rows = [("metric", "value", "target", "status")]
-    rows += [(m.name, format_value(m.value, m.unit), m.target.describe() if m.target else "-", m.status)
-             for m in metrics]
+    rows += [
+        (m.name, format_value(m.value, m.unit), m.target.describe() if m.target else "-", m.status) for m in metrics
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = [" | ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines = [" | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     notes = [f"  {m.name}: {m.note}" for m in metrics if m.note]
     return "\n".join(lines + (["", "notes:"] + notes if notes else []))
@@ -101,13 +102,20 @@ def table(metrics: Sequence[Metric]) -> str:
 
 def markdown_table(metrics: Sequence[Metric]) -> str:
     lines = ["| metric | value | target | status |", "|---|---|---|---|"]
-    lines += [f"| {m.name} | {format_value(m.value, m.unit)} | {m.target.describe() if m.target else '-'} | "
-              f"{m.status} |" for m in metrics]
+    lines += [
+        f"| {m.name} | {format_value(m.value, m.unit)} | {m.target.describe() if m.target else '-'} | {m.status} |"
+        for m in metrics
+    ]
     return "\n".join(lines)
 
 
 def document(metrics: Sequence[Metric], machine: dict, settings: dict) -> dict:
     """The results JSON: machine, how it was run, every metric, and the overall verdict."""
     failed = [m.name for m in metrics if m.status == "fail"]
-    return {"machine": machine, "settings": settings, "metrics": [m.to_json() for m in metrics],
-            "failed": failed, "ok": not failed}
+    return {
+        "machine": machine,
+        "settings": settings,
+        "metrics": [m.to_json() for m in metrics],
+        "failed": failed,
+        "ok": not failed,
+    }

@@ -26,10 +26,10 @@ from benchmarks.sandbox import Sandbox  # noqa: E402
 SUITES = ("warm", "cold", "concurrent", "images", "static")
 # Runs per measurement (medians are taken over them): full, and --quick.
 REPEATS = {
-    "warm": (20, 5),         # per checkpoint size
+    "warm": (20, 5),  # per checkpoint size
     "cold": (5, 2),
-    "concurrent": (3, 1),    # each run starts 8 replicas
-    "images": (3, 1),        # each run: a fresh base, a first build, an edited rebuild
+    "concurrent": (3, 1),  # each run starts 8 replicas
+    "images": (3, 1),  # each run: a fresh base, a first build, an edited rebuild
     "static": (5, 2),
 }
 DEFAULT_JSON = REPO / "out" / "benchmarks.json"  # out/ is not tracked; docs/benchmarks.md keeps the numbers
@@ -38,15 +38,29 @@ DEFAULT_JSON = REPO / "out" / "benchmarks.json"  # out/ is not tracked; docs/ben
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (see REPEATS in benchmarks/run.py)")
-    parser.add_argument("--only", action="append", choices=SUITES, metavar="SUITE",
-                        help=f"run only this suite (repeatable): {', '.join(SUITES)}; concurrent also runs cold")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=SUITES,
+        metavar="SUITE",
+        help=f"run only this suite (repeatable): {', '.join(SUITES)}; concurrent also runs cold",
+    )
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (docs/benchmarks.md)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write the results [{DEFAULT_JSON}]")
-    parser.add_argument("--build-sleep", type=float, default=entrypoint_bench.BUILD_SLEEP_S, metavar="SECONDS",
-                        help="how long the trtllm-build double takes in cold and concurrent starts "
-                             f"[{entrypoint_bench.BUILD_SLEEP_S:g}]")
-    parser.add_argument("--workdir", type=Path, help="parent of the scratch directory (default: the temp dir); "
-                                                     "needs sparse-file support for the 21 GB checkpoint")
+    parser.add_argument(
+        "--build-sleep",
+        type=float,
+        default=entrypoint_bench.BUILD_SLEEP_S,
+        metavar="SECONDS",
+        help="how long the trtllm-build double takes in cold and concurrent starts "
+        f"[{entrypoint_bench.BUILD_SLEEP_S:g}]",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="parent of the scratch directory (default: the temp dir); "
+        "needs sparse-file support for the 21 GB checkpoint",
+    )
     return parser.parse_args(argv)
 
 
@@ -61,8 +75,9 @@ def skipped(suite: str, reason: str) -> Metric:
     return Metric(f"{suite}: skipped", None, note=reason)
 
 
-def run_entrypoint_suites(suites: list[str], repeats: dict[str, int], build_sleep_s: float, work: Path,
-                          say) -> list[Metric]:
+def run_entrypoint_suites(
+    suites: list[str], repeats: dict[str, int], build_sleep_s: float, work: Path, say
+) -> list[Metric]:
     from tests.standin.build_standin import TemplatesMissing
 
     wanted = [s for s in ("warm", "cold", "concurrent") if s in suites]
@@ -80,8 +95,9 @@ def run_entrypoint_suites(suites: list[str], repeats: dict[str, int], build_slee
         cold, single_cold_s = entrypoint_bench.cold_start(sandbox, work, repeats["cold"], build_sleep_s, say)
         metrics += cold
         if "concurrent" in suites:
-            metrics += entrypoint_bench.concurrent_start(sandbox, work, repeats["concurrent"], build_sleep_s,
-                                                        single_cold_s, say)
+            metrics += entrypoint_bench.concurrent_start(
+                sandbox, work, repeats["concurrent"], build_sleep_s, single_cold_s, say
+            )
     return metrics
 
 
@@ -133,8 +149,9 @@ def _cpu_model() -> str:
 
 def _docker_cli_version() -> str | None:
     try:
-        done = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
-                              text=True, timeout=10)
+        done = subprocess.run(
+            ["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
@@ -166,10 +183,15 @@ def main(argv: list[str] | None = None) -> int:
             metrics += image_metrics
         if "static" in suites:
             metrics += static_bench.static_metrics(repeats["static"], say)
-    settings = {"suites": suites, "quick": args.quick, "repeats": {s: repeats[s] for s in suites},
-                "build_double_sleep_s": args.build_sleep,
-                "replicas": entrypoint_bench.REPLICAS, "small_checkpoint_bytes": entrypoint_bench.SMALL_BYTES,
-                "large_checkpoint_bytes": entrypoint_bench.LARGE_BYTES}
+    settings = {
+        "suites": suites,
+        "quick": args.quick,
+        "repeats": {s: repeats[s] for s in suites},
+        "build_double_sleep_s": args.build_sleep,
+        "replicas": entrypoint_bench.REPLICAS,
+        "small_checkpoint_bytes": entrypoint_bench.SMALL_BYTES,
+        "large_checkpoint_bytes": entrypoint_bench.LARGE_BYTES,
+    }
     result = document(metrics, machine(docker_version), settings)
     write_json(args.json, result)
     print(markdown_table(metrics) if args.markdown else table(metrics))

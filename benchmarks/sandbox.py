@@ -25,8 +25,19 @@ from trtllm_images import matrix
 REPO = Path(__file__).resolve().parents[1]
 SERVE_SHIM = Path(__file__).resolve().parent / "serve_shim.py"
 # Variables of the caller's shell that would change what the entrypoint does (or leak a token into a run).
-_SCRUBBED = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_FILE", "MODEL_ID", "ENGINE_DIR", "CACHE_DIR",
-             "REPOSITORY_DIR", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "TRITON_ARGS", "LOG_FORMAT")
+_SCRUBBED = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_TOKEN_FILE",
+    "MODEL_ID",
+    "ENGINE_DIR",
+    "CACHE_DIR",
+    "REPOSITORY_DIR",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "TRITON_ARGS",
+    "LOG_FORMAT",
+)
 
 
 def sized_checkpoint(dest: Path, total_bytes: int, shards: int) -> Path:
@@ -42,15 +53,18 @@ def sized_checkpoint(dest: Path, total_bytes: int, shards: int) -> Path:
     for index in range(1, shards + 1):
         name = f"model-{index:05d}-of-{shards:05d}.safetensors"
         tensor = f"model.layers.{index - 1}.weight"
-        header = json.dumps({tensor: {"dtype": "F16", "shape": [per_shard // 2],
-                                      "data_offsets": [0, per_shard // 2 * 2]}}, separators=(",", ":")).encode()
+        header = json.dumps(
+            {tensor: {"dtype": "F16", "shape": [per_shard // 2], "data_offsets": [0, per_shard // 2 * 2]}},
+            separators=(",", ":"),
+        ).encode()
         header += b" " * (-len(header) % 8)
         path = dest / name
         path.write_bytes(struct.pack("<Q", len(header)) + header)
         os.truncate(path, 8 + len(header) + per_shard // 2 * 2)
         weight_map[tensor] = name
-    (dest / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {"total_size": per_shard // 2 * 2 * shards}, "weight_map": weight_map}))
+    (dest / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": per_shard // 2 * 2 * shards}, "weight_map": weight_map})
+    )
     return dest
 
 
@@ -81,8 +95,8 @@ def json_events(stderr: str) -> list[dict]:
 class Start:
     """One `trtllm-entrypoint serve` run until it exec'd the tritonserver double (which is then stopped)."""
 
-    started: float           # time.time() just before the process was launched
-    server_time: float       # the double's record "time": after the exec and the double's interpreter start
+    started: float  # time.time() just before the process was launched
+    server_time: float  # the double's record "time": after the exec and the double's interpreter start
     events: list[dict]
     returncode: int
 
@@ -97,9 +111,13 @@ class Sandbox:
     def __init__(self, root: Path, tag: str = "25.01"):
         entry = matrix.load().get(tag)
         self.root = root
-        paths = install_doubles(root / "doubles", trtllm_version=entry.tensorrt_llm,
-                                tensorrt_version=entry.tensorrt or "0", with_app=True,
-                                templates_src=upstream_templates(entry.tensorrt_llm))
+        paths = install_doubles(
+            root / "doubles",
+            trtllm_version=entry.tensorrt_llm,
+            tensorrt_version=entry.tensorrt or "0",
+            with_app=True,
+            templates_src=upstream_templates(entry.tensorrt_llm),
+        )
         matrix_file = root / "matrix.json"
         matrix_file.write_text(matrix.load().to_json())
         env = double_environ(paths, root / "records")
@@ -110,18 +128,35 @@ class Sandbox:
         # every start if the machine forbids bytecode files (PYTHONDONTWRITEBYTECODE), so keep them in the sandbox.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
-        env.update(MATRIX_TAG=tag, TRTLLM_MATRIX_FILE=str(matrix_file), TRTLLM_APP_DIR=str(paths["app"]),
-                   LOG_FORMAT="json", BENCH_TRITONSERVER=str(paths["bin"] / "tritonserver"))
+        env.update(
+            MATRIX_TAG=tag,
+            TRTLLM_MATRIX_FILE=str(matrix_file),
+            TRTLLM_APP_DIR=str(paths["app"]),
+            LOG_FORMAT="json",
+            BENCH_TRITONSERVER=str(paths["bin"] / "tritonserver"),
+        )
         self.base_env = env
 
     def env(self, model: Path, cache: Path, records: Path, **overrides: str) -> dict[str, str]:
-        return {**self.base_env, "MODEL_ID": str(model), "CACHE_DIR": str(cache), "DOUBLE_RECORD_DIR": str(records),
-                **overrides}
+        return {
+            **self.base_env,
+            "MODEL_ID": str(model),
+            "CACHE_DIR": str(cache),
+            "DOUBLE_RECORD_DIR": str(records),
+            **overrides,
+        }
 
     @staticmethod
     def launch(*args: str, env: dict[str, str], stdout=subprocess.PIPE, stderr=subprocess.PIPE) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, str(SERVE_SHIM), *args], env=env, stdin=subprocess.DEVNULL,
-                                stdout=stdout, stderr=stderr, text=True, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, str(SERVE_SHIM), *args],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        )
 
     def prepare(self, env: dict[str, str]) -> list[dict]:
         """`prepare` to completion (fills the cache); its JSON events."""
@@ -147,23 +182,32 @@ class Sandbox:
                 log_path = Path(name)
                 with os.fdopen(fd, "w") as err:
                     started = time.time()
-                    launches.append((started, self.launch("serve", env=env, stdout=subprocess.DEVNULL, stderr=err),
-                                     log_path))
+                    launches.append(
+                        (started, self.launch("serve", env=env, stdout=subprocess.DEVNULL, stderr=err), log_path)
+                    )
             times = _wait_for_servers(launches, {env["DOUBLE_RECORD_DIR"] for env in envs}, timeout_s)
         finally:
             for _, proc, _ in launches:
                 if proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait(timeout=30)
-        return [Start(started=started, server_time=times[proc.pid], events=json_events(log_path.read_text()),
-                      returncode=proc.returncode) for started, proc, log_path in launches]
+        return [
+            Start(
+                started=started,
+                server_time=times[proc.pid],
+                events=json_events(log_path.read_text()),
+                returncode=proc.returncode,
+            )
+            for started, proc, log_path in launches
+        ]
 
     def serve(self, env: dict[str, str]) -> Start:
         return self.serve_many([env])[0]
 
 
-def _wait_for_servers(launches: list[tuple[float, subprocess.Popen, Path]], records_dirs: set[str],
-                      timeout_s: float) -> dict[int, float]:
+def _wait_for_servers(
+    launches: list[tuple[float, subprocess.Popen, Path]], records_dirs: set[str], timeout_s: float
+) -> dict[int, float]:
     """{pid: time of its tritonserver record} once every launch has one.
 
     A served process keeps its pid across the exec, so records are matched to launches by pid; a record older than
@@ -174,12 +218,18 @@ def _wait_for_servers(launches: list[tuple[float, subprocess.Popen, Path]], reco
     times: dict[int, float] = {}
     while len(times) < len(launches):
         for directory in records_dirs:
-            times.update({r["pid"]: r["time"] for r in read_records(Path(directory), "tritonserver")
-                          if r["time"] >= started_at.get(r["pid"], float("inf"))})
+            times.update(
+                {
+                    r["pid"]: r["time"]
+                    for r in read_records(Path(directory), "tritonserver")
+                    if r["time"] >= started_at.get(r["pid"], float("inf"))
+                }
+            )
         for _, proc, log_path in launches:
             if proc.poll() is not None and proc.pid not in times:
-                raise RuntimeError(f"serve exited {proc.returncode} before starting the server:\n"
-                                   f"{log_path.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"serve exited {proc.returncode} before starting the server:\n{log_path.read_text()[-2000:]}"
+                )
         if time.monotonic() > deadline:
             raise RuntimeError(f"only {len(times)} of {len(launches)} servers started in {timeout_s:g} s")
         time.sleep(0.005)

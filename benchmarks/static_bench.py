@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from benchmarks.report import Metric, Target, median
 from trtllm_images import checks, render
@@ -47,13 +47,19 @@ def static_metrics(repeats: int, say: Say) -> list[Metric]:
         cli_render.append(_time_cli(RENDER_ARGV))
         cli_check.append(_time_cli(CHECK_ARGV))
         in_render.append(_timed(lambda: [render.render(plan) for plan in plans.values()]))
-        in_policy.append(_timed(lambda: [checks.dockerfile_findings(*t) for t in texts]
-                                + [checks.matrix_findings(matrix)]))
+        in_policy.append(
+            _timed(lambda: [checks.dockerfile_findings(*t) for t in texts] + [checks.matrix_findings(matrix)])
+        )
         in_hadolint.append(_timed(lambda: checks.hadolint_findings(texts)))
-    total = [r + c for r, c in zip(cli_render, cli_check)]
+    total = [r + c for r, c in zip(cli_render, cli_check, strict=True)]
     return [
-        Metric("render --all + check --all (CLI)", median(total), "s", Target("<", 2.0, "s"),
-               details={"samples_s": total, "repeats": repeats, "tags": len(plans), "dockerfiles": len(texts)}),
+        Metric(
+            "render --all + check --all (CLI)",
+            median(total),
+            "s",
+            Target("<", 2.0, "s"),
+            details={"samples_s": total, "repeats": repeats, "tags": len(plans), "dockerfiles": len(texts)},
+        ),
         Metric("  render --all --print (CLI)", median(cli_render), "s", details={"samples_s": cli_render}),
         Metric("  check --all (CLI)", median(cli_check), "s", details={"samples_s": cli_check}),
         Metric("  in-process: render all tags", median(in_render), "s"),

@@ -14,9 +14,10 @@ import tempfile
 import urllib.error
 import urllib.request
 import zlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import IO, TYPE_CHECKING, cast
 
 from trtllm_images.errors import BuildError, UsageError
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 TARBALL_URL = "https://codeload.github.com/{repo}/tar.gz/{ref}"
 TRTLLM_REPO = "NVIDIA/TensorRT-LLM"
-TIMEOUT_SECS = 60          # per socket operation; the body is streamed
+TIMEOUT_SECS = 60  # per socket operation; the body is streamed
 REQUIRED = ("all_models/inflight_batcher_llm", "tools", "examples")
 _MODELS = ("inflight_batcher_llm", "llmapi")
 
@@ -34,18 +35,20 @@ _MODELS = ("inflight_batcher_llm", "llmapi")
 class Archive:
     repo: str
     ref: str
-    members: Mapping[str, str]   # path in the repository -> path in the app dir
+    members: Mapping[str, str]  # path in the repository -> path in the app dir
 
 
 def archives(entry: MatrixEntry) -> tuple[Archive, ...]:
     """Where each part of the app dir comes from on GitHub. Pure."""
     backend = entry.backend
     members = _backend_members(backend.subdir)
-    if backend.subdir:   # layout B: the backend lives inside TensorRT-LLM, next to its examples
+    if backend.subdir:  # layout B: the backend lives inside TensorRT-LLM, next to its examples
         return (Archive(backend.repo, backend.ref, {**members, "examples": "examples"}),)
     # Layout A: examples are in the tensorrt_llm submodule, which GitHub tarballs leave empty.
-    return (Archive(backend.repo, backend.ref, members),
-            Archive(TRTLLM_REPO, f"v{entry.tensorrt_llm}", {"examples": "examples"}))
+    return (
+        Archive(backend.repo, backend.ref, members),
+        Archive(TRTLLM_REPO, f"v{entry.tensorrt_llm}", {"examples": "examples"}),
+    )
 
 
 def local_members(entry: MatrixEntry) -> dict[str, str]:
@@ -65,8 +68,11 @@ def fetch(entry: MatrixEntry, cache_dir: Path, local_dir: Path | None, log: Call
     root = Path(cache_dir) / "backend" / entry.backend.repo
     if local_dir is not None:
         log(f"backend assets for {entry.tag}: copying from {local_dir}")
-        return _publish(lambda tmp: _copy_local(Path(local_dir), local_members(entry), tmp, entry),
-                        root / "local" / entry.backend.ref, replace=True)
+        return _publish(
+            lambda tmp: _copy_local(Path(local_dir), local_members(entry), tmp, entry),
+            root / "local" / entry.backend.ref,
+            replace=True,
+        )
     final = root / entry.backend.ref
     if final.is_dir():
         log(f"backend assets for {entry.tag}: cached in {final}")
@@ -86,15 +92,17 @@ def _publish(fill: Callable[[Path], None], final: Path, *, replace: bool) -> Pat
         fill(tmp)
         missing = [path for path in REQUIRED if not (tmp / path).is_dir()]
         if missing:
-            raise BuildError(f"backend assets lack {', '.join(missing)}",
-                             "check the ref in matrix.yaml, or that --backend-dir is a full checkout "
-                             "(layout A needs `git submodule update --init tensorrt_llm`)")
+            raise BuildError(
+                f"backend assets lack {', '.join(missing)}",
+                "check the ref in matrix.yaml, or that --backend-dir is a full checkout "
+                "(layout A needs `git submodule update --init tensorrt_llm`)",
+            )
         if replace and final.exists():
             shutil.rmtree(final)
         try:
             tmp.rename(final)
         except OSError:
-            if not final.is_dir():   # otherwise another build published the same ref first: use theirs
+            if not final.is_dir():  # otherwise another build published the same ref first: use theirs
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -103,12 +111,18 @@ def _publish(fill: Callable[[Path], None], final: Path, *, replace: bool) -> Pat
 
 def _copy_local(local_dir: Path, members: dict[str, str], dest: Path, entry: MatrixEntry) -> None:
     if not local_dir.is_dir():
-        raise UsageError(f"--backend-dir {local_dir} is not a directory",
-                         f"pass a checkout of {entry.backend.repo} at {entry.backend.ref}")
+        raise UsageError(
+            f"--backend-dir {local_dir} is not a directory",
+            f"pass a checkout of {entry.backend.repo} at {entry.backend.ref}",
+        )
     for source, target in members.items():
         if (local_dir / source).is_dir():
-            shutil.copytree(local_dir / source, dest / target, ignore_dangling_symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
+            shutil.copytree(
+                local_dir / source,
+                dest / target,
+                ignore_dangling_symlinks=True,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"),
+            )
 
 
 def _open_url(url: str):
@@ -118,8 +132,10 @@ def _open_url(url: str):
 
 def _download(archive: Archive, dest: Path, log: Callable[[str], None]) -> None:
     url = TARBALL_URL.format(repo=archive.repo, ref=archive.ref)
-    hint = (f"pass --backend-dir DIR with a local checkout of {archive.repo} at {archive.ref} "
-            "(for tensorrtllm_backend, including its tensorrt_llm submodule)")
+    hint = (
+        f"pass --backend-dir DIR with a local checkout of {archive.repo} at {archive.ref} "
+        "(for tensorrtllm_backend, including its tensorrt_llm submodule)"
+    )
     log(f"downloading {url}")
     try:
         with _open_url(url) as response, tarfile.open(fileobj=response, mode="r|gz") as tar:
@@ -132,19 +148,20 @@ def _download(archive: Archive, dest: Path, log: Callable[[str], None]) -> None:
 
 
 def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, members: Mapping[str, str], dest: Path) -> None:
-    parts = PurePosixPath(member.name).parts[1:]          # drop GitHub's "<name>-<ref>/" top directory
+    parts = PurePosixPath(member.name).parts[1:]  # drop GitHub's "<name>-<ref>/" top directory
     if not parts or ".." in parts or member.name.startswith("/"):
         return
     rel = "/".join(parts)
     source = next((s for s in members if rel == s or rel.startswith(s + "/")), None)
     if source is None:
         return
-    target = dest / (members[source] + rel[len(source):])
+    target = dest / (members[source] + rel[len(source) :])
     if member.isdir():
         target.mkdir(parents=True, exist_ok=True)
     elif member.isfile():
         target.parent.mkdir(parents=True, exist_ok=True)
-        with tar.extractfile(member) as data, open(target, "wb") as out:
+        # A regular member always has data (extractfile returns None only for other kinds).
+        with cast("IO[bytes]", tar.extractfile(member)) as data, open(target, "wb") as out:
             shutil.copyfileobj(data, out)
         target.chmod(0o755 if member.mode & 0o111 else 0o644)
     elif member.issym() and _link_stays_inside(rel, member.linkname, source):

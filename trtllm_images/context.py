@@ -17,11 +17,12 @@ from trtllm_images.errors import BuildError
 from trtllm_images.plan import BuildPlan
 from trtllm_images.wheel import WHEEL_GLOB
 
-BUNDLED_APP = Path("backend") / "app"   # the Dockerfiles COPY this into the image's bundled app dir
+BUNDLED_APP = Path("backend") / "app"  # the Dockerfiles COPY this into the image's bundled app dir
 
 
-def write_context(plan: BuildPlan, dockerfiles: dict[str, str], wheel: Path, matrix_json: str,
-                  assets: Path | None) -> Path:
+def write_context(
+    plan: BuildPlan, dockerfiles: dict[str, str], wheel: Path, matrix_json: str, assets: Path | None
+) -> Path:
     _validate(plan, dockerfiles, Path(wheel), matrix_json, assets)
     target = plan.context_dir
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -32,9 +33,10 @@ def write_context(plan: BuildPlan, dockerfiles: dict[str, str], wheel: Path, mat
         (tmp / "matrix.json").write_text(matrix_json, encoding="utf-8", newline="\n")
         (tmp / "wheels").mkdir()
         shutil.copyfile(wheel, tmp / "wheels" / Path(wheel).name)
-        if plan.needs_backend_assets:
-            shutil.copytree(assets, tmp / BUNDLED_APP, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
+        if plan.needs_backend_assets and assets is not None:  # _validate refused needing them without them
+            shutil.copytree(
+                assets, tmp / BUNDLED_APP, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
+            )
         _normalise_modes(tmp)
         _swap_in(tmp, target)
     except BaseException:
@@ -43,8 +45,7 @@ def write_context(plan: BuildPlan, dockerfiles: dict[str, str], wheel: Path, mat
     return target
 
 
-def _validate(plan: BuildPlan, dockerfiles: dict[str, str], wheel: Path, matrix_json: str,
-              assets: Path | None) -> None:
+def _validate(plan: BuildPlan, dockerfiles: dict[str, str], wheel: Path, matrix_json: str, assets: Path | None) -> None:
     missing = [spec.dockerfile for spec in plan.images if spec.dockerfile not in dockerfiles]
     if missing:
         raise BuildError(f"no rendered text for {', '.join(missing)}", "pass the output of render.render(plan)")
@@ -59,17 +60,20 @@ def _validate(plan: BuildPlan, dockerfiles: dict[str, str], wheel: Path, matrix_
         raise BuildError(f"the matrix JSON has no entry for tag {plan.entry.tag}", "pass Matrix.to_json()")
     if plan.needs_backend_assets:
         if assets is None or not all((Path(assets) / d).is_dir() for d in ("all_models", "tools", "examples")):
-            raise BuildError(f"tag {plan.entry.tag} needs the backend's all_models/, tools/ and examples/, "
-                             f"got {assets}", "pass --backend-dir with a checkout of "
-                                              f"{plan.entry.backend.repo} at {plan.entry.backend.ref}")
+            raise BuildError(
+                f"tag {plan.entry.tag} needs the backend's all_models/, tools/ and examples/, got {assets}",
+                f"pass --backend-dir with a checkout of {plan.entry.backend.repo} at {plan.entry.backend.ref}",
+            )
     elif assets is not None:
-        raise BuildError(f"tag {plan.entry.tag} has /app in its base image; backend assets would be ignored",
-                         "drop --backend-dir for this tag")
+        raise BuildError(
+            f"tag {plan.entry.tag} has /app in its base image; backend assets would be ignored",
+            "drop --backend-dir for this tag",
+        )
 
 
 def _normalise_modes(root: Path) -> None:
     """Readable by any UID inside the image; the same modes whatever the umask, so COPY layers stay cacheable."""
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         os.chmod(dirpath, 0o755)
         for name in filenames:
             path = Path(dirpath) / name

@@ -6,12 +6,14 @@ Validation here is about shape (keys, types, version syntax, order). Whether the
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -23,12 +25,23 @@ STATUSES = ("supported", "unsupported")
 WORKFLOWS = ("engine", "llmapi")
 VERSION_FIELDS = ("triton", "tensorrt_llm", "tensorrt", "cuda", "python", "pytorch", "ubuntu")
 BACKEND_KEYS = ("repo", "ref", "subdir", "in_image")
-ENTRY_KEYS = ("tag", "status", "note", *VERSION_FIELDS, "backend", "workflows", "engine_deprecated",
-              "openai_frontend", "uncertain", "sources")
+ENTRY_KEYS = (
+    "tag",
+    "status",
+    "note",
+    *VERSION_FIELDS,
+    "backend",
+    "workflows",
+    "engine_deprecated",
+    "openai_frontend",
+    "uncertain",
+    "sources",
+)
 # Fields an `uncertain` reason may name: the facts, not the bookkeeping keys.
 UNCERTAIN_KEYS = frozenset(
     {"note", *VERSION_FIELDS, "backend", "workflows", "engine_deprecated", "openai_frontend"}
-    | {f"backend.{key}" for key in BACKEND_KEYS})
+    | {f"backend.{key}" for key in BACKEND_KEYS}
+)
 
 # PEP 440-like: release, optional pre/post/dev segments, optional local part (NVIDIA's PyTorch builds).
 VERSION_RE = re.compile(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[A-Za-z0-9]+(\.[A-Za-z0-9]+)*)?$")
@@ -113,7 +126,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
     '1.0.3.2510' -> (1, 0, 3), '24.01' -> (24, 1). Same rule as the container side's facts.version_tuple."""
     parts: list[int] = []
     for piece in version.split("."):
-        digits = re.match(r"\d*", piece).group()
+        digits = "".join(itertools.takewhile(str.isdigit, piece))
         if not digits:
             break
         parts.append(int(digits))
@@ -131,7 +144,8 @@ class _StrictLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark)
+                    "while constructing a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark
+                )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -141,16 +155,18 @@ def load(path: Path = DEFAULT_PATH) -> Matrix:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise UsageError(f"matrix file {path} does not exist",
-                         "run from a checkout of trtllm-images or pass --matrix FILE") from None
+        raise UsageError(
+            f"matrix file {path} does not exist", "run from a checkout of trtllm-images or pass --matrix FILE"
+        ) from None
     try:
         data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise UsageError(f"{path}: YAML syntax error{where}: {problem}",
-                         "fix the YAML; quote versions and tags (\"25.01\")") from None
+        raise UsageError(
+            f"{path}: YAML syntax error{where}: {problem}", 'fix the YAML; quote versions and tags ("25.01")'
+        ) from None
     return parse(data, str(path))
 
 
@@ -163,13 +179,16 @@ def parse(data: object, source: str) -> Matrix:
     elif not isinstance(data["entries"], list) or not data["entries"]:
         errors.append("entries: expected a non-empty list of entries")
     else:
-        entries = [_entry(raw, f"#{i}", errors) for i, raw in enumerate(data["entries"])]
-        _check_order([e for e in entries if e is not None], errors)
+        parsed = [_entry(raw, f"#{i}", errors) for i, raw in enumerate(data["entries"])]
+        entries = [e for e in parsed if e is not None]
+        _check_order(entries, errors)
         if not errors:
             return Matrix(tuple(entries))
     count = f"{len(errors)} problem" + ("s" if len(errors) != 1 else "")
-    raise UsageError(f"{source}: {count} in the matrix:\n" + "\n".join(f"  - {e}" for e in errors),
-                     "matrix.yaml's header comment describes every field and its allowed values")
+    raise UsageError(
+        f"{source}: {count} in the matrix:\n" + "\n".join(f"  - {e}" for e in errors),
+        "matrix.yaml's header comment describes every field and its allowed values",
+    )
 
 
 def _check_order(entries: list[MatrixEntry], errors: list[str]) -> None:
@@ -179,8 +198,10 @@ def _check_order(entries: list[MatrixEntry], errors: list[str]) -> None:
         if entry.tag in seen:
             errors.append(f"entry {entry.tag}: tag: duplicate tag {entry.tag!r}")
         elif previous is not None and version_tuple(entry.tag) < version_tuple(previous.tag):
-            errors.append(f"entry {entry.tag}: tag: tags not sorted ({entry.tag} comes after {previous.tag}); "
-                          "list entries oldest first")
+            errors.append(
+                f"entry {entry.tag}: tag: tags not sorted ({entry.tag} comes after {previous.tag}); "
+                "list entries oldest first"
+            )
         seen.add(entry.tag)
         previous = entry
 
@@ -204,13 +225,15 @@ def _entry(raw: object, index: str, errors: list[str]) -> MatrixEntry | None:
     workflows = _string_list(raw["workflows"], "workflows", problem, WORKFLOWS) if "workflows" in raw else []
     sources = _string_list(raw["sources"], "sources", problem) if "sources" in raw else []
     uncertain = _uncertain(raw["uncertain"], problem) if "uncertain" in raw else {}
-    if len(errors) > before:
+    if len(errors) > before or backend is None:
         return None
     return MatrixEntry(
-        **{key: raw[key] for key in ("tag", "status", "note", *VERSION_FIELDS, "engine_deprecated",
-                                     "openai_frontend")},
-        backend=backend, workflows=tuple(workflows), uncertain=MappingProxyType(dict(uncertain)),
-        sources=tuple(sources))
+        **{key: raw[key] for key in ("tag", "status", "note", *VERSION_FIELDS, "engine_deprecated", "openai_frontend")},
+        backend=backend,
+        workflows=tuple(workflows),
+        uncertain=MappingProxyType(dict(uncertain)),
+        sources=tuple(sources),
+    )
 
 
 def _check_keys(raw: dict, expected: tuple[str, ...], prefix: str, problem) -> None:
@@ -229,7 +252,7 @@ def _type_name(value: object) -> str:
 def _check_scalars(raw: dict, problem) -> None:
     tag = raw.get("tag")
     if "tag" in raw and not (isinstance(tag, str) and TAG_RE.match(tag)):
-        problem("tag", f"expected a quoted NGC tag YY.MM such as \"25.01\", got {_type_name(tag)}")
+        problem("tag", f'expected a quoted NGC tag YY.MM such as "25.01", got {_type_name(tag)}')
     status = raw.get("status")
     if "status" in raw and status not in STATUSES:
         problem("status", f"expected one of {', '.join(STATUSES)}, got {_type_name(status)}")
@@ -241,7 +264,9 @@ def _check_scalars(raw: dict, problem) -> None:
     for key in ("engine_deprecated", "openai_frontend"):
         if key in raw and not isinstance(raw[key], bool):
             problem(key, f"expected true or false, got {_type_name(raw[key])}")
-    uncertain = raw.get("uncertain") if isinstance(raw.get("uncertain"), dict) else {}
+    uncertain = raw.get("uncertain")
+    if not isinstance(uncertain, dict):
+        uncertain = {}
     for key in VERSION_FIELDS:
         value = raw.get(key)
         if key not in raw:
@@ -252,8 +277,10 @@ def _check_scalars(raw: dict, problem) -> None:
         elif not isinstance(value, str):
             problem(key, f"expected a quoted version string, got {_type_name(value)}")
         elif not VERSION_RE.match(value):
-            problem(key, f"malformed version {value!r} (expected e.g. 1.2.0, 0.17.0.post1, 1.2.0rc8, "
-                         "2.6.0a0+ecf3bae40a.nv25.1)")
+            problem(
+                key,
+                f"malformed version {value!r} (expected e.g. 1.2.0, 0.17.0.post1, 1.2.0rc8, 2.6.0a0+ecf3bae40a.nv25.1)",
+            )
 
 
 def _backend(raw: object, problem) -> Backend | None:
@@ -264,8 +291,10 @@ def _backend(raw: object, problem) -> Backend | None:
     checks = {
         "repo": (lambda v: isinstance(v, str) and REPO_RE.match(v), "a GitHub owner/name"),
         "ref": (lambda v: isinstance(v, str) and REF_RE.match(v), "a git tag or branch such as v0.17.0"),
-        "subdir": (lambda v: isinstance(v, str) and not v.startswith("/") and ".." not in v.split("/"),
-                   "a relative directory or \"\""),
+        "subdir": (
+            lambda v: isinstance(v, str) and not v.startswith("/") and ".." not in v.split("/"),
+            'a relative directory or ""',
+        ),
         "in_image": (lambda v: isinstance(v, bool), "true or false"),
     }
     for key, (ok, expected) in checks.items():
@@ -317,8 +346,7 @@ def markdown_table(matrix: Matrix) -> str:
         ("workflows", lambda e: ", ".join(e.workflows), ("workflows",)),
         ("OpenAI", lambda e: "yes" if e.openai_frontend else "no", ("openai_frontend",)),
     ]
-    lines = ["| " + " | ".join(title for title, _, _ in columns) + " |",
-             "|" + "---|" * len(columns)]
+    lines = ["| " + " | ".join(title for title, _, _ in columns) + " |", "|" + "---|" * len(columns)]
     notes: list[str] = []
     for entry in matrix.entries:
         cells = []

@@ -1,4 +1,7 @@
-"""What to build for one matrix entry: base image, image refs, labels, context location. Pure: no I/O."""
+"""What to build for one matrix entry: base image, image refs, labels, context location. Pure: no I/O.
+
+The plan holds every value the Dockerfiles show: render.py only fills the templates with it.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +16,23 @@ if TYPE_CHECKING:
     from trtllm_images.matrix import MatrixEntry
 
 LICENSE = "Apache-2.0"
+REVISION_LABEL = "org.opencontainers.image.revision"
+BASE_NAME_LABEL = "org.opencontainers.image.base.name"
+# Expanded by Docker from the build arg, so the label names the image actually used when BASE_IMAGE is overridden.
+BASE_NAME_FROM_BUILD_ARG = "${BASE_IMAGE}"
 
 # kind -> (repository name, Dockerfile name, one-line description)
 IMAGE_KINDS = {
-    "server": ("trtllm-serve", "server.Dockerfile",
-               "Triton Inference Server with TensorRT-LLM: fetches a model, builds or reuses an engine, serves it"),
-    "builder": ("trtllm-builder", "builder.Dockerfile",
-                "TensorRT-LLM engine builder: fetches a model and builds its engine into the cache"),
+    "server": (
+        "trtllm-serve",
+        "server.Dockerfile",
+        "Triton Inference Server with TensorRT-LLM: fetches a model, builds or reuses an engine, serves it",
+    ),
+    "builder": (
+        "trtllm-builder",
+        "builder.Dockerfile",
+        "TensorRT-LLM engine builder: fetches a model and builds its engine into the cache",
+    ),
 }
 
 # Docker reference grammar, simplified: lowercase registry/path components, and a tag of at most 128 characters.
@@ -30,9 +43,11 @@ _LABEL_VALUE_FORBIDDEN = re.compile(r'["\\\n\r$]')
 
 @dataclass(frozen=True)
 class ImageSpec:
-    kind: str          # "server" | "builder"
-    ref: str           # [<registry>/]trtllm-serve:<tag>-trtllm-<version>
-    dockerfile: str    # file name inside the build context; its template is images/<dockerfile>.j2
+    kind: str  # "server" | "builder"
+    ref: str  # [<registry>/]trtllm-serve:<tag>-trtllm-<version>
+    dockerfile: str  # file name inside the build context; its template is images/<dockerfile>.j2
+    labels: dict[str, str]  # the first LABEL instruction, in this order
+    revision_labels: dict[str, str]  # the last LABEL instruction (empty without a revision): see _revision_labels
 
 
 @dataclass(frozen=True)
@@ -40,8 +55,7 @@ class BuildPlan:
     entry: MatrixEntry
     base_image: str
     images: tuple[ImageSpec, ...]
-    labels: dict[str, str]          # ordered: stable labels first, the revision (if any) last
-    needs_backend_assets: bool      # the base image lacks /app, so the context bundles the backend's files
+    needs_backend_assets: bool  # the base image lacks /app, so the context bundles the backend's files
     context_dir: Path
 
     @property
@@ -51,34 +65,49 @@ class BuildPlan:
     def image(self, kind: str) -> ImageSpec:
         return next(spec for spec in self.images if spec.kind == kind)
 
-    def image_labels(self, kind: str) -> dict[str, str]:
-        """The plan's labels with the title and description of one image (key order kept)."""
-        name, _, description = IMAGE_KINDS[kind]
-        return {**self.labels, "org.opencontainers.image.title": name,
-                "org.opencontainers.image.description": description}
 
-
-def make_plan(entry: MatrixEntry, *, base_image: str | None = None, registry: str | None = None, out_dir: Path,
-              revision: str | None = None) -> BuildPlan:
+def make_plan(
+    entry: MatrixEntry,
+    *,
+    base_image: str | None = None,
+    registry: str | None = None,
+    out_dir: Path,
+    revision: str | None = None,
+) -> BuildPlan:
     if not entry.supported:
-        raise UsageError(f"tag {entry.tag} is not supported: {entry.note}",
-                         "`python build.py list` shows the supported tags")
+        raise UsageError(
+            f"tag {entry.tag} is not supported: {entry.note}", "`python build.py list` shows the supported tags"
+        )
     if not entry.tensorrt_llm:
-        raise UsageError(f"tag {entry.tag} has no TensorRT-LLM version in the matrix",
-                         "image names and engine caches depend on it; fill it in matrix.yaml")
+        raise UsageError(
+            f"tag {entry.tag} has no TensorRT-LLM version in the matrix",
+            "image names and engine caches depend on it; fill it in matrix.yaml",
+        )
     base = entry.base_image if base_image is None else base_image.strip()
-    if not base or any(ch.isspace() for ch in base):
-        raise UsageError(f"--base-image {base_image!r} is not an image reference",
-                         "pass something like registry/name:tag, without spaces")
+    if not base or any(ch.isspace() for ch in base) or _LABEL_VALUE_FORBIDDEN.search(base):
+        raise UsageError(
+            f"--base-image {base_image!r} is not an image reference",
+            "pass something like registry/name:tag, without spaces, quotes or '$'",
+        )
     version = f"{entry.tag}-trtllm-{entry.tensorrt_llm}"
     if not _IMAGE_TAG.match(version):
         raise UsageError(f"{version!r} is not a valid Docker tag", "check the tag and tensorrt_llm of this entry")
-    prefix = _registry_prefix(registry)
-    images = tuple(ImageSpec(kind, f"{prefix}{name}:{version}", dockerfile)
-                   for kind, (name, dockerfile, _) in IMAGE_KINDS.items())
-    return BuildPlan(entry=entry, base_image=base, images=images, labels=_labels(entry, base, version, revision),
-                     needs_backend_assets=not entry.backend.in_image,
-                     context_dir=Path(out_dir) / "context" / entry.tag)
+    images = _image_specs(_registry_prefix(registry), version, _labels(entry, version), _revision_labels(revision))
+    return BuildPlan(
+        entry=entry,
+        base_image=base,
+        images=images,
+        needs_backend_assets=not entry.backend.in_image,
+        context_dir=Path(out_dir) / "context" / entry.tag,
+    )
+
+
+def _image_specs(prefix: str, version: str, shared: dict[str, str], revision: dict[str, str]) -> tuple[ImageSpec, ...]:
+    specs = []
+    for kind, (name, dockerfile, description) in IMAGE_KINDS.items():
+        labels = {"org.opencontainers.image.title": name, "org.opencontainers.image.description": description, **shared}
+        specs.append(ImageSpec(kind, f"{prefix}{name}:{version}", dockerfile, labels, revision))
+    return tuple(specs)
 
 
 def _registry_prefix(registry: str | None) -> str:
@@ -86,20 +115,22 @@ def _registry_prefix(registry: str | None) -> str:
         return ""
     registry = registry.rstrip("/")
     if not _REGISTRY.match(registry):
-        raise UsageError(f"--registry {registry!r} is not a registry/namespace",
-                         "use lowercase host[:port][/namespace], e.g. ghcr.io/my-org")
+        raise UsageError(
+            f"--registry {registry!r} is not a registry/namespace",
+            "use lowercase host[:port][/namespace], e.g. ghcr.io/my-org",
+        )
     return registry + "/"
 
 
-def _labels(entry: MatrixEntry, base: str, version: str, revision: str | None) -> dict[str, str]:
+def _labels(entry: MatrixEntry, version: str) -> dict[str, str]:
+    """The labels both images share, after their own title and description."""
+
     def known(value: str | None) -> str:
         return value if value else "unknown"
 
     labels = {
-        "org.opencontainers.image.title": "trtllm-images",
-        "org.opencontainers.image.description": f"TensorRT-LLM {entry.tensorrt_llm} on Triton (NGC {entry.tag})",
         "org.opencontainers.image.version": version,
-        "org.opencontainers.image.base.name": base,
+        BASE_NAME_LABEL: BASE_NAME_FROM_BUILD_ARG,
         "org.opencontainers.image.licenses": LICENSE,
         "io.trtllm-images.ngc-tag": entry.tag,
         "io.trtllm-images.triton": known(entry.triton),
@@ -113,11 +144,22 @@ def _labels(entry: MatrixEntry, base: str, version: str, revision: str | None) -
         "io.trtllm-images.backend-ref": entry.backend.ref,
         "io.trtllm-images.workflows": ",".join(entry.workflows),
     }
-    # Last, so that a new commit only changes the final Dockerfile instruction and every earlier layer stays cached.
-    if revision:
-        labels["org.opencontainers.image.revision"] = revision
-    for key, value in labels.items():
-        if _LABEL_VALUE_FORBIDDEN.search(value):
-            raise UsageError(f"label {key}={value!r} contains a quote, backslash, '$' or newline",
-                             "matrix values and --base-image/--revision must be plain strings")
+    _refuse_unquotable(labels, but=BASE_NAME_LABEL)
     return labels
+
+
+def _revision_labels(revision: str | None) -> dict[str, str]:
+    # Its own, last instruction: a new commit then changes only that layer and every earlier one stays cached.
+    labels = {REVISION_LABEL: revision} if revision else {}
+    _refuse_unquotable(labels)
+    return labels
+
+
+def _refuse_unquotable(labels: dict[str, str], but: str | None = None) -> None:
+    """Values go between double quotes in a LABEL instruction, where these characters would break or expand."""
+    for key, value in labels.items():
+        if key != but and _LABEL_VALUE_FORBIDDEN.search(value):
+            raise UsageError(
+                f"label {key}={value!r} contains a quote, backslash, '$' or newline",
+                "matrix values and --revision must be plain strings",
+            )

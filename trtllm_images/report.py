@@ -2,14 +2,15 @@
 
 A report is written whether the build succeeded or not, so a failed CI job still leaves the evidence behind.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import json
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from trtllm_images.files import write_atomic
 
@@ -84,4 +85,5 @@ def write_report(out_dir: Path, record: BuildRecord) -> Path:
 
 
 def _finding_dict(finding) -> dict:
-    return dataclasses.asdict(finding) if dataclasses.is_dataclass(finding) else dict(vars(finding))
+    is_record = dataclasses.is_dataclass(finding) and not isinstance(finding, type)
+    return dataclasses.asdict(finding) if is_record else dict(vars(finding))

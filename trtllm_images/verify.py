@@ -3,11 +3,14 @@
 `expected` and `compare` are pure; `run_probe` is the only Docker call. A fact the matrix marks as uncertain
 still gets compared, but a difference is a warning (worth fixing in matrix.yaml), not a failed build.
 """
+
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from docker.errors import DockerException
 
@@ -191,7 +194,5 @@ def _tail(text: str, lines: int = 5) -> str:
 
 def _remove_quietly(container) -> None:
     # Removal failing must not hide the probe's own result or error.
-    try:
+    with contextlib.suppress(DockerException, OSError):
         container.remove(force=True)
-    except (DockerException, OSError):
-        pass

@@ -19,8 +19,8 @@ from trtllm_images.errors import BuildError
 from trtllm_images.files import write_atomic
 
 ENTRYPOINTS_DIR = Path(__file__).resolve().parents[1] / "entrypoints"
-WHEEL_GLOB = "trtllm_entrypoint-*.whl"   # what images/_common.j2 installs
-_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)       # the earliest time a zip can store
+WHEEL_GLOB = "trtllm_entrypoint-*.whl"  # what images/_common.j2 installs
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip can store
 _KEY_VALUE = re.compile(r"^\s*([A-Za-z0-9_.\"-]+)\s*=\s*(.+?)\s*$")
 
 
@@ -34,8 +34,9 @@ def build_wheel(project_dir: Path = ENTRYPOINTS_DIR, *, dest: Path) -> Path:
     for package in meta["packages"]:
         files.update(_package_files(project_dir, package))
     files[f"{dist_info}/METADATA"] = _metadata(meta).encode()
-    files[f"{dist_info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: trtllm-images\nRoot-Is-Purelib: true\n" \
-                                  b"Tag: py3-none-any\n"
+    files[f"{dist_info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: trtllm-images\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
     files[f"{dist_info}/entry_points.txt"] = _entry_points(meta["scripts"]).encode()
     record = f"{dist_info}/RECORD"
     files[record] = _record(files, record)
@@ -68,20 +69,29 @@ def read_project(pyproject: Path) -> dict:
     project = tables.get("project", {})
     missing = [key for key in ("name", "version") if key not in project]
     if missing or "packages" not in tables.get("tool.setuptools", {}):
-        raise BuildError(f"{pyproject} lacks {', '.join(missing) or '[tool.setuptools] packages'}",
-                         "it needs one-line [project] name/version and [tool.setuptools] packages")
-    return {"name": project["name"], "version": project["version"], "summary": project.get("description", ""),
-            "requires_python": project.get("requires-python", ""), "scripts": tables.get("project.scripts", {}),
-            "packages": tables["tool.setuptools"]["packages"]}
+        raise BuildError(
+            f"{pyproject} lacks {', '.join(missing) or '[tool.setuptools] packages'}",
+            "it needs one-line [project] name/version and [tool.setuptools] packages",
+        )
+    return {
+        "name": project["name"],
+        "version": project["version"],
+        "summary": project.get("description", ""),
+        "requires_python": project.get("requires-python", ""),
+        "scripts": tables.get("project.scripts", {}),
+        "packages": tables["tool.setuptools"]["packages"],
+    }
 
 
 def _package_files(project_dir: Path, package: str) -> dict[str, bytes]:
     root = project_dir / package
     if not (root / "__init__.py").is_file():
         raise BuildError(f"package {package} not found under {project_dir}", "check [tool.setuptools] packages")
-    return {path.relative_to(project_dir).as_posix(): path.read_bytes()
-            for path in sorted(root.rglob("*"))
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo")}
+    return {
+        path.relative_to(project_dir).as_posix(): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo")
+    }
 
 
 def _metadata(meta: dict) -> str:
@@ -114,7 +124,7 @@ def _zip(files: dict[str, bytes]) -> bytes:
         # Sorted, with RECORD last as the wheel spec recommends.
         for name in sorted(files, key=lambda n: (n.endswith(".dist-info/RECORD"), n)):
             info = zipfile.ZipInfo(name, date_time=_ZIP_EPOCH)
-            info.create_system = 3            # Unix, so the mode below is honoured on every host OS
+            info.create_system = 3  # Unix, so the mode below is honoured on every host OS
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(info, files[name])

@@ -21,9 +21,16 @@ import docker
 import pytest
 
 from tests.doubles.install import double_environ, install_doubles, write_app
+from tests.standin.build_standin import (
+    SCRIPTS_DIR,
+    Standin,
+    StandinUnavailable,
+    TemplatesMissing,
+    build_standin,
+    matrix_for_standin,
+    upstream_templates,
+)
 from tests.tiny_checkpoint import tiny_llama
-from tests.standin.build_standin import (matrix_for_standin, SCRIPTS_DIR, Standin, StandinUnavailable, TemplatesMissing, build_standin,
-                                         upstream_templates)
 
 REPO = Path(__file__).resolve().parents[2]
 IN_CI = os.environ.get("CI") == "true"

@@ -10,8 +10,16 @@ import time
 
 import pytest
 
-from tests.docker.conftest import (E2E_TOKEN, FAST_HEALTHCHECK, logs, matrix_for_standin, record_mount,
-                                   run_build, wait_health_status, wait_ready)
+from tests.docker.conftest import (
+    E2E_TOKEN,
+    FAST_HEALTHCHECK,
+    logs,
+    matrix_for_standin,
+    record_mount,
+    run_build,
+    wait_health_status,
+    wait_ready,
+)
 from tests.doubles.double_records import parse_flags, read_records
 
 NEW_TAG = "25.01"   # the image ships /app (templates, examples)

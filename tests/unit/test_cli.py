@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 from docker.errors import ImageNotFound
 
-from trtllm_images import builder, cli as cli_mod, wheel
+from trtllm_images import builder, wheel
+from trtllm_images import cli as cli_mod
 from trtllm_images import matrix as matrix_mod
 from trtllm_images.errors import BuildError
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import os
 import json
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +15,13 @@ import pytest
 from tests.doubles.double_records import read_records
 from tests.doubles.install import double_environ, install_doubles
 from trtllm_entrypoint.engine_build import (
-    Command, build_commands, build_notes, engine_builder, model_family, resolve_script, run_commands,
+    Command,
+    build_commands,
+    build_notes,
+    engine_builder,
+    model_family,
+    resolve_script,
+    run_commands,
 )
 from trtllm_entrypoint.engine_cache import EngineCache
 from trtllm_entrypoint.errors import EntrypointError, UsageError
@@ -148,7 +154,7 @@ def test_versions_before_the_unified_workflow_are_refused():
 ])
 def test_build_notes_say_what_differs_from_the_settings(version, dtype, expected):
     notes = build_notes(facts(version), settings(dtype=dtype))
-    assert len(notes) == len(expected) and all(want in note for want, note in zip(expected, notes))
+    assert len(notes) == len(expected) and all(want in note for want, note in zip(expected, notes, strict=True))
 
 
 # --- running ----------------------------------------------------------------------------------------------------

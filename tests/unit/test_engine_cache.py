@@ -16,7 +16,12 @@ from types import SimpleNamespace
 import pytest
 
 from trtllm_entrypoint.engine_cache import (
-    EngineCache, cache_key, check_engine_version, engine_world_size, key_inputs, stamp_inputs,
+    EngineCache,
+    cache_key,
+    check_engine_version,
+    engine_world_size,
+    key_inputs,
+    stamp_inputs,
 )
 from trtllm_entrypoint.errors import EntrypointError
 from trtllm_entrypoint.facts import ImageFacts

@@ -39,7 +39,7 @@ def test_parse_rejects_unexpected_lines(text):
 def test_mixed_compute_capabilities_are_refused():
     info = parse_nvidia_smi("0, NVIDIA H100, 9.0, 1 MiB, 550\n1, NVIDIA L40S, 8.9, 1 MiB, 550\n")
     with pytest.raises(EntrypointError, match=r"different compute capabilities \(8.9, 9.0\)") as err:
-        info.compute_capability
+        _ = info.compute_capability
     assert "CUDA_VISIBLE_DEVICES" in err.value.hint
 
 

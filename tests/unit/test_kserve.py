@@ -1,8 +1,10 @@
-"""KServe manifests: every generated document against KServe's own CRD schemas, plus the rules the schemas cannot say."""
+"""KServe manifests: every generated document against KServe's own CRD schemas, plus the rules the schemas cannot
+say."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import shlex
 import shutil
@@ -13,7 +15,7 @@ import pytest
 import yaml
 
 from trtllm_images import kserve, matrix
-from trtllm_images.errors import UsageError
+from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.plan import make_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +29,16 @@ DEPLOY_OPTIONS = kserve.KServeOptions(tag="25.01", registry="ghcr.io/your-org", 
 
 @pytest.fixture(scope="session")
 def the_matrix():
+    return _matrix()
+
+
+@functools.cache
+def _matrix():
     return matrix.load()
+
+
+def documents(options):
+    return kserve.make_plan(_matrix(), options).documents
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +75,8 @@ def unknown_fields(instance, schema, path="") -> list[str]:
                 found += unknown_fields(value, schema["properties"][key], f"{path}.{key}")
         return found
     if isinstance(instance, dict) and isinstance(schema.get("additionalProperties"), dict):
-        return [f for k, v in instance.items() for f in unknown_fields(v, schema["additionalProperties"], f"{path}.{k}")]
+        values = schema["additionalProperties"]
+        return [f for k, v in instance.items() for f in unknown_fields(v, values, f"{path}.{k}")]
     if isinstance(instance, list) and "items" in schema:
         return [f for i, v in enumerate(instance) for f in unknown_fields(v, schema["items"], f"{path}[{i}]")]
     return []
@@ -91,7 +103,7 @@ def grid():
 
 @pytest.mark.parametrize("options", list(grid()))
 def test_every_document_is_valid_and_sound(options, entry, the_matrix, crd_validators):
-    docs = kserve.manifests(entry, options)
+    docs = documents(options)
     kinds = [doc["kind"] for doc in docs]
     assert kinds[0] == ("ServingRuntime" if options.namespaced_runtime else "ClusterServingRuntime")
     assert ("PersistentVolumeClaim" in kinds) == (options.cache == "pvc")
@@ -102,7 +114,7 @@ def test_every_document_is_valid_and_sound(options, entry, the_matrix, crd_valid
     assert kserve.semantic_findings(docs, the_matrix) == []
     # What went through YAML comes back identical (no lossy scalars), and shared sub-objects did not become aliases.
     text = kserve.dump_yaml(docs)
-    assert list(yaml.safe_load_all(text)) == docs and "&id" not in text
+    assert list(yaml.safe_load_all(text)) == list(docs) and "&id" not in text
     if options.cache == "pvc":
         claims = {v["persistentVolumeClaim"]["claimName"] for v in _pod_volumes(docs) if v["name"] == "trtllm-cache"}
         assert claims == {by_kind(docs, "PersistentVolumeClaim")["metadata"]["name"]}
@@ -121,7 +133,7 @@ def by_kind(docs, kind):
 
 
 def test_runtime_contract(entry):
-    docs = kserve.manifests(entry, kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, tp_size=2, pp_size=2))
+    docs = documents(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, tp_size=2, pp_size=2))
     runtime = by_kind(docs, "ClusterServingRuntime")
     assert runtime["metadata"]["name"] == "trtllm-25-01" and "namespace" not in runtime["metadata"]
     spec = runtime["spec"]
@@ -149,7 +161,7 @@ def test_runtime_contract(entry):
 
 def test_inference_service_for_storage_uri_is_read_only_and_has_no_token(entry):
     options = kserve.KServeOptions(tag="25.01", storage_uri="s3://bucket/llama", name="chat", namespace="team-a")
-    isvc = by_kind(kserve.manifests(entry, options), "InferenceService")
+    isvc = by_kind(documents(options), "InferenceService")
     assert isvc["metadata"]["namespace"] == "team-a"
     assert isvc["metadata"]["annotations"]["storage.kserve.io/readonly"] == "true"
     model = isvc["spec"]["predictor"]["model"]
@@ -160,26 +172,26 @@ def test_inference_service_for_storage_uri_is_read_only_and_has_no_token(entry):
     assert [p["name"] for p in model["ports"]] == ["http1", "grpc-v2"]
     assert isvc["spec"]["predictor"]["volumes"] == [{"name": "trtllm-cache", "emptyDir": {}}]
     writable = kserve.KServeOptions(tag="25.01", storage_uri="s3://bucket/llama", storage_readonly=False)
-    assert by_kind(kserve.manifests(entry, writable), "InferenceService")["metadata"]["annotations"][
+    assert by_kind(documents(writable), "InferenceService")["metadata"]["annotations"][
         "storage.kserve.io/readonly"] == "false"
 
 
 def test_hub_model_token_comes_from_a_secret(entry):
     options = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, model_revision="abc123", hf_token_secret="my-hf")
-    model = by_kind(kserve.manifests(entry, options), "InferenceService")["spec"]["predictor"]["model"]
+    model = by_kind(documents(options), "InferenceService")["spec"]["predictor"]["model"]
     env = {e["name"]: e for e in model["env"]}
     assert env["MODEL_ID"]["value"] == HUB_MODEL and env["MODEL_REVISION"]["value"] == "abc123"
     assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
         "name": "my-hf", "key": "token", "optional": True}}}
     no_token = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, hf_token_secret=None)
-    model = by_kind(kserve.manifests(entry, no_token), "InferenceService")["spec"]["predictor"]["model"]
+    model = by_kind(documents(no_token), "InferenceService")["spec"]["predictor"]["model"]
     assert "HF_TOKEN" not in [e["name"] for e in model["env"]]
 
 
 def test_pvc_and_warm_job_share_the_cache_and_the_engine_settings(entry):
     options = kserve.KServeOptions(tag="25.01", storage_uri="pvc://models/llama/8b", cache="pvc", warm_job=True,
                                    tp_size=2, pvc_size="500Gi", pvc_access_mode="ReadWriteMany")
-    docs = kserve.manifests(entry, options)
+    docs = documents(options)
     assert [d["kind"] for d in docs] == ["ClusterServingRuntime", "PersistentVolumeClaim", "InferenceService", "Job"]
     pvc = by_kind(docs, "PersistentVolumeClaim")
     assert pvc["apiVersion"] == "v1" and pvc["metadata"]["name"] == "llm-trtllm-cache"
@@ -203,20 +215,12 @@ def test_pvc_and_warm_job_share_the_cache_and_the_engine_settings(entry):
     assert job["spec"]["activeDeadlineSeconds"] >= 2 * 3600
 
 
-def test_constants_agree_with_the_container_contract():
-    from trtllm_entrypoint import contract
-
-    assert kserve.MODEL_DIR == contract.KSERVE_MODEL_DIR
-    assert kserve.CACHE_DIR == contract.DEFAULT_CACHE_DIR
-    assert kserve.METRICS_PORT == contract.DEFAULT_METRICS_PORT
-
-
 def test_explicit_image_and_registry(entry):
     explicit = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, image="registry.local/x@sha256:" + "a" * 64)
-    runtime = kserve.manifests(entry, explicit)[0]
+    runtime = documents(explicit)[0]
     assert runtime["spec"]["containers"][0]["image"] == "registry.local/x@sha256:" + "a" * 64
     registry = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, registry="ghcr.io/acme")
-    image = kserve.manifests(entry, registry)[0]["spec"]["containers"][0]["image"]
+    image = documents(registry)[0]["spec"]["containers"][0]["image"]
     assert image == "ghcr.io/acme/trtllm-serve:25.01-trtllm-0.17.0"
 
 
@@ -244,21 +248,16 @@ def test_bad_options_are_usage_errors(kwargs, message):
     assert message in info.value.message and info.value.exit_code == 2
 
 
-def test_entry_and_tag_must_agree(the_matrix):
-    with pytest.raises(UsageError, match="does not match"):
-        kserve.manifests(the_matrix.get("25.02"), kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL))
-
-
 def test_unsupported_tag_is_refused(the_matrix):
     unsupported = next(e for e in the_matrix.entries if not e.supported)
     for image in (None, "registry.local/custom:1"):
         with pytest.raises(UsageError, match="not supported"):
-            kserve.manifests(unsupported, kserve.KServeOptions(tag=unsupported.tag, model_id=HUB_MODEL, image=image))
+            kserve.make_plan(the_matrix, kserve.KServeOptions(tag=unsupported.tag, model_id=HUB_MODEL, image=image))
 
 
 def _default_docs(entry):
     options = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, cache="pvc", warm_job=True)
-    return kserve.manifests(entry, options)
+    return documents(options)
 
 
 def _runtime_container(docs):
@@ -277,7 +276,8 @@ BREAKAGES = {
     "literal token": (lambda d: _isvc_model(d)["env"].append({"name": "HF_TOKEN", "value": "x"}), "literal value"),
     "token in args": (lambda d: _runtime_container(d).update(args=["--token=hf_" + "a" * 30]), "Hugging Face token"),
     "no liveness": (lambda d: _runtime_container(d).pop("livenessProbe"), "no livenessProbe"),
-    "short startup": (lambda d: _runtime_container(d)["startupProbe"].update(failureThreshold=10), "startupProbe allows"),
+    "short startup": (lambda d: _runtime_container(d)["startupProbe"].update(failureThreshold=10),
+                      "startupProbe allows"),
     "unknown image": (lambda d: _runtime_container(d).update(image="trtllm-serve:99.01-trtllm-9"), "not one build.py"),
     "v1 protocol": (lambda d: _isvc_model(d).pop("protocolVersion"), "protocolVersion None"),
     "wrong runtime": (lambda d: _isvc_model(d).update(runtime="kserve-tritonserver"), "runtime 'kserve-tritonserver'"),
@@ -297,6 +297,22 @@ def test_semantic_findings_catch_broken_documents(name, entry, the_matrix):
     breaker(docs)
     findings = kserve.semantic_findings(docs, the_matrix)
     assert any(expected in finding for finding in findings), findings
+
+
+def test_a_plan_breaking_kserve_rules_is_refused(monkeypatch):
+    monkeypatch.setattr(kserve, "_shm_volume", lambda: {"name": "devshm", "emptyDir": {}, "env": [
+        {"name": "API_KEY", "value": "literal"}]})
+    with pytest.raises(BuildError, match="break KServe's rules: .*API_KEY has a literal value"):
+        kserve.make_plan(_matrix(), kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL))
+
+
+def test_printing_and_files_render_the_same_plan(the_matrix):
+    plan = kserve.make_plan(the_matrix, DEPLOY_OPTIONS)
+    files = kserve.render_files(plan)
+    header = files["runtime.yaml"].split("---", 1)[0]
+    assert header.startswith("# Generated by: python build.py kserve") and kserve.render(plan).startswith(header)
+    assert list(yaml.safe_load_all(kserve.render(plan))) == list(plan.documents)
+    assert [doc for text in files.values() for doc in yaml.safe_load_all(text)] == list(plan.documents)
 
 
 def test_two_runtimes_with_the_same_format_priority_are_caught(entry):
@@ -330,7 +346,7 @@ def test_command_line_names_only_what_differs_from_the_defaults():
 
 
 def test_write_files_leaves_no_temp_files(tmp_path, entry):
-    files = kserve.render_files(entry, DEPLOY_OPTIONS)
+    files = kserve.render_files(kserve.make_plan(_matrix(), DEPLOY_OPTIONS))
     written = kserve.write_files(tmp_path / "out", files)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(files) == sorted(p.name for p in written)
     assert all(p.read_text() == files[p.name] for p in written)
@@ -338,7 +354,7 @@ def test_write_files_leaves_no_temp_files(tmp_path, entry):
 
 def test_deploy_kserve_files_are_current(entry):
     """deploy/kserve is generated; a change in kserve.py must come with regenerated files."""
-    expected = kserve.render_files(entry, DEPLOY_OPTIONS)
+    expected = kserve.render_files(kserve.make_plan(_matrix(), DEPLOY_OPTIONS))
     directory = DEPLOY / "kserve"
     actual = {p.name: p.read_text(encoding="utf-8") for p in directory.glob("*.yaml")} if directory.is_dir() else {}
     refresh = (f"refresh with: {kserve.command_line(DEPLOY_OPTIONS)} --out deploy/kserve "
@@ -349,7 +365,7 @@ def test_deploy_kserve_files_are_current(entry):
 
 
 def refresh_deploy() -> None:
-    kserve.write_files(DEPLOY / "kserve", kserve.render_files(matrix.load().get("25.01"), DEPLOY_OPTIONS))
+    kserve.write_files(DEPLOY / "kserve", kserve.render_files(kserve.make_plan(_matrix(), DEPLOY_OPTIONS)))
 
 
 @pytest.fixture(scope="module")
@@ -362,7 +378,7 @@ def test_compose_file_serves_one_gpu_host(compose, entry):
     _, data = compose
     (service,) = data["services"].values()
     # The default image is what `python build.py --tag 25.01` builds locally.
-    assert service["image"] == "${TRTLLM_IMAGE:-%s}" % make_plan(entry, out_dir=Path(".")).image("server").ref
+    assert service["image"] == f"${{TRTLLM_IMAGE:-{make_plan(entry, out_dir=Path('.')).image('server').ref}}}"
     devices = service["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
     assert service["ports"] == ["8000:8000", "8001:8001", "8002:8002"]  # the image's (Triton's) default ports
@@ -395,7 +411,8 @@ def test_cli_reproduces_the_stamped_command(tmp_path, entry):
     args = shlex.split(kserve.command_line(DEPLOY_OPTIONS))[2:]  # drop "python build.py"
     result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == kserve.render_files(entry, DEPLOY_OPTIONS)
+    expected = kserve.render_files(kserve.make_plan(_matrix(), DEPLOY_OPTIONS))
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == expected
 
 
 def _pod_environments(docs):
@@ -419,7 +436,7 @@ def test_the_entrypoint_accepts_every_generated_environment(options, entry, tmp_
     matrix_file = tmp_path / "matrix.json"
     matrix_file.write_text(matrix.load().to_json())
     facts = load_facts({"MATRIX_TAG": entry.tag, "TRTLLM_MATRIX_FILE": str(matrix_file)})
-    docs = kserve.manifests(entry, options)
+    docs = documents(options)
     environments = list(_pod_environments(docs))
     assert [kind for kind, _ in environments] == ["InferenceService"] + (["Job"] if options.warm_job else [])
     for kind, env in environments:

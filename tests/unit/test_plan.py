@@ -49,43 +49,55 @@ def test_malformed_registry_is_a_usage_error(registry):
 
 
 def test_labels_carry_every_matrix_version_and_no_revision_by_default():
-    plan = make_plan(entry(), out_dir=OUT)
-    assert set(REQUIRED_LABELS) <= set(plan.labels)
-    assert plan.labels["io.trtllm-images.ngc-tag"] == "25.01"
-    assert plan.labels["io.trtllm-images.tensorrt-llm"] == "0.17.0"
-    assert plan.labels["io.trtllm-images.tensorrt"] == "10.8.0.43"
-    assert plan.labels["io.trtllm-images.backend-ref"] == "v0.17.0"
-    assert plan.labels["org.opencontainers.image.version"] == "25.01-trtllm-0.17.0"
-    assert plan.labels["org.opencontainers.image.base.name"] == "nvcr.io/nvidia/tritonserver:25.01-trtllm-python-py3"
-    assert not any("revision" in key or "created" in key for key in plan.labels)
+    labels = make_plan(entry(), out_dir=OUT).image("server").labels
+    assert set(REQUIRED_LABELS) <= set(labels)
+    assert labels["io.trtllm-images.ngc-tag"] == "25.01"
+    assert labels["io.trtllm-images.tensorrt-llm"] == "0.17.0"
+    assert labels["io.trtllm-images.tensorrt"] == "10.8.0.43"
+    assert labels["io.trtllm-images.backend-ref"] == "v0.17.0"
+    assert labels["org.opencontainers.image.version"] == "25.01-trtllm-0.17.0"
+    assert not any("revision" in key or "created" in key for key in labels)
+    assert make_plan(entry(), out_dir=OUT).image("server").revision_labels == {}
 
 
-def test_revision_label_goes_last():
+def test_revision_label_is_its_own_last_instruction():
     plan = make_plan(entry(), out_dir=OUT, revision="0123abc")
-    assert list(plan.labels.items())[-1] == ("org.opencontainers.image.revision", "0123abc")
+    for spec in plan.images:
+        assert spec.revision_labels == {"org.opencontainers.image.revision": "0123abc"}
+        assert "org.opencontainers.image.revision" not in spec.labels
+
+
+@pytest.mark.parametrize("revision", ['abc"def', "a$b", "a\\nb"])
+def test_unquotable_revision_is_a_usage_error(revision):
+    with pytest.raises(UsageError, match="revision"):
+        make_plan(entry(), out_dir=OUT, revision=revision)
 
 
 def test_unknown_versions_are_labelled_unknown_and_workflows_joined():
-    plan = make_plan(entry(pytorch=None, workflows=("engine", "llmapi")), out_dir=OUT)
-    assert plan.labels["io.trtllm-images.pytorch"] == "unknown"
-    assert plan.labels["io.trtllm-images.workflows"] == "engine,llmapi"
+    labels = make_plan(entry(pytorch=None, workflows=("engine", "llmapi")), out_dir=OUT).image("builder").labels
+    assert labels["io.trtllm-images.pytorch"] == "unknown"
+    assert labels["io.trtllm-images.workflows"] == "engine,llmapi"
 
 
-def test_image_labels_set_title_per_image_and_keep_order():
+def test_each_image_has_its_title_first_and_shares_the_rest():
     plan = make_plan(entry(), out_dir=OUT, revision="abc")
-    server, builder = plan.image_labels("server"), plan.image_labels("builder")
+    server, builder = plan.image("server").labels, plan.image("builder").labels
+    assert list(server)[:2] == ["org.opencontainers.image.title", "org.opencontainers.image.description"]
     assert server["org.opencontainers.image.title"] == "trtllm-serve"
     assert builder["org.opencontainers.image.title"] == "trtllm-builder"
-    assert list(server) == list(plan.labels)
+    assert list(server) == list(builder)
+    assert {k: v for k, v in server.items() if "title" not in k and "description" not in k} == \
+        {k: v for k, v in builder.items() if "title" not in k and "description" not in k}
 
 
-def test_base_image_override_is_a_build_arg():
+def test_base_image_override_is_a_build_arg_that_the_base_name_label_follows():
     default = make_plan(entry(), out_dir=OUT)
     assert default.base_image == default.entry.base_image
     plan = make_plan(entry(), base_image="trtllm-standin:25.01", out_dir=OUT)
     assert plan.base_image == "trtllm-standin:25.01"
     assert plan.buildargs == {"BASE_IMAGE": "trtllm-standin:25.01"}
-    assert plan.labels["org.opencontainers.image.base.name"] == "trtllm-standin:25.01"
+    assert plan.image("server").labels["org.opencontainers.image.base.name"] == "${BASE_IMAGE}"
+    assert plan.images == default.images
 
 
 @pytest.mark.parametrize("base", ["", "two words", 'quote"d'])

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 
 import pytest
 
-from tests.update_golden import GOLDEN_DIR, GOLDEN_TAGS, render_tag
+from tests.update_golden import GOLDEN_DIR, REGENERATE, golden_tags, render_tag
 from trtllm_entrypoint import contract
 from trtllm_images import context, matrix, render
+from trtllm_images import contract as host
 from trtllm_images.checks import instructions
 from trtllm_images.errors import BuildError
 from trtllm_images.plan import make_plan
@@ -25,21 +27,27 @@ def rendered(real_matrix, tag, **options):
     return render.render(make_plan(real_matrix.get(tag), out_dir=Path("/nonexistent"), **options))
 
 
-@pytest.mark.parametrize("tag", GOLDEN_TAGS)
+@pytest.mark.parametrize("tag", golden_tags())
 def test_golden_dockerfiles(tag):
-    """On an intended change: `python tests/update_golden.py`, then review the diff of tests/golden/."""
-    texts = render_tag(tag)
-    assert sorted(texts) == sorted(p.name for p in (GOLDEN_DIR / tag).iterdir())
-    for name, text in texts.items():
-        assert text == (GOLDEN_DIR / tag / name).read_text(encoding="utf-8"), f"{tag}/{name} differs from golden"
+    """Every supported tag, byte for byte: a template change that breaks an old tag shows in tests/golden's diff."""
+    rendered = render_tag(tag)
+    hint = f"if the change is intended, run `{REGENERATE}` and review `git diff tests/golden`"
+    golden = {p.name: p.read_bytes() for p in (GOLDEN_DIR / tag).glob("*")} if (GOLDEN_DIR / tag).is_dir() else {}
+    assert sorted(golden) == sorted(rendered), f"tests/golden/{tag} holds {sorted(golden)}; {hint}"
+    for name, data in rendered.items():
+        assert data == golden[name], f"tests/golden/{tag}/{name} differs from the render; {hint}"
 
 
-def test_host_paths_agree_with_the_container_contract():
-    paths = render.CONTAINER_PATHS
-    assert paths["matrix_file"] == contract.MATRIX_FILE
-    assert paths["bundled_app_dir"] == contract.BUNDLED_APP_DIR
-    assert paths["cache_dir"] == contract.DEFAULT_CACHE_DIR
-    assert (paths["http_port"], paths["grpc_port"], paths["metrics_port"]) == (
+def test_golden_directories_are_exactly_the_supported_tags():
+    present = sorted(p.name for p in GOLDEN_DIR.iterdir() if p.is_dir())
+    assert present == sorted(golden_tags()), f"run `{REGENERATE}` to add missing tags and drop unsupported ones"
+
+
+def test_host_contract_agrees_with_the_container_contract():
+    """Dockerfiles and KServe manifests take these values from trtllm_images.contract; the image from its own module."""
+    assert (host.MATRIX_FILE, host.BUNDLED_APP_DIR, host.CACHE_DIR, host.KSERVE_MODEL_DIR) == (
+        contract.MATRIX_FILE, contract.BUNDLED_APP_DIR, contract.DEFAULT_CACHE_DIR, contract.KSERVE_MODEL_DIR)
+    assert (host.HTTP_PORT, host.GRPC_PORT, host.METRICS_PORT) == (
         contract.DEFAULT_HTTP_PORT, contract.DEFAULT_GRPC_PORT, contract.DEFAULT_METRICS_PORT)
 
 
@@ -90,6 +98,16 @@ def test_wheel_install_is_offline_and_classic_builder_compatible(real_matrix):
                                   "--no-cache-dir")
             assert "/tmp/wheels/trtllm_entrypoint-*.whl" in run and run.endswith("rm -rf /tmp/wheels")
             assert "--mount" not in text and "--chmod" not in text and "<<" not in text
+
+
+def test_labels_are_rendered_exactly_as_planned(real_matrix):
+    plan = make_plan(real_matrix.get("24.08"), out_dir=Path("/nonexistent"), revision="c0ffee")
+    texts = render.render(plan)
+    for spec in plan.images:
+        label_steps = [args for keyword, args in instructions(texts[spec.dockerfile]) if keyword == "LABEL"]
+        rendered = [dict(re.findall(r'(\S+)="([^"]*)"', args)) for args in label_steps]
+        assert [list(labels.items()) for labels in rendered] == [list(spec.labels.items()),
+                                                                  list(spec.revision_labels.items())]
 
 
 def test_base_image_override_does_not_change_the_text(real_matrix):

@@ -88,7 +88,7 @@ def test_effective_values_cover_every_optional_parameter(root, tmp_path):
         assert name in optional
         if value == UNSET:
             assert name in repository.INTENTIONALLY_UNSET
-            assert any("${%s}" % name in t for t in texts)  # left for the backend to default
+            assert any(f"${{{name}}}" in t for t in texts)  # left for the backend to default
     assert plan.effective["engine_dir"] == str(ENGINE)
     assert plan.effective["batching_strategy"] == "inflight_fused_batching"
 

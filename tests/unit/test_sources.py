@@ -380,8 +380,8 @@ def _http_error(cls, status):
     (lambda: ConnectionError("connection refused"), "the Hugging Face hub cannot be reached", "HF_HUB_OFFLINE=1"),
     (lambda: hub_errors.OfflineModeIsEnabled("offline"), "the Hugging Face hub cannot be reached",
      "HF_HUB_OFFLINE=1"),
-    (lambda: _http_error(hub_errors.HfHubHTTPError, 500), "the Hugging Face hub refused to serve org/model: HTTP status 500",
-     "check MODEL_ID, MODEL_REVISION and HF_TOKEN"),
+    (lambda: _http_error(hub_errors.HfHubHTTPError, 500),
+     "the Hugging Face hub refused to serve org/model: HTTP status 500", "check MODEL_ID, MODEL_REVISION and HF_TOKEN"),
 ])
 def test_hub_errors_become_one_line_errors_without_the_token(tmp_path, make_error, message, hint):
     settings = make_settings(tmp_path, HF_TOKEN=TOKEN, MODEL_ID="org/model")

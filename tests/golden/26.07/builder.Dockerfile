@@ -40,7 +40,7 @@ RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index --no-deps --no
         /tmp/wheels/trtllm_entrypoint-*.whl \
     && rm -rf /tmp/wheels
 
-# Numeric, so Kubernetes runAsNonRoot can verify it (the NGC images' triton-server user is 1000).
+# Numeric, so Kubernetes runAsNonRoot can verify it (the NGC images' triton-server user).
 USER 1000
 STOPSIGNAL SIGTERM
 # NVIDIA's script sets up the environment and execs its arguments, so our program runs as PID 1 and gets signals.

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from docker.errors import ImageNotFound
 
-from trtllm_images import builder, cli as cli_mod, wheel
+from trtllm_images import backend_assets, builder, cli as cli_mod, upstream, wheel
 from trtllm_images import matrix as matrix_mod
 from trtllm_images.errors import BuildError
 
@@ -97,6 +97,19 @@ def test_render_accepts_base_image_and_uses_the_registry_in_refs():
                  "--registry", "ghcr.io/me")
     assert result.exit_code == 0, result.output
     assert "# ghcr.io/me/trtllm-serve:" in result.stdout
+
+
+def test_render_of_a_tag_without_app_refuses_an_unpinned_archive_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    entry = next(e for e in MATRIX.supported() if not e.backend.in_image)
+    unpinned = upstream.Lock(tuple(upstream.new_pin(a.repo, a.ref) for a in backend_assets.archives(entry)))
+    monkeypatch.setattr(upstream, "load_lock", lambda: unpinned)
+    result = run("render", "--tag", entry.tag, "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1
+    error, hint = result.stderr.splitlines()[-2:]
+    assert error.startswith("error: ") and f"{entry.backend.repo}@{entry.backend.ref} is not pinned" in error
+    assert "python build.py upstream lock" in hint and "--backend-dir" in hint and "--allow-unpinned" in hint
+    assert not (tmp_path / "out" / "context").exists() and not (tmp_path / "xdg" / "trtllm-images" / "backend").exists()
 
 
 def test_render_out_writes_build_contexts_with_one_wheel_build(tmp_path, monkeypatch):

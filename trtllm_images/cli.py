@@ -425,13 +425,20 @@ def upstream_group():
     """The pinned upstream archives (upstream.lock.json): backend sources for tags without /app, test files."""
 
 
+def _lock_option(func):
+    return click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path),
+                        default=upstream.LOCK_PATH, show_default="the repository's upstream.lock.json",
+                        help="The lock file.")(func)
+
+
 @upstream_group.command("lock")
 @_matrix_option
+@_lock_option
 @click.option("--repin", multiple=True, metavar="REPO@REF",
               help="Accept a new digest for this archive (repeatable); otherwise a changed digest is an error.")
-def upstream_lock_command(matrix_path, repin):
+def upstream_lock_command(matrix_path, lock_path, repin):
     """Download every archive the matrix and the tests need and record its sha256 (needs GitHub)."""
-    lock = upstream.load_lock()
+    lock = upstream.load_lock(lock_path)
     wanted = backend_assets.lock_keys(matrix_mod.load(matrix_path))
     fresh = upstream.refresh(lock, wanted, repin=repin, log=_say)
     unpinned = [pin.name for pin in fresh.pins if pin.sha256 is None]
@@ -440,9 +447,10 @@ def upstream_lock_command(matrix_path, repin):
 
 
 @upstream_group.command("fetch")
-def upstream_fetch_command():
+@_lock_option
+def upstream_fetch_command(lock_path):
     """Download and verify the tests' upstream files into the cache; prints the directory (a TRTLLM_UPSTREAM_DIR)."""
-    path = upstream.materialize_layout(upstream.load_lock(), upstream.cache_root(),
+    path = upstream.materialize_layout(upstream.load_lock(lock_path), upstream.cache_root(),
                                        local_copy="TRTLLM_UPSTREAM_DIR=<a copy> for the tests", log=_say)
     click.echo(path)
 

@@ -31,11 +31,13 @@ def sha256(data: bytes) -> str:
 
 
 class ArchiveServer:
-    """`served[path] = bytes` answers in full; `cut[path] = n` sends only the first n bytes, then hangs up."""
+    """`served[path] = bytes` answers in full; `cut[path] = n` sends only the first n bytes, then hangs up;
+    a path in `unsized` is sent without Content-Length (the client cannot tell a cut-off body by its length)."""
 
     def __init__(self):
         self.served: dict[str, bytes] = {}
         self.cut: dict[str, int] = {}
+        self.unsized: set[str] = set()
         self.requests: list[str] = []
         server = self
 
@@ -48,7 +50,8 @@ class ArchiveServer:
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-gzip")
-                self.send_header("Content-Length", str(len(body)))
+                if self.path not in server.unsized:
+                    self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body[:server.cut.get(self.path, len(body))])
                 self.close_connection = True

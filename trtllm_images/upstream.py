@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.client
 import json
 import os
 import posixpath
@@ -195,9 +196,10 @@ def _download(pin: Pin, out: IO[bytes] | None, local_copy: str) -> str:
     except urllib.error.HTTPError as exc:
         error = _NotFound if exc.code == 404 else BuildError
         raise error(f"cannot download {pin.name} from {pin.url}: HTTP {exc.code} {exc.reason}", hint) from None
-    except (urllib.error.URLError, OSError) as exc:   # refused, DNS failure, timeout, reset
-        raise BuildError(f"cannot download {pin.name} from {pin.url} (offline?): {getattr(exc, 'reason', exc)}",
-                         hint) from None
+    except urllib.error.URLError as exc:              # refused, DNS failure, timeout while connecting
+        raise BuildError(f"cannot download {pin.name} from {pin.url} (offline?): {exc.reason}", hint) from None
+    except (ConnectionError, TimeoutError, http.client.HTTPException) as exc:   # broke off mid-body
+        raise BuildError(f"cannot download {pin.name} from {pin.url}: the connection broke: {exc!r}", hint) from None
     if length is not None and size != int(length):
         raise BuildError(f"cannot download {pin.name} from {pin.url}: the connection closed after {size} of "
                          f"{length} bytes", hint)

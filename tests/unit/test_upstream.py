@@ -88,6 +88,16 @@ def test_interrupted_download_is_an_error_and_leaves_no_partial_file(server, tmp
     assert cache_files(tmp_path) == []
 
 
+def test_cut_off_body_without_content_length_is_caught_by_digest_or_integrity_pass(server, tmp_path):
+    server.unsized.add("/kserve.tar.gz")
+    server.cut["/kserve.tar.gz"] = len(GOOD) // 2
+    with pytest.raises(BuildError, match="sha256 mismatch"):
+        fetch(pin_for(server), tmp_path)
+    with pytest.raises(BuildError, match="not a complete .tar.gz"):
+        fetch(pin_for(server, sha=None), tmp_path, allow_unpinned=True)
+    assert cache_files(tmp_path) == []
+
+
 def test_offline_names_the_local_copy_to_supply(tmp_path):
     pin = Pin("kserve/kserve", "v0.20.0", refused_url(), sha256(GOOD))
     with pytest.raises(BuildError, match="offline") as info:

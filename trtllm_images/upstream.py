@@ -162,7 +162,7 @@ def fetch(pin: Pin, cache: Path, *, local_copy: str, log: Callable[[str], None],
     try:
         with os.fdopen(fd, "wb") as out:
             log(f"downloading {pin.url}")
-            actual = _download(pin, out, local_copy)
+            actual = _download(pin, out, f"supply {local_copy}, or retry on a machine that reaches {_host(pin)}")
         if pin.sha256 is not None and actual != pin.sha256:
             raise BuildError(f"{pin.name}: sha256 mismatch for {pin.url}: expected {pin.sha256}, got {actual}",
                              "the archive changed upstream (a moved tag) or on its way; nothing was cached. "
@@ -179,9 +179,12 @@ class _NotFound(BuildError):
     """HTTP 404: the ref does not exist upstream (refresh records that instead of failing)."""
 
 
-def _download(pin: Pin, out: IO[bytes] | None, local_copy: str) -> str:
+def _host(pin: Pin) -> str:
+    return urllib.parse.urlparse(pin.url).hostname or pin.url
+
+
+def _download(pin: Pin, out: IO[bytes] | None, hint: str) -> str:
     """Stream pin.url into `out` (or nowhere); the sha256 of the body. A short body is an error, not an archive."""
-    hint = f"supply {local_copy}, or retry on a machine that reaches {urllib.parse.urlparse(pin.url).hostname}"
     digest, size = hashlib.sha256(), 0
     try:
         with urllib.request.urlopen(pin.url, timeout=TIMEOUT_SECS) as response:
@@ -320,7 +323,7 @@ def refresh(lock: Lock, wanted: Iterable[tuple[str, str]], *, repin: Iterable[st
     for repo, ref in keys:
         old = by_key.get((repo, ref)) or new_pin(repo, ref)
         try:
-            actual = _download(old, None, "a local copy")
+            actual = _download(old, None, f"run it where {_host(old)} answers (the `upstream` workflow does)")
         except _NotFound:           # offline or any other failure propagates: refresh nothing rather than half
             if old.sha256:
                 problems.append(f"{old.name}: {old.url} is gone (HTTP 404)")

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from trtllm_images import backend_assets, builder, checks, context, kserve, render, report, verify, wheel
+from trtllm_images import backend_assets, builder, checks, context, kserve, render, report, upstream, verify, wheel
 from trtllm_images import matrix as matrix_mod
 from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.plan import BuildPlan, make_plan
@@ -70,9 +70,13 @@ def _plan_options(func):
                         help="Build FROM this image instead of the NGC one (only with a single --tag).")(func)
 
 
-def _backend_dir_option(func):
+def _backend_options(func):
+    func = click.option(upstream.ALLOW_UNPINNED_FLAG, "allow_unpinned", is_flag=True,
+                        help=f"Use backend archives that {upstream.LOCK_PATH.name} records no sha256 for, "
+                             "unverified.")(func)
     return click.option("--backend-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-                        help="A local checkout of the backend, for tags whose base image has no /app.")(func)
+                        help="A local checkout of the backend, for tags whose base image has no /app "
+                             "(instead of the pinned GitHub archives).")(func)
 
 
 def _out_option(func):
@@ -109,10 +113,11 @@ def _entrypoint_wheel() -> Path:
 
 
 def _write_context(plan: BuildPlan, dockerfiles: dict[str, str], matrix: matrix_mod.Matrix,
-                   backend_dir: Path | None, out_dir: Path) -> Path:
+                   backend_dir: Path | None, allow_unpinned: bool) -> Path:
     assets = None
     if plan.needs_backend_assets:
-        assets = backend_assets.fetch(plan.entry, Path(out_dir) / "cache", backend_dir, _say)
+        assets = backend_assets.fetch(plan.entry, upstream.cache_root(), backend_dir, _say,
+                                      allow_unpinned=allow_unpinned)
     return context.write_context(plan, dockerfiles, _entrypoint_wheel(), matrix.to_json(), assets)
 
 
@@ -132,6 +137,7 @@ def _show_finding(finding) -> None:
 class _BuildOptions:
     matrix: matrix_mod.Matrix
     backend_dir: Path | None
+    allow_unpinned: bool
     out_dir: Path
     push: bool
 
@@ -144,10 +150,11 @@ class _BuildOptions:
 @click.option("--revision", metavar="SHA", help="Source revision for the org.opencontainers.image.revision label "
                                                 "(added last, so it never costs a cached layer).")
 @_matrix_option
-@_backend_dir_option
+@_backend_options
 @_out_option
 @click.pass_context
-def cli(ctx: click.Context, tags, all_tags, base_image, registry, push, revision, matrix_path, backend_dir, out_dir):
+def cli(ctx: click.Context, tags, all_tags, base_image, registry, push, revision, matrix_path, backend_dir,
+        allow_unpinned, out_dir):
     """Build TensorRT-LLM + Triton serving images for NGC tags: `build.py --tag 25.01`.
 
     Without a command, builds the selected tags: static checks, build contexts, docker build of the server and
@@ -164,7 +171,8 @@ def cli(ctx: click.Context, tags, all_tags, base_image, registry, push, revision
         raise UsageError("--push needs --registry", "e.g. --registry ghcr.io/my-org --push")
     matrix, plans = _plans(matrix_path, tags, all_tags, base_image=base_image, registry=registry, out_dir=out_dir,
                            revision=revision)
-    options = _BuildOptions(matrix=matrix, backend_dir=backend_dir, out_dir=out_dir, push=push)
+    options = _BuildOptions(matrix=matrix, backend_dir=backend_dir, allow_unpinned=allow_unpinned, out_dir=out_dir,
+                            push=push)
     docker = _LazyDocker()
     outcomes = [_build_tag(plan, options, docker) for plan in plans]
     _print_summary([outcome.record for outcome in outcomes])
@@ -207,7 +215,8 @@ def _build_tag(plan: BuildPlan, options: _BuildOptions, docker: _LazyDocker) -> 
             record.add_findings(findings)
             _stop_on_check_errors(plan, findings)
         with record.phase("context"):
-            context_dir = _write_context(plan, dockerfiles, options.matrix, options.backend_dir, options.out_dir)
+            context_dir = _write_context(plan, dockerfiles, options.matrix, options.backend_dir,
+                                         options.allow_unpinned)
         _build_images(plan, context_dir, record, docker())
         _verify_images(plan, record, docker())
         if options.push:
@@ -331,11 +340,11 @@ def _list_table(matrix: matrix_mod.Matrix) -> str:
 @_selection_options
 @_plan_options
 @_matrix_option
-@_backend_dir_option
+@_backend_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write complete build contexts to OUT/context/TAG (what a build would send to Docker).")
 @click.option("--print", "print_", is_flag=True, help="Print the Dockerfiles instead.")
-def render_command(tags, all_tags, base_image, registry, matrix_path, backend_dir, out_dir, print_):
+def render_command(tags, all_tags, base_image, registry, matrix_path, backend_dir, allow_unpinned, out_dir, print_):
     """Render the Dockerfiles (and build contexts) without Docker."""
     if bool(out_dir) == print_:
         raise UsageError("give exactly one of --out DIR or --print", "--print shows the Dockerfiles; --out writes "
@@ -348,7 +357,7 @@ def render_command(tags, all_tags, base_image, registry, matrix_path, backend_di
             for name, text in dockerfiles.items():
                 click.echo(f"# ===== {plan.entry.tag} {name} =====\n{text}")
         else:
-            click.echo(_write_context(plan, dockerfiles, matrix, backend_dir, out_dir))
+            click.echo(_write_context(plan, dockerfiles, matrix, backend_dir, allow_unpinned))
 
 
 @cli.command("check")
@@ -404,6 +413,41 @@ def kserve_command(matrix_path, out_dir, no_hf_token, hf_token_secret, storage_w
         return
     for path in kserve.write_files(out_dir, kserve.render_files(plan)):
         _say(f"wrote {path}")
+
+
+@cli.group("upstream")
+def upstream_group():
+    """The pinned upstream archives (upstream.lock.json): backend sources for tags without /app, test files."""
+
+
+def _lock_option(func):
+    return click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path),
+                        default=upstream.LOCK_PATH, show_default="the repository's upstream.lock.json",
+                        help="The lock file.")(func)
+
+
+@upstream_group.command("lock")
+@_matrix_option
+@_lock_option
+@click.option("--repin", multiple=True, metavar="REPO@REF",
+              help="Accept a new digest for this archive (repeatable); otherwise a changed digest is an error.")
+def upstream_lock_command(matrix_path, lock_path, repin):
+    """Download every archive the matrix and the tests need and record its sha256 (needs GitHub)."""
+    lock = upstream.load_lock(lock_path)
+    wanted = backend_assets.lock_keys(matrix_mod.load(matrix_path))
+    fresh = upstream.refresh(lock, wanted, repin=repin, log=_say)
+    unpinned = [pin.name for pin in fresh.pins if pin.sha256 is None]
+    click.echo(f"wrote {upstream.write_lock(fresh)}: {len(fresh.pins)} archives, {len(unpinned)} without a digest"
+               + (f" ({', '.join(unpinned)})" if unpinned else ""))
+
+
+@upstream_group.command("fetch")
+@_lock_option
+def upstream_fetch_command(lock_path):
+    """Download and verify the tests' upstream files into the cache; prints the directory (a TRTLLM_UPSTREAM_DIR)."""
+    path = upstream.materialize_layout(upstream.load_lock(lock_path), upstream.cache_root(),
+                                       local_copy="TRTLLM_UPSTREAM_DIR=<a copy> for the tests", log=_say)
+    click.echo(path)
 
 
 def main() -> None:

@@ -1,9 +1,11 @@
-"""Writing a file so that readers see the old content or the new one, never half of one."""
+"""Writing a file or a directory so that readers see the old content or the new one, never half of one."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -20,3 +22,23 @@ def write_atomic(path: Path, data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def publish_dir(final: Path, fill: Callable[[Path], None], *, replace: bool = False) -> Path:
+    """Fill a temp dir beside `final`, then rename it into place: readers see all of it or nothing. Without `replace`
+    a directory that another process published first is kept (same inputs, same content)."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
+    try:
+        fill(tmp)
+        if replace and final.exists():
+            shutil.rmtree(final)
+        try:
+            tmp.rename(final)
+        except OSError:
+            if not final.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

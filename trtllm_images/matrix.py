@@ -6,7 +6,6 @@ Validation here is about shape (keys, types, version syntax, order). Whether the
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from collections.abc import Mapping
@@ -16,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 import yaml
+from packaging.version import Version
 
 from trtllm_images.errors import UsageError
 
@@ -43,7 +43,8 @@ UNCERTAIN_KEYS = frozenset(
     | {f"backend.{key}" for key in BACKEND_KEYS}
 )
 
-# PEP 440-like: release, optional pre/post/dev segments, optional local part (NVIDIA's PyTorch builds).
+# The spellings NVIDIA uses, a strict subset of PEP 440 (so packaging parses every one): release, optional
+# pre/post/dev segments, optional local part (NVIDIA's PyTorch builds).
 VERSION_RE = re.compile(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[A-Za-z0-9]+(\.[A-Za-z0-9]+)*)?$")
 TAG_RE = re.compile(r"^\d{2}\.(0[1-9]|1[0-2])$")
 REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -122,17 +123,10 @@ class Matrix:
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
-    """The leading numeric release, at most three parts: '0.17.0.post1' -> (0, 17, 0), '1.2.0rc8' -> (1, 2, 0),
-    '1.0.3.2510' -> (1, 0, 3), '24.01' -> (24, 1). Same rule as the container side's facts.version_tuple."""
-    parts: list[int] = []
-    for piece in version.split("."):
-        digits = "".join(itertools.takewhile(str.isdigit, piece))
-        if not digits:
-            break
-        parts.append(int(digits))
-        if digits != piece:
-            break
-    return tuple(parts[:3])
+    """The release numbers, at most three, as packaging (PEP 440) parses them: '0.17.0.post1' -> (0, 17, 0),
+    '1.2.0rc8' -> (1, 2, 0), '1.0.3.2510' -> (1, 0, 3), '24.01' -> (24, 1). The container side's standard-library
+    reader, facts.version_tuple, must agree: tests/unit/test_matrix.py compares them over every matrix version."""
+    return Version(version).release[:3]
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -29,10 +29,10 @@ if str(REPO) not in sys.path:  # run as a script: make `tests.` and `trtllm_imag
     sys.path.insert(0, str(REPO))
 
 from tests.doubles.install import DOUBLES_DIR, install_doubles, write_wrapper  # noqa: E402
+from tests.upstream_files import UpstreamMissing, upstream_root  # noqa: E402
 from trtllm_images.errors import BuildError  # noqa: E402
 from trtllm_images.matrix import DEFAULT_PATH, MatrixEntry, load, version_tuple  # noqa: E402
 
-SHARED_UPSTREAM = REPO.parent / "shared" / "upstream"
 OS_IMAGE = "trtllm-standin-os:bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 PYTHON_LABEL = "io.trtllm-images.standin.python"
@@ -70,9 +70,13 @@ class Standin:
     spec: StandinSpec
 
 
-def upstream_templates(tensorrt_llm: str, upstream: Path = SHARED_UPSTREAM) -> Path:
+def upstream_templates(tensorrt_llm: str, upstream: Path | None = None) -> Path:
     """The stored all_models that matches a TensorRT-LLM version: the newest backend release not newer than it,
     or the TensorRT-LLM snapshot from 0.20 on (the backend moved into that repository)."""
+    try:
+        upstream = upstream or upstream_root()
+    except UpstreamMissing as exc:
+        raise TemplatesMissing(str(exc)) from None
     wanted = version_tuple(tensorrt_llm)
     if wanted >= (0, 20):
         candidate = upstream / "tensorrt_llm" / "triton_backend" / "all_models"
@@ -88,7 +92,7 @@ def upstream_templates(tensorrt_llm: str, upstream: Path = SHARED_UPSTREAM) -> P
 
 
 def spec_for(entry: MatrixEntry, *, image: str | None = None, tensorrt_llm: str | None = None,
-             upstream: Path = SHARED_UPSTREAM) -> StandinSpec:
+             upstream: Path | None = None) -> StandinSpec:
     """What the stand-in for `entry` contains; `tensorrt_llm` overrides the installed version (mismatch tests)."""
     with_app = entry.backend.in_image
     return StandinSpec(

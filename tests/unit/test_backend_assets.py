@@ -1,22 +1,19 @@
-"""backend_assets: where the /app layout comes from, offline downloads from local tarballs, local checkouts."""
+"""backend_assets: where the /app layout comes from; pinned archives from a local HTTP server; local checkouts."""
 
 from __future__ import annotations
 
 import dataclasses
-import io
-import tarfile
-import urllib.error
 from pathlib import Path
 from types import MappingProxyType
 
 import pytest
 
-from trtllm_images import backend_assets
-from trtllm_images.backend_assets import Archive, archives, fetch, local_members
+from tests.archive_server import ArchiveServer, refused_url, sha256, tarball
+from trtllm_images import matrix, upstream
+from trtllm_images.backend_assets import Archive, archives, fetch, local_members, lock_keys
 from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.matrix import Backend, MatrixEntry
-
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "upstream"
+from trtllm_images.upstream import Lock, Pin
 
 LAYOUT_A = MatrixEntry(
     tag="24.08", status="supported", note="", triton="2.49.0", tensorrt_llm="0.12.0", tensorrt="10.3.0",
@@ -25,58 +22,36 @@ LAYOUT_A = MatrixEntry(
     engine_deprecated=False, openai_frontend=False, uncertain=MappingProxyType({"pytorch": "test"}), sources=())
 LAYOUT_B = dataclasses.replace(LAYOUT_A, tag="25.06", tensorrt_llm="0.20.0",
                                backend=Backend("NVIDIA/TensorRT-LLM", "v0.20.0", "triton_backend", False))
+CONFIG = b'name: "ensemble"\n'
+BACKEND_TARBALL = tarball("tensorrtllm_backend-0.12.0", {
+    "all_models/inflight_batcher_llm/ensemble/config.pbtxt": CONFIG,
+    "all_models/gpt/model.py": b"not kept",
+    "tools/fill_template.py": b"print('fill')\n",
+    "tools/run.sh": b"#!/bin/sh\n",
+    "docs/README.md": b"not kept",
+}, symlinks={"tools/inside": "fill_template.py", "tools/outside": "../../../../etc/passwd",
+             "tools/absolute": "/etc/passwd"})
+TRTLLM_TARBALL = tarball("TensorRT-LLM-0.12.0", {"examples/llama/convert_checkpoint.py": b"# convert\n",
+                                                 "cpp/big.cu": b"not kept"})
 
 
-def config_text(version: str) -> bytes:
-    """A real template when the shared upstream copies are present; its content is not what is tested."""
-    path = SHARED / "tensorrtllm_backend" / version / "inflight_batcher_llm" / "ensemble" / "config.pbtxt"
-    return path.read_bytes() if path.is_file() else b'name: "ensemble"\n'
-
-
-def tarball(top: str, files: dict[str, bytes], symlinks: dict[str, str] = ()) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name if name.startswith(("/", "..")) else f"{top}/{name}")
-            info.size, info.mode = len(data), 0o755 if name.endswith(".sh") else 0o644
-            tar.addfile(info, io.BytesIO(data))
-        for name, target in dict(symlinks).items():
-            info = tarfile.TarInfo(f"{top}/{name}")
-            info.type, info.linkname = tarfile.SYMTYPE, target
-            tar.addfile(info)
-    return buffer.getvalue()
+def quiet(message: str) -> None:
+    pass
 
 
 @pytest.fixture
-def github(monkeypatch):
-    """Serves tarballs by URL from a dict; records the URLs asked for."""
-    served: dict[str, bytes] = {}
-    asked: list[str] = []
-
-    def open_url(url):
-        asked.append(url)
-        if url not in served:
-            raise urllib.error.URLError("Temporary failure in name resolution")
-        return io.BytesIO(served[url])
-
-    monkeypatch.setattr(backend_assets, "_open_url", open_url)
-    return served, asked
+def github():
+    """GitHub for layout A: the two tarballs on a local HTTP server, and a lock pinning both."""
+    with ArchiveServer() as server:
+        server.served.update({"/backend.tar.gz": BACKEND_TARBALL, "/trtllm.tar.gz": TRTLLM_TARBALL})
+        yield server
 
 
-def serve_layout_a(served):
-    served["https://codeload.github.com/triton-inference-server/tensorrtllm_backend/tar.gz/v0.12.0"] = tarball(
-        "tensorrtllm_backend-0.12.0", {
-            "all_models/inflight_batcher_llm/ensemble/config.pbtxt": config_text("v0.12.0"),
-            "all_models/gpt/model.py": b"not kept",
-            "tools/fill_template.py": b"print('fill')\n",
-            "tools/run.sh": b"#!/bin/sh\n",
-            "docs/README.md": b"not kept",
-            "../escape.txt": b"must not be written",
-            "/etc/absolute.txt": b"must not be written",
-        }, symlinks={"tools/inside": "fill_template.py", "tools/outside": "../../../../etc/passwd",
-                     "tools/absolute": "/etc/passwd"})
-    served["https://codeload.github.com/NVIDIA/TensorRT-LLM/tar.gz/v0.12.0"] = tarball(
-        "TensorRT-LLM-0.12.0", {"examples/llama/convert_checkpoint.py": b"# convert\n", "cpp/big.cu": b"not kept"})
+def lock_for(server, backend: bytes = BACKEND_TARBALL, trtllm: bytes | None = TRTLLM_TARBALL) -> Lock:
+    return Lock((Pin("triton-inference-server/tensorrtllm_backend", "v0.12.0", server.url("/backend.tar.gz"),
+                     sha256(backend)),
+                 Pin("NVIDIA/TensorRT-LLM", "v0.12.0", server.url("/trtllm.tar.gz"),
+                     sha256(trtllm) if trtllm else None, "" if trtllm else upstream.NOT_RECORDED)))
 
 
 def test_archives_per_layout():
@@ -92,62 +67,80 @@ def test_archives_per_layout():
     assert local_members(LAYOUT_A)["tensorrt_llm/examples"] == "examples"
 
 
+def test_lock_keys_are_what_builds_download_plus_the_backend_at_every_ref():
+    the_matrix = matrix.load()
+    keys = lock_keys(the_matrix)
+    assert len(keys) == len(set(keys))
+    for entry in the_matrix.entries:
+        assert (entry.backend.repo, entry.backend.ref) in keys
+        if not entry.backend.in_image:
+            assert all((a.repo, a.ref) in keys for a in archives(entry))
+
+
 def test_download_keeps_only_the_app_layout_and_safe_members(github, tmp_path):
-    served, asked = github
-    serve_layout_a(served)
-    app = fetch(LAYOUT_A, tmp_path / "cache", None, lambda message: None)
-    assert app == tmp_path / "cache" / "backend" / "triton-inference-server" / "tensorrtllm_backend" / "v0.12.0"
+    app = fetch(LAYOUT_A, tmp_path / "cache", None, quiet, lock=lock_for(github))
+    assert app.parent == tmp_path / "cache" / "backend" / "triton-inference-server" / "tensorrtllm_backend"
     files = sorted(p.relative_to(app).as_posix() for p in app.rglob("*") if p.is_file() or p.is_symlink())
     assert files == ["all_models/inflight_batcher_llm/ensemble/config.pbtxt", "examples/llama/convert_checkpoint.py",
                      "tools/fill_template.py", "tools/inside", "tools/run.sh"]
-    assert (app / "all_models/inflight_batcher_llm/ensemble/config.pbtxt").read_bytes() == config_text("v0.12.0")
+    assert (app / "all_models/inflight_batcher_llm/ensemble/config.pbtxt").read_bytes() == CONFIG
     assert (app / "tools/inside").read_text() == "print('fill')\n"
     assert (app / "tools/run.sh").stat().st_mode & 0o111
-    assert not list(tmp_path.rglob("escape.txt")) and not list(tmp_path.rglob("absolute.txt"))
-    assert asked == ["https://codeload.github.com/triton-inference-server/tensorrtllm_backend/tar.gz/v0.12.0",
-                     "https://codeload.github.com/NVIDIA/TensorRT-LLM/tar.gz/v0.12.0"]
+    assert github.requests == ["/backend.tar.gz", "/trtllm.tar.gz"]
 
 
-def test_second_fetch_uses_the_cache(github, tmp_path):
-    served, asked = github
-    serve_layout_a(served)
+def test_second_fetch_uses_the_verified_cache(github, tmp_path):
     messages = []
-    first = fetch(LAYOUT_A, tmp_path, None, messages.append)
-    assert fetch(LAYOUT_A, tmp_path, None, messages.append) == first
-    assert len(asked) == 2 and "cached" in messages[-1]
+    first = fetch(LAYOUT_A, tmp_path, None, messages.append, lock=lock_for(github))
+    assert fetch(LAYOUT_A, tmp_path, None, messages.append, lock=lock_for(github)) == first
+    assert len(github.requests) == 2 and "cached" in messages[-1]
 
 
-def test_network_failure_names_the_url_and_suggests_backend_dir(github, tmp_path):
-    with pytest.raises(BuildError, match="codeload.github.com/triton-inference-server") as info:
-        fetch(LAYOUT_A, tmp_path, None, lambda message: None)
-    assert "--backend-dir" in info.value.hint
-    root = tmp_path / "backend" / "triton-inference-server" / "tensorrtllm_backend"
-    assert list(root.iterdir()) == []    # no half download, no temp dir
+@pytest.mark.parametrize("damage", ["tampered", "truncated", "interrupted"])
+def test_a_damaged_archive_is_never_used_and_nothing_is_published(github, tmp_path, damage):
+    if damage == "tampered":
+        github.served["/trtllm.tar.gz"] = tarball("TensorRT-LLM-0.12.0", {"examples/evil.py": b"import os\n"})
+    elif damage == "truncated":
+        github.served["/trtllm.tar.gz"] = TRTLLM_TARBALL[: len(TRTLLM_TARBALL) // 2]
+    else:
+        github.cut["/trtllm.tar.gz"] = len(TRTLLM_TARBALL) // 2
+    with pytest.raises(BuildError, match="NVIDIA/TensorRT-LLM@v0.12.0"):
+        fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock_for(github))
+    assert not (tmp_path / "backend").exists()
+    assert [p.name for p in (tmp_path / "archives").iterdir()] == [f"{sha256(BACKEND_TARBALL)}.tar.gz"]
 
 
-def test_truncated_tarball_is_an_error_and_caches_nothing(github, tmp_path):
-    served, _ = github
-    serve_layout_a(served)
-    url = "https://codeload.github.com/NVIDIA/TensorRT-LLM/tar.gz/v0.12.0"
-    served[url] = served[url][: len(served[url]) // 2]
-    with pytest.raises(BuildError, match="cannot download"):
-        fetch(LAYOUT_A, tmp_path, None, lambda message: None)
-    assert list((tmp_path / "backend" / "triton-inference-server" / "tensorrtllm_backend").iterdir()) == []
+def test_unpinned_archive_is_refused_unless_allowed(github, tmp_path):
+    lock = lock_for(github, trtllm=None)
+    with pytest.raises(BuildError, match="NVIDIA/TensorRT-LLM@v0.12.0 is not pinned") as info:
+        fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock)
+    assert "--backend-dir" in info.value.hint and "--allow-unpinned" in info.value.hint
+    assert not (tmp_path / "backend").exists()
+    app = fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock, allow_unpinned=True)
+    assert (app / "examples/llama/convert_checkpoint.py").is_file()
+
+
+def test_offline_suggests_backend_dir(github, tmp_path):
+    lock = Lock(tuple(dataclasses.replace(pin, url=refused_url()) for pin in lock_for(github).pins))
+    with pytest.raises(BuildError, match="tensorrtllm_backend@v0.12.0") as info:
+        fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock)
+    assert "--backend-dir DIR (a checkout of triton-inference-server/tensorrtllm_backend at v0.12.0, with its " \
+           "tensorrt_llm submodule)" in info.value.hint
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
 def test_a_ref_without_templates_is_an_error(github, tmp_path):
-    served, _ = github
-    serve_layout_a(served)
-    url = "https://codeload.github.com/triton-inference-server/tensorrtllm_backend/tar.gz/v0.12.0"
-    served[url] = tarball("x", {"tools/fill_template.py": b""})
+    empty = tarball("x", {"tools/fill_template.py": b""})
+    github.served["/backend.tar.gz"] = empty
     with pytest.raises(BuildError, match="all_models/inflight_batcher_llm"):
-        fetch(LAYOUT_A, tmp_path, None, lambda message: None)
+        fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock_for(github, backend=empty))
+    assert [p.name for p in (tmp_path / "backend" / "triton-inference-server" / "tensorrtllm_backend").iterdir()] == []
 
 
 def make_checkout(root: Path, layout_b: bool) -> Path:
     prefix = root / ("triton_backend" if layout_b else "")
     (prefix / "all_models/inflight_batcher_llm/ensemble").mkdir(parents=True)
-    (prefix / "all_models/inflight_batcher_llm/ensemble/config.pbtxt").write_bytes(config_text("v0.13.0"))
+    (prefix / "all_models/inflight_batcher_llm/ensemble/config.pbtxt").write_bytes(CONFIG)
     (prefix / "all_models/gpt").mkdir(parents=True)
     (prefix / "tools").mkdir()
     (prefix / "tools/fill_template.py").write_text("")
@@ -161,19 +154,19 @@ def make_checkout(root: Path, layout_b: bool) -> Path:
 @pytest.mark.parametrize("entry", [LAYOUT_A, LAYOUT_B], ids=["layout-A", "layout-B"])
 def test_local_checkout_is_assembled_into_the_app_layout(entry, tmp_path, github):
     checkout = make_checkout(tmp_path / "checkout", layout_b=bool(entry.backend.subdir))
-    app = fetch(entry, tmp_path / "cache", checkout, lambda message: None)
+    app = fetch(entry, tmp_path / "cache", checkout, quiet)
     assert sorted(p.name for p in app.iterdir()) == ["all_models", "examples", "tools"]
     assert [p.name for p in (app / "all_models").iterdir()] == ["inflight_batcher_llm"]
     assert (app / "examples/llama/convert_checkpoint.py").is_file()
     assert not (app / "examples/llama/__pycache__").exists()
-    assert github[1] == []     # no network
+    assert github.requests == []     # no network
 
 
 def test_local_checkout_is_refreshed_on_every_fetch(tmp_path):
     checkout = make_checkout(tmp_path / "checkout", layout_b=False)
-    first = fetch(LAYOUT_A, tmp_path / "cache", checkout, lambda message: None)
+    first = fetch(LAYOUT_A, tmp_path / "cache", checkout, quiet)
     (checkout / "tools/new.py").write_text("")
-    assert (fetch(LAYOUT_A, tmp_path / "cache", checkout, lambda message: None) / "tools/new.py").is_file()
+    assert (fetch(LAYOUT_A, tmp_path / "cache", checkout, quiet) / "tools/new.py").is_file()
     assert sorted(p.name for p in first.parent.iterdir()) == ["v0.12.0"]
 
 
@@ -182,10 +175,10 @@ def test_checkout_without_the_submodule_says_how_to_fix_it(tmp_path):
     for path in sorted((checkout / "tensorrt_llm").rglob("*"), reverse=True):
         path.rmdir() if path.is_dir() else path.unlink()
     with pytest.raises(BuildError, match="examples") as info:
-        fetch(LAYOUT_A, tmp_path / "cache", checkout, lambda message: None)
+        fetch(LAYOUT_A, tmp_path / "cache", checkout, quiet)
     assert "submodule" in info.value.hint
 
 
 def test_missing_local_dir_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="not a directory"):
-        fetch(LAYOUT_A, tmp_path / "cache", tmp_path / "nope", lambda message: None)
+        fetch(LAYOUT_A, tmp_path / "cache", tmp_path / "nope", quiet)

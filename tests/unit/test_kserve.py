@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.upstream_files import upstream_path
 from trtllm_images import kserve, matrix
 from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.plan import make_plan
 
 REPO = Path(__file__).resolve().parents[2]
-CRD_DIR = REPO / ".." / "shared" / "upstream" / "kserve" / "crd"
 DEPLOY = REPO / "deploy"
 HUB_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
 # The published examples: 25.01 is the first NGC tag that ships /app (backend templates) and the README's tag.
@@ -50,9 +50,8 @@ def entry(the_matrix):
 def crd_validators():
     """(apiVersion, kind) -> (Draft7Validator, schema); the InferenceService CRD is ~2 MB, so parse it once."""
     jsonschema = pytest.importorskip("jsonschema")
-    files = sorted(CRD_DIR.glob("*.yaml"))
-    if not files:
-        pytest.skip(f"KServe CRDs not found under {CRD_DIR} (shared upstream files are absent)")
+    files = sorted(upstream_path("kserve/crd").glob("*.yaml"))
+    assert files, "the upstream layout's kserve/crd holds the CRDs"
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     validators = {}
     for path in files:

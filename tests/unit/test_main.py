@@ -18,16 +18,15 @@ import pytest
 
 from tests.doubles.install import double_environ, install_doubles
 from tests.tiny_checkpoint import tiny_llama
+from tests.upstream_files import upstream_path
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.repository import structural_placeholders
 from trtllm_images import matrix
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "upstream"
-BACKEND = SHARED / "tensorrtllm_backend"
-SNAPSHOT = SHARED / "tensorrt_llm" / "triton_backend" / "all_models"
 
-# Every template set in shared/upstream, with the matrix tag whose TensorRT-LLM is closest to it.
+# Every template set of the upstream layout (tests/upstream_files.py), with the matrix tag whose TensorRT-LLM is
+# closest to it.
 TEMPLATE_SETS = [
     ("v0.7.0", "24.04"), ("v0.8.0", "24.04"), ("v0.12.0", "24.08"), ("v0.13.0", "24.09"),
     ("v0.17.0", "25.01"), ("v0.19.0", "25.05"), ("triton_backend", "26.07"),
@@ -35,10 +34,8 @@ TEMPLATE_SETS = [
 
 
 def templates_for(name: str) -> Path:
-    path = SNAPSHOT if name == "triton_backend" else BACKEND / name
-    if not path.is_dir():
-        pytest.skip(f"upstream templates not available at {path}")
-    return path
+    return upstream_path("tensorrt_llm/triton_backend/all_models" if name == "triton_backend"
+                         else f"tensorrtllm_backend/{name}")
 
 
 def records(record_dir: Path, program: str) -> list[dict]:

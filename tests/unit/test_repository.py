@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.upstream_files import upstream_path
 from trtllm_entrypoint import repository
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts
@@ -15,10 +16,9 @@ from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.repository import UNSET
 from trtllm_entrypoint.settings import Settings
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "upstream"
 BACKEND_VERSIONS = ("v0.7.0", "v0.8.0", "v0.12.0", "v0.13.0", "v0.17.0", "v0.19.0")
-TEMPLATE_ROOTS = [SHARED / "tensorrtllm_backend" / v for v in BACKEND_VERSIONS] + \
-    [SHARED / "tensorrt_llm" / "triton_backend" / "all_models"]
+# Template sets in the upstream layout (tests/upstream_files.py).
+TEMPLATE_ROOTS = [f"tensorrtllm_backend/{v}" for v in BACKEND_VERSIONS] + ["tensorrt_llm/triton_backend/all_models"]
 TRTLLM_ROOT = TEMPLATE_ROOTS[-1]
 FACTS = ImageFacts(tag="25.05", tensorrt_llm="0.19.0", tensorrt="10.9.0.34", triton="2.58.0",
                    workflows=("engine", "llmapi"), engine_deprecated=False, openai_frontend=True,
@@ -31,10 +31,8 @@ def make_settings(**env):
     return Settings.from_env({"CACHE_DIR": "/var/cache/trtllm", **env}, FACTS)
 
 
-def need(root):
-    if not (root / "inflight_batcher_llm").is_dir() and not (root / "llmapi").is_dir():
-        pytest.skip(f"upstream templates not available at {root}")
-    return root
+def need(root: str) -> Path:
+    return upstream_path(root)
 
 
 def fill(root, dest, settings=None, engine_dir=ENGINE, log=None):
@@ -51,11 +49,11 @@ def parameters(config_path):
                                                                  .get("parameters")).items()}
 
 
-@pytest.mark.parametrize("root", TEMPLATE_ROOTS, ids=lambda p: p.name if p.name != "all_models" else "trtllm-1.2")
+@pytest.mark.parametrize("root", TEMPLATE_ROOTS, ids=lambda p: p.split("/")[1] if "backend/" in p else "trtllm-1.2")
 def test_every_upstream_version_fills_parses_and_is_wired(root, tmp_path):
     model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2")
     text_format = pytest.importorskip("google.protobuf.text_format")
-    need(root)
+    root = need(root)
     dest = tmp_path / "repo"
     plan = fill(root, dest)
     models = sorted(p.name for p in dest.iterdir())
@@ -75,9 +73,9 @@ def test_every_upstream_version_fills_parses_and_is_wired(root, tmp_path):
     assert "decoupled: false" in (dest / "tensorrt_llm" / "config.pbtxt").read_text()
 
 
-@pytest.mark.parametrize("root", TEMPLATE_ROOTS, ids=lambda p: p.name if p.name != "all_models" else "trtllm-1.2")
+@pytest.mark.parametrize("root", TEMPLATE_ROOTS, ids=lambda p: p.split("/")[1] if "backend/" in p else "trtllm-1.2")
 def test_effective_values_cover_every_optional_parameter(root, tmp_path):
-    need(root)
+    root = need(root)
     plan = fill(root, tmp_path / "repo")
     texts = [(tmp_path / "repo" / m.name / "config.pbtxt").read_text() for m in plan.models]
     optional = set().union(*(repository.placeholders(t) for t in

@@ -9,6 +9,7 @@ from unittest import mock
 
 import pytest
 
+from tests.upstream_files import upstream_path
 from trtllm_entrypoint import sources
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts
@@ -18,7 +19,6 @@ from trtllm_entrypoint.sources import ModelSource, classify_dir, fingerprint, hu
 
 hub_errors = pytest.importorskip("huggingface_hub.errors")
 
-UPSTREAM = Path(__file__).resolve().parents[2] / ".." / "shared" / "upstream"
 FACTS = ImageFacts(tag="25.05", tensorrt_llm="0.19.0", tensorrt=None, triton=None, workflows=("engine", "llmapi"),
                    engine_deprecated=False, openai_frontend=True, app_dir=Path("/app"))
 TOKEN = "hf_do_not_leak_this_token"
@@ -78,10 +78,7 @@ def test_repository_with_placeholders_is_a_template(tmp_path):
 
 
 def test_upstream_backend_templates_are_recognised_as_templates(tmp_path):
-    upstream = UPSTREAM / "tensorrtllm_backend" / "v0.17.0" / "inflight_batcher_llm"
-    if not upstream.is_dir():
-        pytest.skip(f"shared upstream files not present at {upstream}")
-    shutil.copytree(upstream, tmp_path / "repo")
+    shutil.copytree(upstream_path("tensorrtllm_backend/v0.17.0/inflight_batcher_llm"), tmp_path / "repo")
     with pytest.raises(UsageError, match="is a repository template"):
         classify_dir(tmp_path / "repo")
 

@@ -1,0 +1,77 @@
+"""Byte-exact upstream files for the tests (backend config.pbtxt templates, KServe CRDs), never kept in this repository.
+
+They come from the first of:
+  1. $TRTLLM_UPSTREAM_DIR, a copy with the layout below;
+  2. ../shared/upstream beside the repository, where present;
+  3. the verified download cache: the pinned archives of upstream.lock.json, fetched on first use
+     (`python build.py upstream fetch` does it ahead and prints the directory).
+
+Layout of a copy (paths in the archives on the right):
+  tensorrtllm_backend/<ref>/inflight_batcher_llm/…   tensorrtllm_backend@<ref>: all_models/inflight_batcher_llm
+  tensorrt_llm/triton_backend/all_models/…             TensorRT-LLM: triton_backend/all_models/{inflight_batcher_llm,
+                                                                                                   llmapi}
+  kserve/crd/serving.kserve.io_*.yaml                  kserve@v0.20.0: config/crd/full/
+
+None available: the test skips with one line saying how to get them; under CI=true it fails instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import pytest
+
+from trtllm_images import upstream
+from trtllm_images.errors import BuildError
+
+ENV = "TRTLLM_UPSTREAM_DIR"
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "upstream"
+HOW = (f"set {ENV} to a copy (layout in tests/upstream_files.py), or run `python build.py upstream fetch` "
+       "on a machine that reaches GitHub")
+
+
+class UpstreamMissing(Exception):
+    """No source has the upstream files; the message says how to get them."""
+
+
+def upstream_root() -> Path:
+    """The directory holding the upstream layout, from the first source that has one."""
+    found = _resolve()
+    if isinstance(found, str):
+        raise UpstreamMissing(found)
+    return found
+
+
+@functools.cache
+def _resolve() -> Path | str:
+    """The root, or why there is none: cached either way, so an offline machine tries the network once."""
+    if os.environ.get(ENV):
+        root = Path(os.environ[ENV])
+        return root if root.is_dir() else f"{ENV}={root} is not a directory; {HOW}"
+    if SHARED.is_dir():
+        return SHARED
+    try:
+        return upstream.materialize_layout(upstream.load_lock(), upstream.cache_root(),
+                                           local_copy=f"{ENV}=<a copy>", log=lambda message: None)
+    except BuildError as exc:
+        return f"upstream files unavailable ({exc.message}); {HOW}"
+
+
+def find(relpath: str) -> Path:
+    """upstream_root() / relpath, or UpstreamMissing naming what is missing where."""
+    path = upstream_root() / relpath
+    if not path.exists():
+        raise UpstreamMissing(f"{relpath} is missing from {upstream_root()}; {HOW}")
+    return path
+
+
+def upstream_path(relpath: str) -> Path:
+    """For tests: find(relpath), or skip (fail under CI=true, where the whole suite must run) with one line."""
+    try:
+        return find(relpath)
+    except UpstreamMissing as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true, so upstream files are required: {exc}", pytrace=False)
+        pytest.skip(str(exc))

@@ -15,6 +15,7 @@ IMAGES_DIR = Path(__file__).resolve().parents[1] / "images"
 # packages never import each other, so tests compare these values with that module.
 CONTAINER_PATHS = {
     "matrix_file": "/etc/trtllm-images/matrix.json",
+    "models_file": "/etc/trtllm-images/models.json",
     "bundled_app_dir": "/opt/trtllm-images/app",
     "cache_dir": "/var/cache/trtllm",
     "http_port": 8000,

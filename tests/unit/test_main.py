@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.doubles.install import double_environ, install_doubles
+from tests.image_data import write_image_data
 from tests.tiny_checkpoint import tiny_llama
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.repository import structural_placeholders
@@ -55,8 +56,7 @@ class Image:
         self.records = root / "records"
         self.paths = install_doubles(root / "doubles", trtllm_version=trtllm_version or entry.tensorrt_llm,
                                      tensorrt_version=entry.tensorrt or "0", with_app=True, templates_src=templates)
-        matrix_file = root / "matrix.json"
-        matrix_file.write_text(matrix.load().to_json())
+        matrix_file = write_image_data(root / "etc")
         self.model = tiny_llama(root / "models" / "tiny")
         self.cache = root / "cache"
         self.repo = root / "repository"

@@ -10,10 +10,12 @@ import pytest
 
 from tests.update_golden import GOLDEN_DIR, GOLDEN_TAGS, render_tag
 from trtllm_entrypoint import contract
-from trtllm_images import context, matrix, render
+from trtllm_images import context, matrix, render, support
 from trtllm_images.checks import instructions
 from trtllm_images.errors import BuildError
 from trtllm_images.plan import make_plan
+
+MODELS_JSON = support.models_json(support.load_models(), matrix.load(), support.load_capabilities())
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +39,7 @@ def test_golden_dockerfiles(tag):
 def test_host_paths_agree_with_the_container_contract():
     paths = render.CONTAINER_PATHS
     assert paths["matrix_file"] == contract.MATRIX_FILE
+    assert paths["models_file"] == contract.MODELS_FILE
     assert paths["bundled_app_dir"] == contract.BUNDLED_APP_DIR
     assert paths["cache_dir"] == contract.DEFAULT_CACHE_DIR
     assert (paths["http_port"], paths["grpc_port"], paths["metrics_port"]) == (
@@ -49,6 +52,7 @@ def test_server_dockerfile_runtime_contract(real_matrix):
     assert steps[1] == ("FROM", "${BASE_IMAGE}")
     assert ("ENV", "MATRIX_TAG=25.01 HOME=/tmp") in steps
     assert ("COPY", f"matrix.json {contract.MATRIX_FILE}") in steps
+    assert ("COPY", f"models.json {contract.MODELS_FILE}") in steps
     assert ("RUN", f"mkdir -p {contract.DEFAULT_CACHE_DIR} && chmod 1777 {contract.DEFAULT_CACHE_DIR}") in steps
     assert ("USER", "1000") in steps
     assert ("EXPOSE", "8000 8001 8002") in steps
@@ -131,14 +135,15 @@ def assets(tmp_path):
 
 def write(real_matrix, tag, tmp_path, wheel, assets):
     plan = make_plan(real_matrix.get(tag), out_dir=tmp_path / "out")
-    return plan, context.write_context(plan, render.render(plan), wheel, real_matrix.to_json(), assets)
+    return plan, context.write_context(plan, render.render(plan), wheel, real_matrix.to_json(), assets, MODELS_JSON)
 
 
 def test_context_holds_dockerfiles_matrix_wheel_and_assets(real_matrix, tmp_path, wheel, assets):
     plan, ctx = write(real_matrix, "24.08", tmp_path, wheel, assets)
     assert ctx == plan.context_dir
-    assert sorted(p.name for p in ctx.iterdir()) == ["backend", "builder.Dockerfile", "matrix.json",
+    assert sorted(p.name for p in ctx.iterdir()) == ["backend", "builder.Dockerfile", "matrix.json", "models.json",
                                                     "server.Dockerfile", "wheels"]
+    assert (ctx / "models.json").read_text() == MODELS_JSON
     assert [p.name for p in (ctx / "wheels").iterdir()] == [wheel.name]
     assert json.loads((ctx / "matrix.json").read_text()) == json.loads(real_matrix.to_json())
     app = ctx / "backend" / "app"
@@ -185,9 +190,9 @@ def test_assets_for_a_tag_with_app_are_refused(real_matrix, tmp_path, wheel, ass
 def test_matrix_json_must_contain_the_tag(real_matrix, tmp_path, wheel):
     plan = make_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
     with pytest.raises(BuildError, match="no entry for tag 25.01"):
-        context.write_context(plan, render.render(plan), wheel, json.dumps([{"tag": "24.08"}]), None)
+        context.write_context(plan, render.render(plan), wheel, json.dumps([{"tag": "24.08"}]), None, MODELS_JSON)
     with pytest.raises(BuildError, match="not a list of entries"):
-        context.write_context(plan, render.render(plan), wheel, "{not json", None)
+        context.write_context(plan, render.render(plan), wheel, "{not json", None, MODELS_JSON)
 
 
 def test_wheel_must_be_the_entrypoint_wheel(real_matrix, tmp_path):
@@ -195,4 +200,4 @@ def test_wheel_must_be_the_entrypoint_wheel(real_matrix, tmp_path):
     other.write_bytes(b"")
     plan = make_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
     with pytest.raises(BuildError, match="trtllm_entrypoint"):
-        context.write_context(plan, render.render(plan), other, real_matrix.to_json(), None)
+        context.write_context(plan, render.render(plan), other, real_matrix.to_json(), None, MODELS_JSON)

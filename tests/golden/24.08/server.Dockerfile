@@ -36,6 +36,7 @@ RUN mkdir -p /var/cache/trtllm \
 COPY backend/app /opt/trtllm-images/app
 
 COPY matrix.json /etc/trtllm-images/matrix.json
+COPY models.json /etc/trtllm-images/models.json
 
 # Our entrypoint, offline from the context; last, so editing it rebuilds only the layers below.
 COPY wheels/ /tmp/wheels/

@@ -33,6 +33,7 @@ RUN mkdir -p /var/cache/trtllm \
     && chmod 1777 /var/cache/trtllm
 
 COPY matrix.json /etc/trtllm-images/matrix.json
+COPY models.json /etc/trtllm-images/models.json
 
 # Our entrypoint, offline from the context; last, so editing it rebuilds only the layers below.
 COPY wheels/ /tmp/wheels/

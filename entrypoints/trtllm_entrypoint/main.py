@@ -16,16 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, NoReturn, Sequence
 
-from trtllm_entrypoint import contract, engine_build, engine_cache, gpu, launch, models, probe, repository, sources
+from trtllm_entrypoint import (contract, engine_build, engine_cache, flagcheck, gpu, launch, models, probe,
+                               repository, sources)
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, load_facts
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.settings import Settings, token_values
 
-SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health")
+SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health", "flags")
 USAGE = (
-    "usage: trtllm-entrypoint [serve|prepare|build-engine|check|probe|health] "
+    "usage: trtllm-entrypoint [serve|prepare|build-engine|check|probe|health|flags] "
     "| trtllm-entrypoint <command> [args…] (runs the command, e.g. tritonserver …)"
 )
 
@@ -93,6 +94,10 @@ def run(args: list[str], env: dict[str, str]) -> int:
     log = open_log(settings)
     if command == "check":
         return check(settings, facts, env, log)
+    if command == "flags":
+        uses = flagcheck.planned_uses(facts, models.load(env), settings)
+        print(json.dumps(flagcheck.report(facts, flagcheck.check(uses)), indent=2))
+        return 0
     if command == "build-engine":
         source = resolve_model(settings, facts, env, log)
         engine_dir, _ = ensure_engine(settings, facts, env, log, source, lambda: gpu.detect_gpus(env))

@@ -45,6 +45,15 @@ class Converter:
     def script(self, app_dir: Path) -> Path:
         return app_dir / "examples" / self.folder / "convert_checkpoint.py"
 
+    @classmethod
+    def for_record(cls, record: Mapping, facts: ImageFacts) -> "Converter":
+        """A model's converter in this image's examples layout, with the arguments this tag needs."""
+        engine = record["engine"]
+        folder = engine["folder"][facts.examples_layout]
+        if facts.examples_layout == "models":
+            folder = f"models/{folder}"
+        return cls(folder, tuple(arg for rule in engine["args"] if facts.tag in rule["tags"] for arg in rule["args"]))
+
 
 def models_file(environ: Mapping[str, str]) -> Path:
     """Next to the matrix file: TRTLLM_MATRIX_FILE's directory, or the image's contract.MODELS_FILE."""
@@ -114,9 +123,4 @@ def require_support(table: ModelTable, hf_config: Mapping, facts: ImageFacts, wo
 def converter(table: ModelTable, hf_config: Mapping, facts: ImageFacts) -> Converter:
     """The converter of this checkpoint in this image; UsageError when the image has none for it."""
     require_support(table, hf_config, facts, "engine")
-    engine = table.lookup(hf_config)["engine"]
-    folder = engine["folder"][facts.examples_layout]
-    if facts.examples_layout == "models":
-        folder = f"models/{folder}"
-    args = tuple(arg for rule in engine["args"] if facts.tag in rule["tags"] for arg in rule["args"])
-    return Converter(folder, args)
+    return Converter.for_record(table.lookup(hf_config), facts)

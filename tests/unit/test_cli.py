@@ -260,6 +260,8 @@ class FakeDocker:
         self.api = self
         self.containers = self
         self.probe = probe
+        self.flags = {"tag": probe["tag"], "programs": [{"program": "trtllm-build", "help": ["trtllm-build", "--help"],
+                                                         "flags": ["--max_seq_len"], "missing": [], "error": None}]}
         self.images = set(local)
         self.builds, self.pulls, self.pushes, self.probed = [], [], [], []
 
@@ -285,8 +287,10 @@ class FakeDocker:
     def remove_image(self, ref, noprune=False):
         self.images.remove(ref)
 
-    # containers
+    # containers: `trtllm-entrypoint probe` answers self.probe, `trtllm-entrypoint flags` self.flags
     def create(self, image, **kwargs):
+        if kwargs["command"] == ["flags"]:
+            return FakeProbeContainer(json.dumps(self.flags).encode())
         self.probed.append(image)
         return FakeProbeContainer(json.dumps(self.probe).encode())
 

@@ -258,9 +258,9 @@ def test_engine_builder_failure_publishes_nothing(doubles):
     assert str(kept) in caught.value.hint
 
 
-def test_engine_builder_needs_the_convert_script_of_the_image(doubles):
-    falcon = models.converter(model_table(), {"model_type": "falcon"}, image_facts("25.06"))
-    build = engine_builder(doubles.facts, settings(), doubles.model, falcon, Log(stream=io.StringIO()), doubles.env)
-    with pytest.raises(EntrypointError, match="models/contrib/falcon/convert_checkpoint.py does not exist"):
+def test_engine_builder_needs_the_convert_script(doubles):
+    missing = models.Converter("models/contrib/nosuch", ())
+    build = engine_builder(doubles.facts, settings(), doubles.model, missing, Log(stream=io.StringIO()), doubles.env)
+    with pytest.raises(EntrypointError, match="models/contrib/nosuch/convert_checkpoint.py does not exist"):
         doubles.cache.ensure("k" * 20, {}, build, timeout_s=5, log=Log(stream=io.StringIO()))
     assert read_records(doubles.records, "convert_checkpoint") == []

@@ -9,6 +9,7 @@ Stdlib only, Python 3.10+ (runs inside the stand-in images too).
 from __future__ import annotations
 
 import os
+import re
 import sys
 from importlib import metadata
 
@@ -88,15 +89,7 @@ DTYPE_AUTO_SINCE = (0, 15)   # converters and quantize.py accept --dtype auto fr
 
 def release(version: str) -> tuple[int, ...]:
     """The leading numeric release: '0.17.0.post1' -> (0, 17, 0)."""
-    parts: list[int] = []
-    for piece in version.split("."):
-        digits = piece[:len(piece) - len(piece.lstrip("0123456789"))]
-        if not digits:
-            break
-        parts.append(int(digits))
-        if digits != piece:
-            break
-    return tuple(parts[:3])
+    return tuple(int(part) for part in re.match(r"\d+(?:\.\d+){0,2}", version).group().split("."))
 
 
 def installed_release() -> tuple[int, ...]:

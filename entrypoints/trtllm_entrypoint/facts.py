@@ -30,7 +30,7 @@ class ImageFacts:
     matrix_tensorrt_llm: str = ""  # what the matrix entry says; differs from tensorrt_llm only in a broken image
     # Named capabilities of this TensorRT-LLM (capabilities.yaml, via matrix.json): code branches on these names.
     examples_layout: str = "flat"  # "flat": examples/<dir>/; "models": examples/models/{core,contrib}/<dir>/
-    features: frozenset[str] = frozenset()
+    features: tuple[str, ...] = ()
     flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)  # program -> flags it takes
 
     @property
@@ -122,6 +122,6 @@ def load_facts(environ: Mapping[str, str]) -> ImageFacts:
         installed=trtllm is not None,
         matrix_tensorrt_llm=entry["tensorrt_llm"],
         examples_layout=capabilities["examples_layout"],
-        features=frozenset(capabilities["features"]),
+        features=tuple(capabilities["features"]),
         flags={program: tuple(f) for program, f in capabilities["flags"].items()},
     )

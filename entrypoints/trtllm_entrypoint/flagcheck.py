@@ -39,11 +39,12 @@ class ProgramUse:
 class ProgramCheck:
     use: ProgramUse
     missing: tuple[str, ...]      # flags of use.flags that its --help does not list
-    error: str | None = None      # the help could not be obtained
+    error: str | None = None       # the program is not in the image: the plans that run it would fail
+    unverified: str | None = None  # it is there but printed no help (some import a GPU library even for --help)
 
     def to_dict(self) -> dict:
         return {"program": self.use.program, "help": list(self.use.help_argv), "flags": list(self.use.flags),
-                "missing": list(self.missing), "error": self.error}
+                "missing": list(self.missing), "error": self.error, "unverified": self.unverified}
 
 
 def flags_in(argv: Sequence[str]) -> set[str]:
@@ -95,28 +96,37 @@ def planned_uses(facts: ImageFacts, table: ModelTable, settings: Settings) -> li
     return uses
 
 
-def run_help(argv: Sequence[str]) -> tuple[str | None, str | None]:
-    """(help text, None) or (None, why it could not be obtained). Exit codes are ignored: tritonserver's --help
-    exits 1."""
+class NotInImage(Exception):
+    """The program (or script) the plans would run does not exist."""
+
+
+def run_help(argv: Sequence[str]) -> str:
+    """The output of `argv` (a --help command), whatever its exit code: tritonserver's --help exits 1."""
+    script = argv[1] if argv[0] == "python3" else None
+    if script is not None and not Path(script).is_file():
+        raise NotInImage(f"{script} does not exist")
     try:
         proc = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               errors="replace", timeout=HELP_TIMEOUT_S, check=False)
+    except FileNotFoundError:
+        raise NotInImage(f"{argv[0]} is not installed") from None
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"cannot run {argv[0]}: {exc}"
-    text = proc.stdout + proc.stderr
-    if not accepted_flags(text):
-        return None, f"{' '.join(argv)} exited {proc.returncode} and listed no flags: {text.strip()[-300:]}"
-    return text, None
+        return f"cannot run {argv[0]}: {exc}"
+    return proc.stdout + proc.stderr
 
 
-def check(uses: Sequence[ProgramUse],
-          get_help: Callable[[Sequence[str]], tuple[str | None, str | None]] = run_help) -> list[ProgramCheck]:
-    """Every use compared with its program's help; a help that cannot be obtained is an error, not a pass."""
+def check(uses: Sequence[ProgramUse], get_help: Callable[[Sequence[str]], str] = run_help) -> list[ProgramCheck]:
+    """Every use compared with its program's help. A program that is missing is an error; one whose help names no
+    flag at all is reported as unverified (never as a pass)."""
     def one(use: ProgramUse) -> ProgramCheck:
-        text, error = get_help(use.help_argv)
-        if text is None:
-            return ProgramCheck(use, (), error)
+        try:
+            text = get_help(use.help_argv)
+        except NotInImage as exc:
+            return ProgramCheck(use, (), error=str(exc))
         accepted = accepted_flags(text)
+        if not accepted:
+            return ProgramCheck(use, (), unverified=f"`{' '.join(use.help_argv)}` listed no flags: "
+                                                    f"{text.strip()[-300:]}")
         return ProgramCheck(use, tuple(flag for flag in use.flags if flag not in accepted))
 
     with ThreadPoolExecutor(max_workers=PARALLEL_HELPS) as pool:

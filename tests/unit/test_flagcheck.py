@@ -77,7 +77,7 @@ def doubles_check(tmp_path: Path, tag: str, installed: str) -> dict[str, flagche
                                            ("25.06", "0.20.0")])
 def test_the_plans_of_each_image_pass_its_programs_help(tmp_path, tag, installed):
     checks = doubles_check(tmp_path, tag, installed)
-    assert {name: (c.missing, c.error) for name, c in checks.items() if c.missing or c.error} == {}
+    assert {name: c for name, c in checks.items() if c.missing or c.error or c.unverified} == {}
     converters = {models.Converter.for_record(r, image_facts(tag)).folder for r in model_table().models
                   if r["engine"] and tag in r["engine"]["tags"]}
     assert len(checks) == 3 + len(converters) > 10, "every converter, trtllm-build, quantize.py and tritonserver"
@@ -90,12 +90,18 @@ def test_a_plan_for_a_newer_release_fails_against_older_programs(tmp_path):
     assert checks["examples/llama/convert_checkpoint.py"].missing == ()
 
 
-def test_a_converter_the_image_lacks_is_an_error_not_a_pass(tmp_path):
+def test_a_converter_the_image_lacks_is_an_error_and_a_help_without_flags_is_unverified(tmp_path):
     checks = doubles_check(tmp_path, "25.06", "0.20.0")
     shutil.rmtree(tmp_path / "doubles" / "app" / "examples" / "models" / "contrib" / "falcon")
     falcon = checks["examples/models/contrib/falcon/convert_checkpoint.py"].use
     (result,) = flagcheck.check([falcon])
-    assert result.error and "listed no flags" in result.error
+    assert result.error == f"{falcon.help_argv[1]} does not exist" and result.missing == ()
+    crashing = tmp_path / "crashing.py"
+    crashing.write_text("import sys; sys.exit('ImportError: libcuda.so.1: cannot open shared object file')\n")
+    (result,) = flagcheck.check([dataclasses.replace(falcon, help_argv=("python3", str(crashing), "--help"))])
+    assert result.error is None and "listed no flags: ImportError: libcuda.so.1" in result.unverified
+    (result,) = flagcheck.check([dataclasses.replace(falcon, help_argv=("/nonexistent/trtllm-build", "--help"))])
+    assert result.error == "/nonexistent/trtllm-build is not installed"
 
 
 @pytest.fixture(scope="module")

@@ -263,7 +263,9 @@ def test_a_flag_the_program_lacks_fails_the_build_naming_program_flag_and_tag():
         {"program": "trtllm-build", "help": [], "flags": ["--kv_cache_type", "--max_seq_len"],
          "missing": ["--kv_cache_type"], "error": None},
         {"program": "examples/qwen/convert_checkpoint.py", "help": [], "flags": ["--model_dir"], "missing": [],
-         "error": "cannot run python3: No such file or directory"}]}
+         "error": "/app/examples/qwen/convert_checkpoint.py does not exist"},
+        {"program": "examples/gpt/convert_checkpoint.py", "help": [], "flags": ["--model_dir"], "missing": [],
+         "error": None, "unverified": "`python3 … --help` listed no flags: ImportError: libcuda.so.1"}]}
     client = FakeClient(container=FakeContainer(stdout=json.dumps(good_probe(tag="24.08")).encode()),
                         by_command={"flags": FakeContainer(stdout=json.dumps(report).encode())})
     result = verify.verify_image(client, Entry(tag="24.08"), "server", "trtllm-serve:24.08-trtllm-0.12.0")
@@ -271,8 +273,10 @@ def test_a_flag_the_program_lacks_fails_the_build_naming_program_flag_and_tag():
         result.raise_for_errors()
     assert ("flags.trtllm-build: expected --kv_cache_type (our plans pass it), found no --kv_cache_type in its "
             "--help at tag 24.08") in caught.value.message
-    assert "flags.examples/qwen/convert_checkpoint.py: expected a --help listing its flags, found cannot run" \
-        in caught.value.message
+    assert ("flags.examples/qwen/convert_checkpoint.py: expected the program our plans run, found "
+            "/app/examples/qwen/convert_checkpoint.py does not exist") in caught.value.message
+    assert [m.field for m in result.warnings if m.field.startswith("flags.")] == [
+        "flags.examples/gpt/convert_checkpoint.py"], "a help that printed nothing is reported, not passed"
     assert verify.flag_mismatches(Entry(), {"programs": []})[0].field == "flags", "nothing checked is an error"
 
 

@@ -532,3 +532,16 @@ def test_a_hub_model_is_refused_after_fetching_its_config_alone(tmp_path):
     assert not [r for r in hub.requests if "config.json" not in r], "only config.json was asked for"
     assert not list(img.cache.rglob("*.safetensors*")), "no weights were downloaded"
     assert img.builds() == 0
+
+
+def test_flags_reports_each_program_the_plans_run_with_its_missing_flags(image):
+    result = image.run("flags")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    programs = {p["program"]: p for p in report["programs"]}
+    assert report["tag"] == "25.01" and "examples/llama/convert_checkpoint.py" in programs
+    # The doubles on PATH answer --help like the 0.17.0 programs; /opt/tritonserver is not on this host.
+    assert programs["trtllm-build"]["missing"] == [] and programs["trtllm-build"]["error"] is None
+    assert "--kv_cache_type" in programs["trtllm-build"]["flags"]
+    assert all(p["missing"] == [] and p["error"] is None for name, p in programs.items() if name != "tritonserver")
+    assert programs["tritonserver"]["error"] == f"{contract.TRITONSERVER} is not installed"

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trtllm_images import support
 from trtllm_images.matrix import version_tuple
 
 if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry
+    from trtllm_images.support import Capabilities
 
 LAYOUT_A = ("triton-inference-server/tensorrtllm_backend", "")
 LAYOUT_B = ("NVIDIA/TensorRT-LLM", "triton_backend")
@@ -62,16 +64,18 @@ class Finding:
 # --- matrix consistency --------------------------------------------------------------------------------------------
 
 
-def matrix_findings(matrix: Matrix) -> list[Finding]:
-    """Rules that tie an entry's fields together; only supported entries are checked (the others are not built)."""
+def matrix_findings(matrix: Matrix, capabilities: Capabilities | None = None) -> list[Finding]:
+    """Rules that tie an entry's fields to its named capabilities (capabilities.yaml); only supported entries are
+    checked (the others are not built)."""
+    capabilities = capabilities or support.load_capabilities()
     findings = []
     for entry in matrix.entries:
         if entry.supported:
-            findings += _entry_findings(entry)
+            findings += _entry_findings(entry, capabilities)
     return findings
 
 
-def _entry_findings(entry: MatrixEntry) -> list[Finding]:
+def _entry_findings(entry: MatrixEntry, capabilities: Capabilities) -> list[Finding]:
     tag = entry.tag
     found = [
         Finding("warning", "uncertain", tag, f"{field} is uncertain: {reason}", "verify against a real image")
@@ -87,60 +91,61 @@ def _entry_findings(entry: MatrixEntry) -> list[Finding]:
                 "fill tensorrt_llm or mark the entry unsupported",
             )
         ]
-    release = version_tuple(entry.tensorrt_llm)
-    tag_v = version_tuple(tag)
+    features = capabilities.of(entry).features
 
     def expect(code: str, ok: bool, message: str, hint: str) -> None:
         if not ok:
             found.append(Finding("error", code, tag, message, hint))
 
-    want_ref = "v" + ".".join(map(str, release))
+    def feature_hint(name: str) -> str:
+        return f"capabilities.yaml: feature {name} ({'present' if name in features else 'absent'} for this entry)"
+
+    want_ref = "v" + ".".join(map(str, version_tuple(entry.tensorrt_llm)))
     expect(
         "backend-ref",
         entry.backend.ref == want_ref,
         f"backend ref {entry.backend.ref} does not match TensorRT-LLM {entry.tensorrt_llm}",
         f"the backend is tagged with the TensorRT-LLM base release: use {want_ref}",
     )
-    layout = LAYOUT_A if release < (0, 20) else LAYOUT_B
+    layout = LAYOUT_B if "backend_in_tensorrt_llm" in features else LAYOUT_A
     expect(
         "backend-layout",
         (entry.backend.repo, entry.backend.subdir) == layout,
         f"backend {entry.backend.repo!r} subdir {entry.backend.subdir!r} is wrong for TensorRT-LLM "
         f"{entry.tensorrt_llm}",
-        f"TensorRT-LLM < 0.20 uses {LAYOUT_A[0]} (subdir ''), later ones "
-        f"{LAYOUT_B[0]} (subdir {LAYOUT_B[1]!r}): use {layout}",
+        f"use {layout}; " + feature_hint("backend_in_tensorrt_llm"),
     )
     expect(
         "app-in-image",
-        entry.backend.in_image == (tag_v >= (25, 1)),
+        entry.backend.in_image == ("app_in_image" in features),
         f"backend.in_image is {entry.backend.in_image}",
-        "NGC images ship /app from 25.01 on",
+        feature_hint("app_in_image"),
     )
     expect(
         "workflows",
-        ("llmapi" in entry.workflows) == (release >= (0, 19)) and "engine" in entry.workflows,
+        ("llmapi" in entry.workflows) == ("llmapi_workflow" in features) and "engine" in entry.workflows,
         f"workflows {list(entry.workflows)} do not fit TensorRT-LLM {entry.tensorrt_llm}",
-        "always 'engine'; 'llmapi' exactly from TensorRT-LLM 0.19",
+        "always 'engine'; 'llmapi' with " + feature_hint("llmapi_workflow"),
     )
     expect(
         "engine-deprecated",
-        entry.engine_deprecated == (release >= (1, 0)),
+        entry.engine_deprecated == ("engine_deprecated" in features),
         f"engine_deprecated is {entry.engine_deprecated}",
-        "true exactly from TensorRT-LLM 1.0",
+        feature_hint("engine_deprecated"),
     )
     expect(
         "openai-frontend",
-        entry.openai_frontend == (tag_v >= (24, 12)),
+        entry.openai_frontend == ("openai_frontend" in features),
         f"openai_frontend is {entry.openai_frontend}",
-        "the OpenAI frontend ships in images from 24.12",
+        feature_hint("openai_frontend"),
     )
     if entry.python:
-        allowed = ((3, 10),) if release < (0, 16) else ((3, 10), (3, 12))
+        allowed = ((3, 10), (3, 12)) if "python_3_12_wheels" in features else ((3, 10),)
         expect(
             "python-version",
             version_tuple(entry.python)[:2] in allowed,
             f"Python {entry.python} has no TensorRT-LLM {entry.tensorrt_llm} wheel",
-            "TensorRT-LLM wheels before 0.16 are for Python 3.10 only; from 0.16 for 3.10 and 3.12",
+            "TensorRT-LLM wheels are for Python 3.10, and 3.12 with " + feature_hint("python_3_12_wheels"),
         )
     return found
 

@@ -7,14 +7,28 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 from click.core import ParameterSource
 
-from trtllm_images import backend_assets, builder, checks, context, kserve, render, report, upstream, verify, wheel
+from trtllm_images import (
+    backend_assets,
+    builder,
+    checks,
+    context,
+    kserve,
+    render,
+    report,
+    support,
+    upstream,
+    verify,
+    wheel,
+)
 from trtllm_images import matrix as matrix_mod
 from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.plan import BuildPlan, make_plan
@@ -118,7 +132,15 @@ def _write_context(plan: BuildPlan, dockerfiles: dict[str, str], matrix: matrix_
     if plan.needs_backend_assets:
         assets = backend_assets.fetch(plan.entry, upstream.cache_root(), backend_dir, _say,
                                       allow_unpinned=allow_unpinned)
-    return context.write_context(plan, dockerfiles, _entrypoint_wheel(), matrix.to_json(), assets)
+    capabilities = support.load_capabilities()
+    return context.write_context(
+        plan,
+        dockerfiles,
+        _entrypoint_wheel(),
+        support.image_matrix_json(matrix, capabilities),
+        assets,
+        support.models_json(support.load_models(), matrix, capabilities),
+    )
 
 
 def _errors(findings) -> list:
@@ -293,7 +315,7 @@ def _print_summary(records: list[report.BuildRecord]) -> None:
     click.echo(_table(rows))
 
 
-def _table(rows: list[tuple[str, ...]]) -> str:
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
@@ -317,7 +339,7 @@ def list_command(matrix_path, supported_only, as_json, markdown):
     if supported_only:
         matrix = matrix_mod.Matrix(matrix.supported())
     if as_json:
-        click.echo(matrix.to_json(), nl=False)
+        click.echo(support.image_matrix_json(matrix, support.load_capabilities()), nl=False)
     elif markdown:
         click.echo(matrix_mod.markdown_table(matrix), nl=False)
     else:
@@ -334,6 +356,52 @@ def _list_table(matrix: matrix_mod.Matrix) -> str:
             cells.append(text + ("?" if field in entry.uncertain else ""))
         rows.append(tuple(cells) + (entry.note,))
     return _table(rows) + "\n\n? = uncertain: matrix.yaml says why under `uncertain:`"
+
+
+@cli.command("models")
+@_matrix_option
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True,
+              help="As JSON; without NAME, the model list the images carry (models.json next to matrix.json).")
+def models_command(matrix_path, name, as_json):
+    """Which tags serve a model (a config.json model_type or architecture), and with which workflow."""
+    matrix = matrix_mod.load(matrix_path)
+    capabilities, models = support.load_capabilities(), support.load_models()
+    if name is None:
+        if as_json:
+            click.echo(support.models_json(models, matrix, capabilities), nl=False)
+        else:
+            click.echo(_models_table(models, matrix, capabilities))
+        return
+    model = support.find(models, name)
+    record = support.model_record(model, matrix, capabilities)
+    if as_json:
+        click.echo(json.dumps(record, indent=2))
+        return
+    rows = [("TAG", "TRT-LLM", "ENGINE", "LLMAPI")]
+    for entry in matrix.supported():
+        caps = capabilities.of(entry)
+        engine = model.serves(entry, caps, "engine")
+        folder = model.converter_dir(caps.examples_layout) if engine else "-"
+        rows.append((entry.tag, entry.tensorrt_llm or "-", folder,
+                     "yes" if model.serves(entry, caps, "llmapi") else "-"))
+    notes = [f"{key} is uncertain: {why}" for key, why in sorted(model.uncertain.items())]
+    click.echo(f"{model.model_type} ({', '.join(model.architectures)}): engine from TensorRT-LLM "
+               f"{model.engine.since if model.engine else '(none)'}, llmapi from {model.llmapi_since or '(none)'}\n")
+    click.echo(_table(rows) + "".join(f"\n{note}" for note in notes))
+
+
+def _models_table(models, matrix: matrix_mod.Matrix, capabilities) -> str:
+    rows = [("MODEL_TYPE", "ARCHITECTURES", "ENGINE TAGS", "LLMAPI TAGS")]
+    for model in models:
+        record = support.model_record(model, matrix, capabilities)
+        spans = [_span(record[w]["tags"]) if record[w] else "-" for w in ("engine", "llmapi")]
+        rows.append((model.model_type + ("?" if model.uncertain else ""), ",".join(model.architectures), *spans))
+    return _table(rows) + "\n\n? = uncertain: models.yaml says why under `uncertain:`"
+
+
+def _span(tags: list[str]) -> str:
+    return f"{tags[0]}..{tags[-1]}" if tags else "none"
 
 
 @cli.command("render")

@@ -21,8 +21,9 @@ BUNDLED_APP = Path("backend") / "app"  # the Dockerfiles COPY this into the imag
 
 
 def write_context(
-    plan: BuildPlan, dockerfiles: dict[str, str], wheel: Path, matrix_json: str, assets: Path | None
+    plan: BuildPlan, dockerfiles: dict[str, str], wheel: Path, matrix_json: str, assets: Path | None, models_json: str
 ) -> Path:
+    """`matrix_json` and `models_json`: support.image_matrix_json() and support.models_json()."""
     _validate(plan, dockerfiles, Path(wheel), matrix_json, assets)
     target = plan.context_dir
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -31,6 +32,7 @@ def write_context(
         for name, text in sorted(dockerfiles.items()):
             (tmp / name).write_text(text, encoding="utf-8", newline="\n")
         (tmp / "matrix.json").write_text(matrix_json, encoding="utf-8", newline="\n")
+        (tmp / "models.json").write_text(models_json, encoding="utf-8", newline="\n")
         (tmp / "wheels").mkdir()
         shutil.copyfile(wheel, tmp / "wheels" / Path(wheel).name)
         if plan.needs_backend_assets and assets is not None:  # _validate refused needing them without them

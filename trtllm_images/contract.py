@@ -6,6 +6,7 @@ tests/unit/test_render.py compares these values with entrypoints/trtllm_entrypoi
 """
 
 MATRIX_FILE = "/etc/trtllm-images/matrix.json"
+MODELS_FILE = "/etc/trtllm-images/models.json"
 BUNDLED_APP_DIR = "/opt/trtllm-images/app"  # the backend's files, for base images without /app
 CACHE_DIR = "/var/cache/trtllm"
 KSERVE_MODEL_DIR = "/mnt/models"  # where KServe's storage initializer puts the model

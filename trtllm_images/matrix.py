@@ -146,12 +146,17 @@ class _StrictLoader(yaml.SafeLoader):
 
 def load(path: Path = DEFAULT_PATH) -> Matrix:
     path = Path(path)
+    return parse(
+        read_yaml(path, "matrix file", "run from a checkout of trtllm-images or pass --matrix FILE"), str(path)
+    )
+
+
+def read_yaml(path: Path, what: str, missing_hint: str) -> object:
+    """The YAML document at `path` (duplicate keys rejected); a missing file or a syntax error is one UsageError."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise UsageError(
-            f"matrix file {path} does not exist", "run from a checkout of trtllm-images or pass --matrix FILE"
-        ) from None
+        raise UsageError(f"{what} {path} does not exist", missing_hint) from None
     try:
         data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
@@ -161,7 +166,7 @@ def load(path: Path = DEFAULT_PATH) -> Matrix:
         raise UsageError(
             f"{path}: YAML syntax error{where}: {problem}", 'fix the YAML; quote versions and tags ("25.01")'
         ) from None
-    return parse(data, str(path))
+    return data
 
 
 def parse(data: object, source: str) -> Matrix:

@@ -1,7 +1,9 @@
-"""Post-build verification: run `trtllm-entrypoint probe` in a built image and compare it with the matrix entry.
+"""Post-build verification: run `trtllm-entrypoint probe` in a built image and compare it with the matrix entry;
+run `trtllm-entrypoint flags` there and fail on any flag our plans pass that the image's program does not take.
 
-`expected` and `compare` are pure; `run_probe` is the only Docker call. A fact the matrix marks as uncertain
-still gets compared, but a difference is a warning (worth fixing in matrix.yaml), not a failed build.
+`expected`, `compare` and `flag_mismatches` are pure; `run_entrypoint` is the only Docker call. A fact the matrix
+marks as uncertain still gets compared, but a difference is a warning (worth fixing in matrix.yaml), not a failed
+build. A missing flag is always an error: the engine build or the server start would fail on it.
 """
 
 from __future__ import annotations
@@ -120,32 +122,58 @@ def compare(entry, probe: Mapping[str, Any]) -> list[Mismatch]:
     return found
 
 
+def flag_mismatches(entry, report: Mapping[str, Any]) -> list[Mismatch]:
+    """From `trtllm-entrypoint flags`: each flag our plans pass that a program's --help does not list, and each
+    program the plans run that the image lacks. A program whose help printed no flags (some import GPU libraries
+    even for --help, and a build machine may have no GPU) is a warning: nothing was verified for it."""
+    found = []
+    for program in report.get("programs") or []:
+        name = program["program"]
+        if program.get("error"):
+            found.append(Mismatch(f"flags.{name}", "the program our plans run", program["error"], ERROR))
+        if program.get("unverified"):
+            found.append(Mismatch(f"flags.{name}", "a --help listing its flags", program["unverified"], WARNING))
+        for flag in program.get("missing") or []:
+            found.append(
+                Mismatch(
+                    f"flags.{name}", f"{flag} (our plans pass it)", f"no {flag} in its --help at tag {entry.tag}", ERROR
+                )
+            )
+    if not report.get("programs"):
+        found.append(Mismatch("flags", "programs checked", "none", ERROR))
+    return found
+
+
 def run_probe(client, image_ref: str) -> dict:
-    """Run `trtllm-entrypoint probe` in a throw-away container of `image_ref` and parse its JSON."""
+    return run_entrypoint(client, image_ref, "probe")
+
+
+def run_entrypoint(client, image_ref: str, command: str) -> dict:
+    """Run `trtllm-entrypoint COMMAND` in a throw-away container of `image_ref` and parse its JSON."""
     try:
         container = client.containers.create(
-            image_ref, entrypoint=["trtllm-entrypoint"], command=["probe"], network_disabled=True
+            image_ref, entrypoint=["trtllm-entrypoint"], command=[command], network_disabled=True
         )
     except (DockerException, OSError) as exc:
-        raise BuildError(f"cannot start the probe in {image_ref}: {exc}") from exc
+        raise BuildError(f"cannot start `trtllm-entrypoint {command}` in {image_ref}: {exc}") from exc
     try:
         container.start()
         status = container.wait(timeout=PROBE_TIMEOUT_S)["StatusCode"]
         stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
         stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
     except (DockerException, OSError) as exc:
-        raise BuildError(f"the probe in {image_ref} did not finish: {exc}") from exc
+        raise BuildError(f"`trtllm-entrypoint {command}` in {image_ref} did not finish: {exc}") from exc
     finally:
         _remove_quietly(container)
     if status != 0:
         raise BuildError(
-            f"`trtllm-entrypoint probe` exited with {status} in {image_ref}: {_tail(stderr or stdout)}",
+            f"`trtllm-entrypoint {command}` exited with {status} in {image_ref}: {_tail(stderr or stdout)}",
             hint="the image's entrypoint package is broken; rebuild after fixing it",
         )
-    return parse_probe_output(stdout, image_ref)
+    return parse_probe_output(stdout, image_ref, command)
 
 
-def parse_probe_output(stdout: str, image_ref: str) -> dict:
+def parse_probe_output(stdout: str, image_ref: str, command: str = "probe") -> dict:
     """The probe's JSON object; import-time chatter before it (some libraries print banners) is skipped."""
     lines = stdout.splitlines()
     # The object starts at the last line that opens one at column 0 (a pretty-printed object has exactly one).
@@ -158,15 +186,18 @@ def parse_probe_output(stdout: str, image_ref: str) -> dict:
             if isinstance(value, dict):
                 return value
     raise BuildError(
-        f"`trtllm-entrypoint probe` in {image_ref} printed no JSON object: {_tail(stdout) or '(no output)'}",
-        hint="run `docker run --rm --entrypoint trtllm-entrypoint IMAGE probe` to see its output",
+        f"`trtllm-entrypoint {command}` in {image_ref} printed no JSON object: {_tail(stdout) or '(no output)'}",
+        hint=f"run `docker run --rm --entrypoint trtllm-entrypoint IMAGE {command}` to see its output",
     )
 
 
 def verify_image(client, entry, kind: str, ref: str) -> Verification:
-    """Probe the image and compare; call `raise_for_errors()` on the result to fail on error-level mismatches."""
+    """Probe the image and check its programs' flags; call `raise_for_errors()` on the result to fail on
+    error-level mismatches."""
     probe = run_probe(client, ref)
-    return Verification(kind=kind, ref=ref, probe=probe, mismatches=tuple(compare(entry, probe)))
+    flags = run_entrypoint(client, ref, "flags")
+    mismatches = compare(entry, probe) + flag_mismatches(entry, flags)
+    return Verification(kind=kind, ref=ref, probe={**probe, "flags": flags}, mismatches=tuple(mismatches))
 
 
 def _same_version(expected_version: str | None, actual: str | None) -> bool:

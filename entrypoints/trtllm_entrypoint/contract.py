@@ -8,6 +8,8 @@ KSERVE_MODEL_DIR = "/mnt/models"
 
 # Written by build.py into every image: the whole matrix as JSON, and the tag that describes the image.
 MATRIX_FILE = "/etc/trtllm-images/matrix.json"
+# Next to it: which models each tag serves (`build.py models --json`); the entrypoint finds it beside MATRIX_FILE.
+MODELS_FILE = "/etc/trtllm-images/models.json"
 
 # NGC images from 25.01 ship the backend's all_models/, tools/ and examples/ here.
 NGC_APP_DIR = "/app"

@@ -28,6 +28,10 @@ class ImageFacts:
     app_dir: Path                # holds all_models/, tools/, examples/
     installed: bool = field(default=False)  # tensorrt_llm is importable (versions read from the install)
     matrix_tensorrt_llm: str = ""  # what the matrix entry says; differs from tensorrt_llm only in a broken image
+    # Named capabilities of this TensorRT-LLM (capabilities.yaml, via matrix.json): code branches on these names.
+    examples_layout: str = "flat"  # "flat": examples/<dir>/; "models": examples/models/{core,contrib}/<dir>/
+    features: tuple[str, ...] = ()
+    flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)  # program -> flags it takes
 
     @property
     def default_workflow(self) -> str:
@@ -102,6 +106,10 @@ def load_entry(environ: Mapping[str, str]) -> dict:
 def load_facts(environ: Mapping[str, str]) -> ImageFacts:
     entry = load_entry(environ)
     trtllm = installed_version("tensorrt_llm")
+    capabilities = entry.get("capabilities")
+    if not isinstance(capabilities, dict):
+        raise UsageError(f"the matrix entry for {entry['tag']} has no capabilities",
+                         "regenerate the matrix file with `python build.py list --json`")
     return ImageFacts(
         tag=entry["tag"],
         tensorrt_llm=trtllm or entry["tensorrt_llm"],
@@ -113,4 +121,7 @@ def load_facts(environ: Mapping[str, str]) -> ImageFacts:
         app_dir=app_dir(environ, entry["backend"]["in_image"]),
         installed=trtllm is not None,
         matrix_tensorrt_llm=entry["tensorrt_llm"],
+        examples_layout=capabilities["examples_layout"],
+        features=tuple(capabilities["features"]),
+        flags={program: tuple(f) for program, f in capabilities["flags"].items()},
     )

@@ -16,16 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, NoReturn, Sequence
 
-from trtllm_entrypoint import contract, engine_build, engine_cache, gpu, launch, probe, repository, sources
+from trtllm_entrypoint import (contract, engine_build, engine_cache, flagcheck, gpu, launch, models, probe,
+                               repository, sources)
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, load_facts
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.settings import Settings, token_values
 
-SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health")
+SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health", "flags")
 USAGE = (
-    "usage: trtllm-entrypoint [serve|prepare|build-engine|check|probe|health] "
+    "usage: trtllm-entrypoint [serve|prepare|build-engine|check|probe|health|flags] "
     "| trtllm-entrypoint <command> [args…] (runs the command, e.g. tritonserver …)"
 )
 
@@ -93,8 +94,12 @@ def run(args: list[str], env: dict[str, str]) -> int:
     log = open_log(settings)
     if command == "check":
         return check(settings, facts, env, log)
+    if command == "flags":
+        uses = flagcheck.planned_uses(facts, models.load(env), settings)
+        print(json.dumps(flagcheck.report(facts, flagcheck.check(uses)), indent=2))
+        return 0
     if command == "build-engine":
-        source = resolve_model(settings, env, log)
+        source = resolve_model(settings, facts, env, log)
         engine_dir, _ = ensure_engine(settings, facts, env, log, source, lambda: gpu.detect_gpus(env))
         print(json.dumps({"engine_dir": str(engine_dir)}))
         return 0
@@ -119,11 +124,18 @@ def _facts_or_none(env: Mapping[str, str]) -> ImageFacts | None:
         return None
 
 
-def resolve_model(settings: Settings, env: Mapping[str, str], log: Log) -> sources.ModelSource:
+def resolve_model(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log) -> sources.ModelSource:
     with log.phase("resolve") as extra:
         source = sources.resolve(settings, env)
         extra.update(kind=source.kind, model=source.repo_id or source.path)
+    check_model(source, settings, facts, env)
     return fetch_model(source, settings, log)
+
+
+def check_model(source: sources.ModelSource, settings: Settings, facts: ImageFacts, env: Mapping[str, str]) -> None:
+    """Refuse a checkpoint this image cannot serve with its workflow before any weight is downloaded or built."""
+    if source.kind in ("hub", "checkpoint"):
+        models.require_support(models.load(env), sources.read_config(source, settings), facts, settings.workflow)
 
 
 def fetch_model(source: sources.ModelSource, settings: Settings, log: Log) -> sources.ModelSource:
@@ -135,7 +147,7 @@ def fetch_model(source: sources.ModelSource, settings: Settings, log: Log) -> so
 
 def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log, *, need_gpu: bool,
             source: sources.ModelSource | None = None) -> Prepared:
-    source = source or resolve_model(settings, env, log)
+    source = source or resolve_model(settings, facts, env, log)
     gpus = functools.lru_cache(maxsize=None)(lambda: gpu.detect_gpus(env))  # nvidia-smi once per start, if at all
     if source.kind == "repository":
         log.info("model is a complete Triton model repository; serving it as it is", repository=source.path)
@@ -184,18 +196,20 @@ def ensure_engine(settings: Settings, facts: ImageFacts, env: Mapping[str, str],
             if not settings.model_id:
                 raise
             log.warn(f"{exc.message}; rebuilding from MODEL_ID", model=settings.model_id)
-            source = fetch_model(sources.resolve_model(settings, env), settings, log)
+            source = sources.resolve_model(settings, env)
+            check_model(source, settings, facts, env)
+            source = fetch_model(source, settings, log)
     if source.kind != "checkpoint":
         raise UsageError(f"the {source.kind} at {source.path} cannot be turned into an engine",
                          "give MODEL_ID a Hugging Face checkpoint, or ENGINE_DIR a prebuilt engine")
+    converter = models.converter(models.load(env), sources.read_config(source, settings), facts)
     gpus = detect_gpus()
     # Engines are specific to the GPU's compute capability, so building needs one (ranks are built one by one).
     gpu.require_gpus(gpus, 1, "to build a TensorRT engine")
-    family = engine_build.model_family(json.loads((source.path / "config.json").read_text()))
     inputs = engine_cache.key_inputs(sources.identity(source), settings, facts, gpus)
     key = engine_cache.cache_key(inputs)
     cache = engine_cache.EngineCache(settings.cache_dir / "engines")
-    build = engine_build.engine_builder(facts, settings, source.path, family, log, env)
+    build = engine_build.engine_builder(facts, settings, source.path, converter, log, env)
     with log.phase("engine", key=key) as extra:
         engine_dir, built = cache.ensure(key, engine_cache.stamp_inputs(inputs, facts, gpus), build,
                                          timeout_s=settings.lock_timeout_secs, log=log)
@@ -303,12 +317,28 @@ def check(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Lo
         "gpus": [dataclasses.asdict(g) for g in gpus.gpus],
         "settings": settings.describe(),
         "installed": probe.probe(facts, env),
+        "model": model_support(settings, facts, env),
     }
     print(json.dumps(report, indent=2, default=str))
     problems = compatibility_problems(facts, settings, gpus)
+    if report["model"] and report["model"]["problem"]:
+        problems.append(report["model"]["problem"])
     for problem in problems:
         log.error(problem)
     return 1 if problems else 0
+
+
+def model_support(settings: Settings, facts: ImageFacts, env: Mapping[str, str]) -> dict | None:
+    """Whether this image serves the configured checkpoint with its workflow (None: no checkpoint is configured)."""
+    try:
+        source = sources.resolve(settings, env)
+    except UsageError:
+        return None
+    if source.kind not in ("hub", "checkpoint"):
+        return None
+    config = sources.read_config(source, settings)
+    return {"model": models.describe(config), "workflow": settings.workflow,
+            "problem": models.unsupported_reason(models.load(env), config, facts, settings.workflow)}
 
 
 def compatibility_problems(facts: ImageFacts, settings: Settings, gpus: gpu.GpuInfo) -> list[str]:

@@ -243,6 +243,31 @@ def _fetch(source: ModelSource, settings, cache_dir: Path) -> tuple[str, str]:
     return path, info.sha
 
 
+def read_config(source: ModelSource, settings) -> dict:
+    """config.json of a checkpoint: read from disk, or for a hub model fetched alone (into the same cache the full
+    download uses), so that the model can be checked before its weights are downloaded."""
+    if source.kind != "hub":
+        path = source.path / "config.json"
+    else:
+        import huggingface_hub
+        try:
+            path = huggingface_hub.hf_hub_download(source.repo_id, "config.json", revision=source.revision,
+                                                   token=settings.hf_token,
+                                                   cache_dir=str(settings.cache_dir / "models" / "hub"))
+        except Exception as exc:
+            error = _hub_error(exc, source)
+            if error is None:
+                raise
+            raise error from None   # as in download(): the chained traceback could show the token
+    try:
+        config = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"the config.json of {source.repo_id or source.path} is not readable JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"the config.json of {source.repo_id or source.path} is not a JSON object")
+    return config
+
+
 def download(source: ModelSource, settings, log: Log) -> ModelSource:
     """Fetch a hub model into CACHE_DIR/models/hub. The result is local (normally a checkpoint) and keeps repo_id,
     with the resolved commit as revision, so that identity() names the exact weights."""

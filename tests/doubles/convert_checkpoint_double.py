@@ -11,6 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from double_records import last, parse_flags, record  # noqa: E402
+from help_flags import parse_or_exit  # noqa: E402
 
 
 def write_checkpoint(program: str, argv: list[str], extra_config: dict | None = None) -> int:
@@ -42,4 +43,6 @@ def write_checkpoint(program: str, argv: list[str], extra_config: dict | None = 
 
 
 if __name__ == "__main__":
+    # Which examples/<folder>/ this wrapper stands in: the path Python was started with (runpy replaces argv[0]).
+    parse_or_exit("convert_checkpoint", sys.argv[1:], folder=Path(sys.orig_argv[1]).parent.name)
     sys.exit(write_checkpoint("convert_checkpoint", sys.argv[1:]))

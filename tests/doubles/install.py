@@ -14,6 +14,8 @@ import os
 import shutil
 from pathlib import Path
 
+from trtllm_images.support import LAYOUTS, load_models
+
 DOUBLES_DIR = Path(__file__).resolve().parent
 
 PROGRAMS = {
@@ -22,12 +24,14 @@ PROGRAMS = {
     "mpirun": "mpirun_double.py",
     "nvidia-smi": "nvidia_smi_double.py",
 }
-# The examples paths our entrypoint probes: TensorRT-LLM <= 0.19 and >= 0.20 layouts, and the quantization script.
-EXAMPLES = {
-    "examples/llama/convert_checkpoint.py": "convert_checkpoint_double.py",
-    "examples/models/core/llama/convert_checkpoint.py": "convert_checkpoint_double.py",
-    "examples/quantization/quantize.py": "quantize_double.py",
-}
+
+
+def examples() -> dict[str, str]:
+    """Every converter models.yaml names, in both examples layouts (TensorRT-LLM <= 0.19 and >= 0.20), and the
+    quantization script: path under the app dir -> the double that plays it."""
+    paths = {f"{model.converter_dir(layout)}/convert_checkpoint.py": "convert_checkpoint_double.py"
+             for model in load_models() if model.engine is not None for layout in LAYOUTS}
+    return {**dict(sorted(paths.items())), "examples/quantization/quantize.py": "quantize_double.py"}
 
 
 def wrapper_text(script: str) -> str:
@@ -64,7 +68,7 @@ def write_distribution(site: Path, name: str, version: str) -> Path:
 
 
 def write_app(app: Path, scripts_dir: str, templates_src: Path | None) -> Path:
-    for relative, script in EXAMPLES.items():
+    for relative, script in examples().items():
         write_wrapper(app / relative, f"{scripts_dir}/{script}")
     (app / "tools").mkdir(parents=True, exist_ok=True)
     if templates_src is not None:

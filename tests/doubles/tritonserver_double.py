@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from double_records import last, parse_flags, record  # noqa: E402
+from help_flags import program_flags, usage  # noqa: E402
 
 # A quoted protobuf string, so that `${...}` inside one (the backend's "unset" marker) is not taken for syntax.
 QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"')
@@ -79,8 +80,8 @@ def make_handler(models: list[str], ready_at: float):
 def main(argv: list[str]) -> int:
     if "--help" in argv or "-h" in argv:
         record("tritonserver", argv)
-        print(USAGE)
-        return 0
+        print(USAGE + "\n\n" + usage("tritonserver", program_flags("tritonserver", ())))
+        return 1   # as the real one does
     flags = parse_flags(argv)
     repositories = flags.get("model-repository", []) + flags.get("model-store", [])
     models, error = check_repositories(repositories)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from double_records import last, parse_flags, record  # noqa: E402
+from help_flags import parse_or_exit  # noqa: E402
 
 
 def typed(value: str) -> object:
@@ -39,6 +40,7 @@ def installed_trtllm_version() -> str:
 
 
 def main(argv: list[str]) -> int:
+    parse_or_exit("trtllm-build", argv)   # --help, and the flags this release's trtllm-build has
     flags = parse_flags(argv)
     record("trtllm-build", argv)
     checkpoint_dir, output_dir = last(flags, "checkpoint_dir"), last(flags, "output_dir")

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from docker.errors import ImageNotFound
 
 from tests.archive_server import ArchiveServer, sha256, tarball
-from trtllm_images import backend_assets, builder, upstream, wheel
+from trtllm_images import backend_assets, builder, support, upstream, wheel
 from trtllm_images import cli as cli_mod
 from trtllm_images import matrix as matrix_mod
 from trtllm_images.errors import BuildError
@@ -66,9 +66,40 @@ def test_list_supported_hides_unsupported_tags():
 def test_list_json_is_the_matrix_json_the_images_carry():
     result = run("list", "--json")
     assert result.exit_code == 0
-    assert result.stdout == MATRIX.to_json()
+    assert result.stdout == support.image_matrix_json(MATRIX, support.load_capabilities())
+    entries = json.loads(result.stdout)
+    assert [{k: v for k, v in e.items() if k != "capabilities"} for e in entries] == json.loads(MATRIX.to_json())
+    by_tag = {e["tag"]: e["capabilities"] for e in entries}
+    assert (by_tag["25.05"]["examples_layout"], by_tag["25.06"]["examples_layout"]) == ("flat", "models")
+    assert "--max_output_len" in by_tag["24.05"]["flags"]["trtllm-build"]
+    assert "--max_seq_len" in by_tag["24.08"]["flags"]["trtllm-build"]
     supported = json.loads(run("list", "--json", "--supported").stdout)
     assert [entry["tag"] for entry in supported] == SUPPORTED
+
+
+def test_models_names_the_tags_and_workflows_that_serve_a_model():
+    result = run("models", "Phi3ForCausalLM")
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines() if line[:1].isdigit()}
+    assert rows["24.05"] == ["0.9.0", "-", "-"]
+    assert rows["24.06"] == ["0.10.0", "examples/phi", "-"]
+    assert rows["25.06"] == ["0.20.0", "examples/models/core/phi", "-"]
+    record = json.loads(run("models", "qwen3", "--json").stdout)
+    assert record["engine"]["tags"][0] == "25.09" and record["llmapi"]["tags"][0] == "25.06"
+    assert "engine" in record["uncertain"]
+
+
+def test_models_json_is_the_list_the_images_carry():
+    result = run("models", "--json")
+    assert result.exit_code == 0
+    assert result.stdout == support.models_json(support.load_models(), MATRIX, support.load_capabilities())
+    assert json.loads(result.stdout)["tags"] == SUPPORTED
+
+
+def test_models_unknown_name_is_a_usage_error_listing_the_known_ones():
+    result = run("models", "NoSuchForCausalLM")
+    assert result.exit_code == 2
+    assert "NoSuchForCausalLM" in result.output and "llama" in result.output
 
 
 def test_list_markdown_is_the_readme_table():
@@ -267,6 +298,8 @@ class FakeDocker:
         self.api = self
         self.containers = self
         self.probe = probe
+        self.flags = {"tag": probe["tag"], "programs": [{"program": "trtllm-build", "help": ["trtllm-build", "--help"],
+                                                         "flags": ["--max_seq_len"], "missing": [], "error": None}]}
         self.images = set(local)
         self.builds, self.pulls, self.pushes, self.probed = [], [], [], []
 
@@ -292,8 +325,10 @@ class FakeDocker:
     def remove_image(self, ref, noprune=False):
         self.images.remove(ref)
 
-    # containers
+    # containers: `trtllm-entrypoint probe` answers self.probe, `trtllm-entrypoint flags` self.flags
     def create(self, image, **kwargs):
+        if kwargs["command"] == ["flags"]:
+            return FakeProbeContainer(json.dumps(self.flags).encode())
         self.probed.append(image)
         return FakeProbeContainer(json.dumps(self.probe).encode())
 

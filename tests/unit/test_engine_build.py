@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import os
@@ -14,18 +13,18 @@ import pytest
 
 from tests.doubles.double_records import read_records
 from tests.doubles.install import double_environ, install_doubles
+from tests.image_data import image_facts, model_table
+from trtllm_entrypoint import models
 from trtllm_entrypoint.engine_build import (
     Command,
     build_commands,
     build_notes,
     engine_builder,
-    model_family,
     resolve_script,
     run_commands,
 )
 from trtllm_entrypoint.engine_cache import EngineCache
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.log import Log
 
 APP, MODEL, OUT, WORK = Path("/app"), Path("/m"), Path("/o"), Path("/o/checkpoint")
@@ -37,41 +36,60 @@ def settings(**overrides):
     return SimpleNamespace(**{**DEFAULTS, **overrides})
 
 
-def facts(version: str, app_dir: Path = APP) -> ImageFacts:
-    return ImageFacts(tag="test", tensorrt_llm=version, tensorrt="10.0.0", triton=None, workflows=("engine",),
-                      engine_deprecated=False, openai_frontend=False, app_dir=app_dir)
+def converter(tag: str, model_type: str = "llama") -> models.Converter:
+    return models.converter(model_table(), {"model_type": model_type}, image_facts(tag))
 
 
-# --- families ---------------------------------------------------------------------------------------------------
+def commands(tag: str, model_type: str = "llama", **overrides) -> list[Command]:
+    return build_commands(image_facts(tag), settings(**overrides), MODEL, OUT, WORK, converter(tag, model_type))
 
-@pytest.mark.parametrize("config,family", [
-    ({"model_type": "llama"}, "llama"),
-    ({"model_type": "mistral"}, "llama"),
-    ({"model_type": "mixtral"}, "llama"),
-    ({"model_type": "qwen2"}, "qwen"),
-    ({"model_type": "gemma2"}, "gemma"),
-    ({"model_type": "phi3"}, "phi"),
-    ({"model_type": "gpt2"}, "gpt"),
-    ({"model_type": "gpt_bigcode"}, "gpt"),
-    ({"model_type": "gpt_neox"}, "gptneox"),
-    ({"model_type": "RefinedWebModel"}, "falcon"),
-    ({"architectures": ["LlamaForCausalLM"]}, "llama"),
-    ({"architectures": ["GPTNeoXForCausalLM"]}, "gptneox"),
-    ({"architectures": ["QWenLMHeadModel"]}, "qwen"),
-    ({"model_type": "custom", "architectures": ["MistralForCausalLM"]}, "llama"),
+
+# --- converters from the model list -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tag,config,folder,args", [
+    ("25.01", {"model_type": "mistral"}, "llama", ()),
+    ("25.01", {"architectures": ["MixtralForCausalLM"]}, "llama", ()),
+    ("24.06", {"model_type": "qwen2"}, "qwen", ("--qwen_type", "qwen2")),   # only 0.10.0 needs --qwen_type
+    ("24.07", {"model_type": "qwen2"}, "qwen", ()),
+    ("24.08", {"model_type": "starcoder2"}, "gpt", ("--gpt_variant", "starcoder2")),
+    ("25.01", {"model_type": "starcoder2"}, "gpt", ()),
+    ("24.08", {"model_type": "RefinedWebModel"}, "falcon", ()),
+    ("25.06", {"model_type": "falcon"}, "models/contrib/falcon", ()),
+    ("25.06", {"model_type": "phi3"}, "models/core/phi", ()),
+    ("26.07", {"model_type": "custom", "architectures": ["GPTNeoXForCausalLM"]}, "models/contrib/gptneox", ()),
 ])
-def test_model_family(config, family):
-    assert model_family(config) == family
+def test_converter_folder_and_arguments_come_from_the_model_list(tag, config, folder, args):
+    assert models.converter(model_table(), config, image_facts(tag)) == models.Converter(folder, args)
 
 
-def test_unknown_model_family_lists_the_supported_ones():
+def test_a_model_newer_than_the_image_is_refused_naming_the_tags_that_serve_it():
     with pytest.raises(UsageError) as caught:
-        model_family({"model_type": "mamba", "architectures": ["MambaForCausalLM"]})
-    assert "'mamba'" in caught.value.message and "MambaForCausalLM" in caught.value.message
-    assert "llama" in caught.value.hint and "qwen2" in caught.value.hint and "ENGINE_DIR" in caught.value.hint
+        models.converter(model_table(), {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"]},
+                         image_facts("24.05"))
+    assert caught.value.message == ("Phi3ForCausalLM (model_type phi3) needs TensorRT-LLM 0.10.0 or later for "
+                                    "WORKFLOW=engine (tags 24.06 and later); this image (24.05) has TensorRT-LLM "
+                                    "0.9.0")
+    assert "build.py models" in caught.value.hint
 
 
-# --- argv per version -------------------------------------------------------------------------------------------
+def test_the_other_workflow_of_the_image_is_named_when_it_serves_the_model():
+    reason = models.unsupported_reason(model_table(), {"architectures": ["DeepseekV3ForCausalLM"]},
+                                       image_facts("25.05"), "engine")
+    assert reason.startswith("DeepseekV3ForCausalLM (model_type unset) has no TensorRT-LLM engine converter")
+    assert reason.endswith("; this image serves it with WORKFLOW=llmapi")
+    reason = models.unsupported_reason(model_table(), {"model_type": "qwen3"}, image_facts("25.05"), "llmapi")
+    assert "needs TensorRT-LLM 0.20.0 or later for WORKFLOW=llmapi (tags 25.06 and later)" in reason
+    assert "WORKFLOW=engine" not in reason   # 25.05 has no Qwen3 converter either
+
+
+def test_an_unlisted_model_is_refused_for_engines_and_left_to_the_llm_api():
+    config = {"model_type": "brand_new", "architectures": ["BrandNewForCausalLM"]}
+    assert "no TensorRT-LLM engine converter in the model list of this image (25.06)" in \
+        models.unsupported_reason(model_table(), config, image_facts("25.06"), "engine")
+    assert models.unsupported_reason(model_table(), config, image_facts("25.06"), "llmapi") is None
+
+
+# --- argv per image -----------------------------------------------------------------------------------------------
 
 def convert(script: str, dtype: str) -> list[str]:
     return ["python3", f"/app/examples/{script}", "--model_dir", "/m", "--output_dir", "/o/checkpoint",
@@ -85,29 +103,34 @@ LIMITS = ["--max_batch_size", "64", "--max_input_len", "2048"]
 TAIL = ["--max_num_tokens", "8192", "--max_beam_width", "1"]
 
 
-@pytest.mark.parametrize("version,convert_argv,build_argv", [
-    ("0.9.0", OLD, HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_output_len", "2048", *TAIL,
-                           "--paged_kv_cache", "enable"]),
-    ("0.10.0", OLD, HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_output_len", "2048", *TAIL,
-                            "--paged_kv_cache", "enable"]),
-    ("0.11.0", OLD, HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", "4096", *TAIL,
-                            "--paged_kv_cache", "enable"]),
-    ("0.12.0", OLD, HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", "4096", *TAIL,
-                            "--kv_cache_type", "paged"]),
-    ("0.13.0", OLD, HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", "4096", *TAIL,
-                            "--kv_cache_type", "paged"]),
-    ("0.17.0", convert("llama/convert_checkpoint.py", "auto"),
+@pytest.mark.parametrize("tag,convert_argv,build_argv", [
+    ("24.04", OLD, HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_output_len", "2048", *TAIL,
+                           "--paged_kv_cache", "enable"]),                                    # 0.9.0
+    ("24.06", OLD, HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_output_len", "2048", *TAIL,
+                           "--paged_kv_cache", "enable"]),                                    # 0.10.0
+    ("24.07", OLD, HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", "4096", *TAIL,
+                           "--paged_kv_cache", "enable"]),                                    # 0.11.0
+    ("24.08", OLD, HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", "4096", *TAIL,
+                           "--kv_cache_type", "paged"]),                                      # 0.12.0
+    ("24.09", OLD, HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", "4096", *TAIL,
+                           "--kv_cache_type", "paged"]),                                      # 0.13.0
+    ("25.01", convert("llama/convert_checkpoint.py", "auto"),
      HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL, "--kv_cache_type", "paged"]),
-    ("0.20.0", NEW, HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL,
-                            "--kv_cache_type", "paged"]),
-    ("1.0.0", NEW, HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL,
-                           "--kv_cache_type", "paged"]),
-    ("1.2.1", NEW, HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL,
-                           "--kv_cache_type", "paged"]),
+    ("25.06", NEW, HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL,
+                           "--kv_cache_type", "paged"]),                                      # 0.20.0
+    ("25.09", NEW, HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL,
+                           "--kv_cache_type", "paged"]),                                      # 1.0.0
+    ("26.07", NEW, HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL,
+                           "--kv_cache_type", "paged"]),                                      # 1.2.1
 ])
-def test_default_build_commands_per_version(version, convert_argv, build_argv):
-    commands = build_commands(facts(version), settings(), MODEL, OUT, WORK, "llama")
-    assert commands == [Command(tuple(convert_argv), "convert"), Command(tuple(build_argv), "trtllm-build")]
+def test_default_build_commands_per_image(tag, convert_argv, build_argv):
+    assert commands(tag) == [Command(tuple(convert_argv), "convert"), Command(tuple(build_argv), "trtllm-build")]
+
+
+def test_model_specific_converter_arguments_are_appended():
+    (convert_command, _) = commands("24.06", "qwen2")
+    assert convert_command.argv[-2:] == ("--qwen_type", "qwen2")
+    assert convert_command.argv[1] == "/app/examples/qwen/convert_checkpoint.py"
 
 
 PARALLEL_QUANTIZED = dict(dtype="bfloat16", quantization="int4_awq", tp_size=2, pp_size=2, enable_kv_cache_reuse=True,
@@ -115,13 +138,13 @@ PARALLEL_QUANTIZED = dict(dtype="bfloat16", quantization="int4_awq", tp_size=2, 
                           max_beam_width=2)
 
 
-@pytest.mark.parametrize("version,length,paged", [
-    ("0.10.0", ["--max_output_len", "2000"], ["--paged_kv_cache", "enable"]),
-    ("0.12.0", ["--max_seq_len", "3000"], ["--kv_cache_type", "paged"]),
-    ("1.2.1", ["--max_seq_len", "3000"], ["--kv_cache_type", "paged"]),
+@pytest.mark.parametrize("tag,length,paged", [
+    ("24.06", ["--max_output_len", "2000"], ["--paged_kv_cache", "enable"]),
+    ("24.08", ["--max_seq_len", "3000"], ["--kv_cache_type", "paged"]),
+    ("26.07", ["--max_seq_len", "3000"], ["--kv_cache_type", "paged"]),
 ])
-def test_quantized_parallel_build_commands(version, length, paged):
-    quantize, build = build_commands(facts(version), settings(**PARALLEL_QUANTIZED), MODEL, OUT, WORK, "llama")
+def test_quantized_parallel_build_commands(tag, length, paged):
+    quantize, build = commands(tag, "qwen2", **PARALLEL_QUANTIZED)
     assert quantize == Command(("python3", "/app/examples/quantization/quantize.py", "--model_dir", "/m",
                                 "--output_dir", "/o/checkpoint", "--dtype", "bfloat16", "--tp_size", "2",
                                 "--pp_size", "2", "--qformat", "int4_awq"), "quantize")
@@ -130,30 +153,20 @@ def test_quantized_parallel_build_commands(version, length, paged):
                              "--use_paged_context_fmha", "enable", "--workers", "4"), "trtllm-build")
 
 
-@pytest.mark.parametrize("version,family,script", [
-    ("0.19.0", "falcon", "/app/examples/falcon/convert_checkpoint.py"),
-    ("0.20.0", "falcon", "/app/examples/models/contrib/falcon/convert_checkpoint.py"),
-    ("0.20.0", "qwen", "/app/examples/models/core/qwen/convert_checkpoint.py"),
-    ("1.0.0", "gptneox", "/app/examples/models/contrib/gptneox/convert_checkpoint.py"),
-])
-def test_convert_script_location_by_version_and_family(version, family, script):
-    assert build_commands(facts(version), settings(), MODEL, OUT, WORK, family)[0].argv[1] == script
-
-
-def test_versions_before_the_unified_workflow_are_refused():
+def test_images_before_the_unified_workflow_are_refused():
     with pytest.raises(UsageError, match="needs TensorRT-LLM 0.9 or newer; this image has 0.8.0") as caught:
-        build_commands(facts("0.8.0"), settings(), MODEL, OUT, WORK, "llama")
+        build_commands(image_facts("24.02"), settings(), MODEL, OUT, WORK, models.Converter("llama", ()))
     assert "ENGINE_DIR" in caught.value.hint
 
 
-@pytest.mark.parametrize("version,dtype,expected", [
-    ("0.10.0", "auto", ["DTYPE=auto converts as float16", "--max_output_len 2048"]),
-    ("0.13.0", "auto", ["DTYPE=auto converts as float16"]),
-    ("0.13.0", "bfloat16", []),
-    ("0.17.0", "auto", []),
+@pytest.mark.parametrize("tag,dtype,expected", [
+    ("24.06", "auto", ["DTYPE=auto converts as float16", "--max_output_len 2048"]),
+    ("24.09", "auto", ["DTYPE=auto converts as float16"]),
+    ("24.09", "bfloat16", []),
+    ("25.01", "auto", []),
 ])
-def test_build_notes_say_what_differs_from_the_settings(version, dtype, expected):
-    notes = build_notes(facts(version), settings(dtype=dtype))
+def test_build_notes_say_what_differs_from_the_settings(tag, dtype, expected):
+    notes = build_notes(image_facts(tag), settings(dtype=dtype))
     assert len(notes) == len(expected) and all(want in note for want, note in zip(expected, notes, strict=True))
 
 
@@ -216,12 +229,13 @@ def doubles(tmp_path):
     (model / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
     records = tmp_path / "records"
     return SimpleNamespace(paths=paths, model=model, records=records, env=double_environ(paths, records),
-                           facts=facts("0.17.0", paths["app"]), cache=EngineCache(tmp_path / "engines"))
+                           facts=image_facts("25.01", paths["app"]), cache=EngineCache(tmp_path / "engines"))
 
 
 def test_engine_builder_publishes_only_the_engine(doubles):
     chosen = settings(tp_size=2)
-    build = engine_builder(doubles.facts, chosen, doubles.model, "llama", Log(stream=io.StringIO()), doubles.env)
+    llama = models.Converter("llama", ())
+    build = engine_builder(doubles.facts, chosen, doubles.model, llama, Log(stream=io.StringIO()), doubles.env)
     entry, built = doubles.cache.ensure("k" * 20, {}, build, timeout_s=5, log=Log(stream=io.StringIO()))
     assert built
     assert sorted(p.name for p in entry.iterdir()) == ["build.log", "config.json", "rank0.engine", "rank1.engine",
@@ -231,14 +245,15 @@ def test_engine_builder_publishes_only_the_engine(doubles):
     # Built in the cache's temp dir (renamed to the entry afterwards), checkpoint inside it.
     tmp = Path(convert_call["argv"][convert_call["argv"].index("--output_dir") + 1]).parent
     assert tmp.parent == entry.parent and tmp.name.startswith(".tmp-" + "k" * 20)
-    convert, trtllm_build = build_commands(doubles.facts, chosen, doubles.model, tmp, tmp / "checkpoint", "llama")
+    convert, trtllm_build = build_commands(doubles.facts, chosen, doubles.model, tmp, tmp / "checkpoint", llama)
     assert convert_call["argv"] == list(convert.argv[2:]) and build_call["argv"] == list(trtllm_build.argv[1:])
     assert "$ python3 " in (entry / "build.log").read_text()
 
 
 def test_engine_builder_failure_publishes_nothing(doubles):
     env = {**doubles.env, "TRTLLM_BUILD_DOUBLE_FAIL": "1"}
-    build = engine_builder(doubles.facts, settings(), doubles.model, "llama", Log(stream=io.StringIO()), env)
+    build = engine_builder(doubles.facts, settings(), doubles.model, models.Converter("llama", ()),
+                           Log(stream=io.StringIO()), env)
     with pytest.raises(EntrypointError, match="trtllm-build exited with code 1") as caught:
         doubles.cache.ensure("k" * 20, {}, build, timeout_s=5, log=Log(stream=io.StringIO()))
     assert "build failed" in caught.value.message, "the error carries the tail of the program's output"
@@ -247,9 +262,9 @@ def test_engine_builder_failure_publishes_nothing(doubles):
     assert str(kept) in caught.value.hint
 
 
-def test_engine_builder_needs_the_convert_script_of_the_version(doubles):
-    newer = dataclasses.replace(doubles.facts, tensorrt_llm="0.20.0")
-    build = engine_builder(newer, settings(), doubles.model, "falcon", Log(stream=io.StringIO()), doubles.env)
-    with pytest.raises(EntrypointError, match="models/contrib/falcon/convert_checkpoint.py does not exist"):
+def test_engine_builder_needs_the_convert_script(doubles):
+    missing = models.Converter("models/contrib/nosuch", ())
+    build = engine_builder(doubles.facts, settings(), doubles.model, missing, Log(stream=io.StringIO()), doubles.env)
+    with pytest.raises(EntrypointError, match="models/contrib/nosuch/convert_checkpoint.py does not exist"):
         doubles.cache.ensure("k" * 20, {}, build, timeout_s=5, log=Log(stream=io.StringIO()))
     assert read_records(doubles.records, "convert_checkpoint") == []

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.image_data import write_image_data
 from tests.upstream_files import upstream_path
 from trtllm_images import kserve, matrix
 from trtllm_images.errors import BuildError, UsageError
@@ -432,8 +433,7 @@ def test_the_entrypoint_accepts_every_generated_environment(options, entry, tmp_
     from trtllm_entrypoint.facts import load_facts
     from trtllm_entrypoint.settings import Settings
 
-    matrix_file = tmp_path / "matrix.json"
-    matrix_file.write_text(matrix.load().to_json())
+    matrix_file = write_image_data(tmp_path)
     facts = load_facts({"MATRIX_TAG": entry.tag, "TRTLLM_MATRIX_FILE": str(matrix_file)})
     docs = documents(options)
     environments = list(_pod_environments(docs))

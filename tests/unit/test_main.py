@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.doubles.install import double_environ, install_doubles
+from tests.image_data import write_image_data
 from tests.tiny_checkpoint import tiny_llama
 from tests.upstream_files import upstream_path
 from trtllm_entrypoint import contract
@@ -52,8 +53,7 @@ class Image:
         self.records = root / "records"
         self.paths = install_doubles(root / "doubles", trtllm_version=trtllm_version or entry.tensorrt_llm,
                                      tensorrt_version=entry.tensorrt or "0", with_app=True, templates_src=templates)
-        matrix_file = root / "matrix.json"
-        matrix_file.write_text(matrix.load().to_json())
+        matrix_file = write_image_data(root / "etc")
         self.model = tiny_llama(root / "models" / "tiny")
         self.cache = root / "cache"
         self.repo = root / "repository"
@@ -429,3 +429,116 @@ def test_error_lines_mask_a_token_given_in_a_file(image, tmp_path):
     result = image.run("prepare", HF_TOKEN_FILE=str(tmp_path / "token"), MODEL_ID=f"{token} x")
     assert result.returncode == 2
     assert token not in result.stderr and "***" in result.stderr
+
+
+# --- model support, checked before any download or build ---------------------------------------------------------
+
+PHI3 = {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 16, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "vocab_size": 32}
+
+
+def phi3_checkpoint(root: Path) -> Path:
+    model = tiny_llama(root / "models" / "phi3")
+    (model / "config.json").write_text(json.dumps(PHI3))
+    return model
+
+
+def test_a_model_newer_than_the_image_exits_2_naming_the_tags_that_serve_it(tmp_path):
+    img = Image(tmp_path, "24.05", None)
+    result = img.run("prepare", MODEL_ID=str(phi3_checkpoint(tmp_path)))
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == ["error: Phi3ForCausalLM (model_type phi3) needs TensorRT-LLM 0.10.0 or later for "
+                      "WORKFLOW=engine (tags 24.06 and later); this image (24.05) has TensorRT-LLM 0.9.0"]
+    assert img.builds() == 0 and records(img.records, "convert_checkpoint") == []
+    assert not img.cache.exists() and not img.repo.exists()
+
+
+def test_check_reports_that_the_configured_model_is_not_served(tmp_path):
+    img = Image(tmp_path, "24.05", None)
+    result = img.run("check", MODEL_ID=str(phi3_checkpoint(tmp_path)), NVIDIA_VISIBLE_DEVICES="all")
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert report["model"]["model"] == "Phi3ForCausalLM (model_type phi3)"
+    assert "needs TensorRT-LLM 0.10.0 or later" in report["model"]["problem"]
+    assert "tags 24.06 and later" in result.stderr
+    ok = Image(tmp_path / "newer", "24.06", None).run("check", MODEL_ID=str(phi3_checkpoint(tmp_path / "newer")))
+    assert json.loads(ok.stdout)["model"]["problem"] is None
+
+
+class FakeHub:
+    """A Hugging Face hub on 127.0.0.1 that serves one repository's files and records every request."""
+
+    COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+    def __init__(self, repo_id: str, files: dict[str, bytes]):
+        import http.server
+        import threading
+
+        self.requests: list[str] = []
+        hub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self, body: bool) -> None:
+                hub.requests.append(f"{self.command} {self.path}")
+                prefix = f"/{repo_id}/resolve/"
+                name = self.path.split("?")[0][len(prefix):].split("/", 1)[-1] \
+                    if self.path.startswith(prefix) else None
+                if name not in files:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("X-Repo-Commit", FakeHub.COMMIT)
+                self.send_header("ETag", f'"{hash(files[name]) & 0xffffffff:x}"')
+                self.send_header("Content-Length", str(len(files[name])))
+                self.end_headers()
+                if body:
+                    self.wfile.write(files[name])
+
+            def do_HEAD(self):  # noqa: N802 (http.server's naming)
+                self._answer(body=False)
+
+            def do_GET(self):  # noqa: N802
+                self._answer(body=True)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_hub_model_is_refused_after_fetching_its_config_alone(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    hub = FakeHub("microsoft/Phi-3-mini-4k-instruct",
+                  {"config.json": json.dumps(PHI3).encode(), "model.safetensors": b"weights" * 1000})
+    try:
+        img = Image(tmp_path, "24.05", None)
+        result = img.run("prepare", MODEL_ID="microsoft/Phi-3-mini-4k-instruct", HF_ENDPOINT=hub.url,
+                         HF_HUB_DISABLE_TELEMETRY="1")
+    finally:
+        hub.close()
+    assert result.returncode == 2, result.stderr
+    assert "error: Phi3ForCausalLM (model_type phi3) needs TensorRT-LLM 0.10.0" in result.stderr
+    assert any("config.json" in request for request in hub.requests), hub.requests
+    assert not [r for r in hub.requests if "config.json" not in r], "only config.json was asked for"
+    assert not list(img.cache.rglob("*.safetensors*")), "no weights were downloaded"
+    assert img.builds() == 0
+
+
+def test_flags_reports_each_program_the_plans_run_with_its_missing_flags(image):
+    result = image.run("flags")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    programs = {p["program"]: p for p in report["programs"]}
+    assert report["tag"] == "25.01" and "examples/llama/convert_checkpoint.py" in programs
+    # The doubles on PATH answer --help like the 0.17.0 programs; /opt/tritonserver is not on this host.
+    assert programs["trtllm-build"]["missing"] == [] and programs["trtllm-build"]["error"] is None
+    assert "--kv_cache_type" in programs["trtllm-build"]["flags"]
+    assert all(p["missing"] == [] and p["error"] is None for name, p in programs.items() if name != "tritonserver")
+    assert programs["tritonserver"]["error"] == f"{contract.TRITONSERVER} is not installed"

@@ -11,11 +11,13 @@ import pytest
 
 from tests.update_golden import GOLDEN_DIR, REGENERATE, golden_tags, render_tag
 from trtllm_entrypoint import contract
-from trtllm_images import context, matrix, render
+from trtllm_images import context, matrix, render, support
 from trtllm_images import contract as host
 from trtllm_images.checks import instructions
 from trtllm_images.errors import BuildError
 from trtllm_images.plan import make_plan
+
+MODELS_JSON = support.models_json(support.load_models(), matrix.load(), support.load_capabilities())
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +47,7 @@ def test_golden_directories_are_exactly_the_supported_tags():
 
 def test_host_contract_agrees_with_the_container_contract():
     """Dockerfiles and KServe manifests take these values from trtllm_images.contract; the image from its own module."""
+    assert host.MODELS_FILE == contract.MODELS_FILE
     assert (host.MATRIX_FILE, host.BUNDLED_APP_DIR, host.CACHE_DIR, host.KSERVE_MODEL_DIR) == (
         contract.MATRIX_FILE, contract.BUNDLED_APP_DIR, contract.DEFAULT_CACHE_DIR, contract.KSERVE_MODEL_DIR)
     assert (host.HTTP_PORT, host.GRPC_PORT, host.METRICS_PORT) == (
@@ -57,6 +60,7 @@ def test_server_dockerfile_runtime_contract(real_matrix):
     assert steps[1] == ("FROM", "${BASE_IMAGE}")
     assert ("ENV", "MATRIX_TAG=25.01 HOME=/tmp") in steps
     assert ("COPY", f"matrix.json {contract.MATRIX_FILE}") in steps
+    assert ("COPY", f"models.json {contract.MODELS_FILE}") in steps
     assert ("RUN", f"mkdir -p {contract.DEFAULT_CACHE_DIR} && chmod 1777 {contract.DEFAULT_CACHE_DIR}") in steps
     assert ("USER", "1000") in steps
     assert ("EXPOSE", "8000 8001 8002") in steps
@@ -149,14 +153,15 @@ def assets(tmp_path):
 
 def write(real_matrix, tag, tmp_path, wheel, assets):
     plan = make_plan(real_matrix.get(tag), out_dir=tmp_path / "out")
-    return plan, context.write_context(plan, render.render(plan), wheel, real_matrix.to_json(), assets)
+    return plan, context.write_context(plan, render.render(plan), wheel, real_matrix.to_json(), assets, MODELS_JSON)
 
 
 def test_context_holds_dockerfiles_matrix_wheel_and_assets(real_matrix, tmp_path, wheel, assets):
     plan, ctx = write(real_matrix, "24.08", tmp_path, wheel, assets)
     assert ctx == plan.context_dir
-    assert sorted(p.name for p in ctx.iterdir()) == ["backend", "builder.Dockerfile", "matrix.json",
+    assert sorted(p.name for p in ctx.iterdir()) == ["backend", "builder.Dockerfile", "matrix.json", "models.json",
                                                     "server.Dockerfile", "wheels"]
+    assert (ctx / "models.json").read_text() == MODELS_JSON
     assert [p.name for p in (ctx / "wheels").iterdir()] == [wheel.name]
     assert json.loads((ctx / "matrix.json").read_text()) == json.loads(real_matrix.to_json())
     app = ctx / "backend" / "app"
@@ -203,9 +208,9 @@ def test_assets_for_a_tag_with_app_are_refused(real_matrix, tmp_path, wheel, ass
 def test_matrix_json_must_contain_the_tag(real_matrix, tmp_path, wheel):
     plan = make_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
     with pytest.raises(BuildError, match="no entry for tag 25.01"):
-        context.write_context(plan, render.render(plan), wheel, json.dumps([{"tag": "24.08"}]), None)
+        context.write_context(plan, render.render(plan), wheel, json.dumps([{"tag": "24.08"}]), None, MODELS_JSON)
     with pytest.raises(BuildError, match="not a list of entries"):
-        context.write_context(plan, render.render(plan), wheel, "{not json", None)
+        context.write_context(plan, render.render(plan), wheel, "{not json", None, MODELS_JSON)
 
 
 def test_wheel_must_be_the_entrypoint_wheel(real_matrix, tmp_path):
@@ -213,4 +218,4 @@ def test_wheel_must_be_the_entrypoint_wheel(real_matrix, tmp_path):
     other.write_bytes(b"")
     plan = make_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
     with pytest.raises(BuildError, match="trtllm_entrypoint"):
-        context.write_context(plan, render.render(plan), other, real_matrix.to_json(), None)
+        context.write_context(plan, render.render(plan), other, real_matrix.to_json(), None, MODELS_JSON)

@@ -411,3 +411,36 @@ def test_unrelated_errors_are_not_disguised(tmp_path):
         api.return_value.model_info.side_effect = KeyError("bug")
         with pytest.raises(KeyError):
             sources.download(hub_source(), settings, Log(stream=io.StringIO()))
+
+
+# --- read_config: config.json alone, before any download --------------------------------------------------------
+
+def test_read_config_of_a_hub_model_fetches_that_file_alone(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "phi3"}))
+    settings = make_settings(tmp_path, HF_TOKEN=TOKEN, MODEL_ID="org/model")
+    with mock.patch("huggingface_hub.hf_hub_download", return_value=str(config)) as fetch, \
+            mock.patch("huggingface_hub.snapshot_download") as snapshot:
+        assert sources.read_config(hub_source("v9"), settings) == {"model_type": "phi3"}
+    fetch.assert_called_once_with("org/model", "config.json", revision="v9", token=TOKEN,
+                                  cache_dir=str(tmp_path / "cache" / "models" / "hub"))
+    snapshot.assert_not_called()
+
+
+def test_read_config_translates_hub_errors_without_the_token(tmp_path):
+    settings = make_settings(tmp_path, HF_TOKEN=TOKEN, MODEL_ID="org/model")
+    with (
+        mock.patch("huggingface_hub.hf_hub_download", side_effect=_http_error(hub_errors.GatedRepoError, 403)),
+        pytest.raises(EntrypointError, match="org/model is a gated model") as err,
+    ):
+            sources.read_config(hub_source(), settings)
+    assert TOKEN not in str(err.value) and err.value.__cause__ is None
+
+
+def test_read_config_of_a_local_checkpoint_names_a_broken_file(tmp_path):
+    model = checkpoint(tmp_path / "m")
+    local = ModelSource(kind="checkpoint", path=model, repo_id=None, revision=None, read_only=False)
+    assert "architectures" in sources.read_config(local, make_settings(tmp_path))
+    (model / "config.json").write_text("[1, 2]")
+    with pytest.raises(UsageError, match="is not a JSON object"):
+        sources.read_config(local, make_settings(tmp_path))

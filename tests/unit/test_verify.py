@@ -185,14 +185,15 @@ class FakeContainer:
 
 
 class FakeContainers:
-    def __init__(self, container=None, create_error=None):
+    def __init__(self, container=None, create_error=None, by_command=None):
         self.container, self.create_error, self.created = container, create_error, []
+        self.by_command = by_command or {}   # `trtllm-entrypoint COMMAND` -> its container
 
     def create(self, image, **kwargs):
         self.created.append((image, kwargs))
         if self.create_error:
             raise self.create_error
-        return self.container
+        return self.by_command.get(kwargs["command"][0], self.container)
 
 
 class FakeClient:
@@ -232,7 +233,7 @@ def test_probe_output_without_json_is_a_build_error():
 
 def test_a_probe_that_cannot_start_is_a_build_error():
     client = FakeClient(create_error=APIError("no such image"))
-    with pytest.raises(BuildError, match="cannot start the probe in img:1"):
+    with pytest.raises(BuildError, match="cannot start `trtllm-entrypoint probe` in img:1"):
         verify.run_probe(client, "img:1")
 
 
@@ -243,11 +244,40 @@ def test_a_probe_that_hangs_is_removed_and_reported():
     assert container.removed
 
 
-def test_verify_image_is_probe_plus_compare():
-    client = FakeClient(container=FakeContainer(stdout=json.dumps(good_probe(python="3.10.12")).encode()))
+FLAGS_OK = {"tag": "25.01", "programs": [{"program": "trtllm-build", "help": ["trtllm-build", "--help"],
+                                          "flags": ["--max_seq_len"], "missing": [], "error": None}]}
+
+
+def test_verify_image_is_probe_plus_compare_plus_flags():
+    client = FakeClient(container=FakeContainer(stdout=json.dumps(good_probe(python="3.10.12")).encode()),
+                        by_command={"flags": FakeContainer(stdout=json.dumps(FLAGS_OK).encode())})
     result = verify.verify_image(client, Entry(), "server", "img:1")
     assert [(m.field, m.level) for m in result.errors] == [("python", "error")]
     assert result.ref == "img:1" and result.kind == "server"
+    assert [kwargs["command"] for _, kwargs in client.containers.created] == [["probe"], ["flags"]]
+    assert result.to_dict()["probe"]["flags"] == FLAGS_OK
+
+
+def test_a_flag_the_program_lacks_fails_the_build_naming_program_flag_and_tag():
+    report = {"tag": "24.08", "programs": [
+        {"program": "trtllm-build", "help": [], "flags": ["--kv_cache_type", "--max_seq_len"],
+         "missing": ["--kv_cache_type"], "error": None},
+        {"program": "examples/qwen/convert_checkpoint.py", "help": [], "flags": ["--model_dir"], "missing": [],
+         "error": "/app/examples/qwen/convert_checkpoint.py does not exist"},
+        {"program": "examples/gpt/convert_checkpoint.py", "help": [], "flags": ["--model_dir"], "missing": [],
+         "error": None, "unverified": "`python3 … --help` listed no flags: ImportError: libcuda.so.1"}]}
+    client = FakeClient(container=FakeContainer(stdout=json.dumps(good_probe(tag="24.08")).encode()),
+                        by_command={"flags": FakeContainer(stdout=json.dumps(report).encode())})
+    result = verify.verify_image(client, Entry(tag="24.08"), "server", "trtllm-serve:24.08-trtllm-0.12.0")
+    with pytest.raises(BuildError) as caught:
+        result.raise_for_errors()
+    assert ("flags.trtllm-build: expected --kv_cache_type (our plans pass it), found no --kv_cache_type in its "
+            "--help at tag 24.08") in caught.value.message
+    assert ("flags.examples/qwen/convert_checkpoint.py: expected the program our plans run, found "
+            "/app/examples/qwen/convert_checkpoint.py does not exist") in caught.value.message
+    assert [m.field for m in result.warnings if m.field.startswith("flags.")] == [
+        "flags.examples/gpt/convert_checkpoint.py"], "a help that printed nothing is reported, not passed"
+    assert verify.flag_mismatches(Entry(), {"programs": []})[0].field == "flags", "nothing checked is an error"
 
 
 def test_missing_templates_of_an_uncertain_workflow_are_a_warning():

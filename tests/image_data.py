@@ -1,0 +1,45 @@
+"""The data files build.py bakes into every image (matrix.json with capabilities, models.json), for tests that play
+the inside of an image without building one."""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import shutil
+import tempfile
+from pathlib import Path
+
+from trtllm_images import matrix, support
+
+
+def write_image_data(directory: Path, the_matrix: matrix.Matrix | None = None) -> Path:
+    """Write matrix.json and models.json into `directory`; return the matrix file (for TRTLLM_MATRIX_FILE)."""
+    the_matrix = the_matrix or matrix.load()
+    capabilities = support.load_capabilities()
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "models.json").write_text(support.models_json(support.load_models(), the_matrix, capabilities))
+    matrix_file = directory / "matrix.json"
+    matrix_file.write_text(support.image_matrix_json(the_matrix, capabilities))
+    return matrix_file
+
+
+@functools.cache
+def _data_dir() -> Path:
+    directory = Path(tempfile.mkdtemp(prefix="trtllm-image-data-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    write_image_data(directory)
+    return directory
+
+
+def image_facts(tag: str, app_dir: Path = Path("/app")):
+    """The container side's ImageFacts for an image of `tag`, read from the real data files (matrix.yaml and
+    capabilities.yaml), as load_facts reads them inside the image."""
+    from trtllm_entrypoint.facts import load_facts
+    return load_facts({"MATRIX_TAG": tag, "TRTLLM_MATRIX_FILE": str(_data_dir() / "matrix.json"),
+                       "TRTLLM_APP_DIR": str(app_dir)})
+
+
+def model_table():
+    """The container side's ModelTable from the real models.yaml."""
+    from trtllm_entrypoint import models
+    return models.load({"TRTLLM_MATRIX_FILE": str(_data_dir() / "matrix.json")})

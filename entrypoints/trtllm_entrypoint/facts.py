@@ -28,6 +28,7 @@ class ImageFacts:
     app_dir: Path                # holds all_models/, tools/, examples/
     installed: bool = field(default=False)  # tensorrt_llm is importable (versions read from the install)
     matrix_tensorrt_llm: str = ""  # what the matrix entry says; differs from tensorrt_llm only in a broken image
+    restricted_apis: bool = False  # tritonserver takes --http-restricted-api and --grpc-restricted-protocol
 
     @property
     def default_workflow(self) -> str:
@@ -113,4 +114,5 @@ def load_facts(environ: Mapping[str, str]) -> ImageFacts:
         app_dir=app_dir(environ, entry["backend"]["in_image"]),
         installed=trtllm is not None,
         matrix_tensorrt_llm=entry["tensorrt_llm"],
+        restricted_apis=bool(entry["restricted_apis"]),
     )

@@ -63,7 +63,8 @@ class Image:
         env = double_environ(self.paths, self.records)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "entrypoints"), env["PYTHONPATH"]])
         for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_FILE", "MODEL_ID", "ENGINE_DIR", "CACHE_DIR",
-                     "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
+                     "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "TRITON_ADMIN_KEY", "TRITON_ADMIN_KEY_FILE",
+                     "RESTRICTED_APIS"):
             env.pop(name, None)
         env.update(MATRIX_TAG=tag, TRTLLM_MATRIX_FILE=str(matrix_file), TRTLLM_APP_DIR=str(self.paths["app"]),
                    CACHE_DIR=str(self.cache), REPOSITORY_DIR=str(self.repo), MODEL_ID=str(self.model))
@@ -234,10 +235,14 @@ def test_token_never_appears_in_output_or_files(image):
     token = "hf_abcdefghijklmnopqrstuvwxyz0123456789"
     result = image.run("prepare", HF_TOKEN=token, LOG_FORMAT="json")
     assert result.returncode == 0, result.stderr
-    assert token not in result.stdout + result.stderr
+    assert_secret_nowhere(token, image, result)
+
+
+def assert_secret_nowhere(secret: str, image: Image, result: subprocess.CompletedProcess) -> None:
+    assert secret not in result.stdout + result.stderr
     for path in [*image.cache.rglob("*"), *image.repo.rglob("*")]:
         if path.is_file():
-            assert token.encode() not in path.read_bytes(), path
+            assert secret.encode() not in path.read_bytes(), path
 
 
 def test_json_logs_are_one_object_per_line_with_phase_durations(image):
@@ -354,7 +359,7 @@ def test_a_repository_we_filled_is_served_as_it_is(image):
     again = image.run("prepare", MODEL_ID=str(image.repo), REPOSITORY_DIR=str(image.root / "unused"))
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["repository"] == str(image.repo)
-    assert "serving it as it is" in again.stderr
+    assert again.stderr.count("serving it as given") == 1
     assert not (image.root / "unused").exists() and image.builds() == 1
 
 
@@ -432,3 +437,48 @@ def test_error_lines_mask_a_token_given_in_a_file(image, tmp_path):
     result = image.run("prepare", HF_TOKEN_FILE=str(tmp_path / "token"), MODEL_ID=f"{token} x")
     assert result.returncode == 2
     assert token not in result.stderr and "***" in result.stderr
+
+
+ADMIN_KEY = "admin-key-0123456789abcdef"
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_the_admin_key_is_masked_in_prepare_output_logs_and_files(image, tmp_path, log_format):
+    (tmp_path / "admin-key").write_text(ADMIN_KEY + "\n")
+    result = image.run("prepare", TRITON_ADMIN_KEY_FILE=str(tmp_path / "admin-key"), LOG_FORMAT=log_format)
+    assert result.returncode == 0, result.stderr
+    assert_secret_nowhere(ADMIN_KEY, image, result)
+    argv = json.loads(result.stdout)["argv"]
+    apis = "shared-memory,model-repository,statistics,trace,logging"
+    assert argv[-2:] == [f"--http-restricted-api={apis}:admin-key=***", f"--grpc-restricted-protocol={apis}:admin-key=***"]
+    assert "--http-restricted-api" in result.stderr  # the logged launch command, masked
+
+
+def test_restricted_apis_none_opens_them_with_a_warning(image):
+    result = image.run("prepare", RESTRICTED_APIS="none")
+    assert result.returncode == 0, result.stderr
+    assert not any(arg.startswith(("--http-restricted", "--grpc-restricted")) for arg in json.loads(result.stdout)["argv"])
+    assert "warning: RESTRICTED_APIS=none: every Triton API" in result.stderr
+
+
+def test_a_tampered_cached_model_py_is_replaced_from_the_image(image):
+    template = image.paths["app"] / "all_models" / "inflight_batcher_llm" / "preprocessing" / "1" / "model.py"
+    template.parent.mkdir(parents=True, exist_ok=True)
+    template.write_text("# the image's preprocessing\n")
+    first = image.run("prepare", REPOSITORY_DIR="")
+    assert first.returncode == 0, first.stderr
+    repo = Path(json.loads(first.stdout)["repository"])
+    model_py = repo / "preprocessing" / "1" / "model.py"
+    original = model_py.read_bytes()
+    model_py.write_text("open('/tmp/pwned', 'w')\n")
+    planted = repo / "postprocessing" / "1" / "__pycache__" / "model.cpython-312.pyc"
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_bytes(b"planted bytecode")
+    again = image.run("prepare", REPOSITORY_DIR="")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["repository"] == str(repo)
+    (warning,) = [line for line in again.stderr.splitlines() if "differs from this image's templates" in line]
+    assert warning.endswith("files=preprocessing/1/model.py")
+    assert model_py.read_bytes() == original == template.read_bytes() and not planted.exists()
+    third = image.run("prepare", REPOSITORY_DIR="")
+    assert "model repository up to date" in third.stderr and "differs" not in third.stderr

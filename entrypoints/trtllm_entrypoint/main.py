@@ -101,7 +101,9 @@ def run(args: list[str], env: dict[str, str]) -> int:
         return 0
     prepared = prepare(settings, facts, env, log, need_gpu=command == "serve")
     if command == "prepare":
-        print(log.redact(prepared.to_json()))  # its output lands in Job logs: the admin key stays out of it
+        # Job logs keep this output, so the admin key is left out; the printed command then fails closed if run
+        # as is (Triton refuses an empty key, where a mask such as *** would become a key anyone can guess).
+        print(prepared.to_json().replace(settings.admin_key, ""))
         return 0
     return exec_server(prepared, env, log)
 

@@ -16,14 +16,15 @@ import pytest
 
 from tests import realtriton
 from tests.unit.test_main import TEMPLATE_SETS, Image, templates_for
+from tests.unit.test_real_triton_security import HEADER, KEY, prepared_argv
 
 PROMPT = "w5 w7 w9"   # words of the tiny checkpoint's vocabulary
 MAX_TOKENS = 4
 
 
-def call(server: realtriton.RunningServer, route: str, body: dict) -> object:
+def call(server: realtriton.RunningServer, route: str, body: dict, headers: dict | None = None) -> object:
     request = urllib.request.Request(f"{server.http_url}{route}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **(headers or {})})
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
 
@@ -31,15 +32,12 @@ def call(server: realtriton.RunningServer, route: str, body: dict) -> object:
 @pytest.mark.parametrize("templates,tag", TEMPLATE_SETS)
 def test_prepared_repository_loads_and_generates_in_real_triton(tmp_path, real_triton, templates, tag):
     img = Image(tmp_path, tag, templates_for(templates))
-    ports = {name: str(realtriton.free_port()) for name in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT")}
-    result = img.run("prepare", WORKFLOW="engine", **ports)
-    assert result.returncode == 0, result.stderr
-    argv = json.loads(result.stdout)["argv"]
+    argv = prepared_argv(img, KEY)
     models = sorted(config.parent.name for config in img.repo.glob("*/config.pbtxt"))
 
-    # Our command line as it is (only the program path and the backend directory differ from the image's).
+    # Our command line as `serve` runs it (only the program path and the backend directory differ from the image's).
     with realtriton.start(real_triton, argv, log_dir=tmp_path) as server:
-        states = {m["name"]: m.get("state") for m in call(server, "/v2/repository/index", {})}
+        states = {m["name"]: m.get("state") for m in call(server, "/v2/repository/index", {}, {HEADER: KEY})}
         answer = call(server, "/v2/models/ensemble/generate",
                       {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "bad_words": "", "stop_words": ""})
         assert server.stop() == 0, server.log()[-3000:]
@@ -53,10 +51,7 @@ def test_prepared_repository_loads_and_generates_in_real_triton(tmp_path, real_t
 
 def test_decoupled_repository_streams_one_event_per_token(tmp_path, real_triton):
     img = Image(tmp_path, "25.01", templates_for("v0.17.0"))
-    ports = {name: str(realtriton.free_port()) for name in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT")}
-    result = img.run("prepare", WORKFLOW="engine", DECOUPLED="true", **ports)
-    assert result.returncode == 0, result.stderr
-    with realtriton.start(real_triton, json.loads(result.stdout)["argv"], log_dir=tmp_path) as server:
+    with realtriton.start(real_triton, prepared_argv(img, KEY, DECOUPLED="true"), log_dir=tmp_path) as server:
         body = {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "bad_words": "", "stop_words": "", "stream": True}
         request = urllib.request.Request(f"{server.http_url}/v2/models/ensemble/generate_stream",
                                          data=json.dumps(body).encode())

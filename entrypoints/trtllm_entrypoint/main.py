@@ -168,7 +168,7 @@ def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: 
 def finish(settings: Settings, facts: ImageFacts, log: Log, *, repo: Path, engine_dir: Path | None,
            world_size: int, tokenizer: Path | None) -> Prepared:
     argv = launch.server_argv(settings, facts, repo, world_size, tokenizer=tokenizer)
-    for warning in security.warnings(settings, facts):
+    for warning in security.start_warnings(settings, facts):
         log.warn(warning)
     log.info("launch command", argv=" ".join(argv))  # the log masks the admin key
     return Prepared(argv=argv, repository=repo, engine_dir=engine_dir,
@@ -303,14 +303,17 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     typed = {name.upper(): str(port) for name, port in given.ports().items()}
     settings = Settings.from_env({**env, **typed, "FRONTEND": "triton"}, facts)
     settings = dataclasses.replace(settings, triton_args=given.others + settings.triton_args)
+    if security.flags_in(given.others):  # it restricts APIs itself: ours would clash
+        settings = dataclasses.replace(settings, restricted_apis=())
     log = open_log(settings)
     log.info("the model store is not a Triton model repository; preparing one from it", path=given.repository)
     source = sources.ModelSource(kind=kind, path=given.repository, repo_id=None, revision=None,
                                  read_only=under_model_dir(given.repository))
     prepared = prepare(settings, facts, env, log, need_gpu=True, source=source)
     if Path(prepared.argv[0]).name == "tritonserver":
-        # One rank: the command as typed, with only its model repository replaced.
-        prepared = dataclasses.replace(prepared, argv=launch.rewrite_repository(args, prepared.repository))
+        # One rank: the command as typed, with only its model repository replaced (and the APIs restricted).
+        argv = launch.rewrite_repository(args, prepared.repository) + security.restriction(settings, facts).argv()
+        prepared = dataclasses.replace(prepared, argv=argv)
     return exec_server(prepared, env, log)
 
 

@@ -10,7 +10,7 @@ shown, so the restricted APIs are unreachable (Triton refuses an empty value).
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from trtllm_entrypoint.errors import UsageError
@@ -66,13 +66,17 @@ def random_key() -> str:
     return secrets.token_urlsafe(32)
 
 
+def flags_in(args: Sequence[str]) -> list[str]:
+    """The restriction flags a command line sets itself."""
+    return [flag for flag in (arg.split("=", 1)[0] for arg in args) if flag in FLAGS]
+
+
 def check_triton_args(args: Sequence[str]) -> None:
-    """TRITON_ARGS must not change what is restricted: Triton would take a second group silently."""
-    for arg in args:
-        if arg.split("=", 1)[0] in FLAGS:
-            raise UsageError(f"TRITON_ARGS may not contain {arg.split('=', 1)[0]}: the entrypoint sets it",
-                             "choose the APIs with RESTRICTED_APIS (or RESTRICTED_APIS=none) and the key with "
-                             "TRITON_ADMIN_KEY or TRITON_ADMIN_KEY_FILE")
+    """TRITON_ARGS must not change what is restricted (a second group for an API even stops Triton)."""
+    if flags_in(args):
+        raise UsageError(f"TRITON_ARGS may not contain {flags_in(args)[0]}: the entrypoint sets it",
+                         "choose the APIs with RESTRICTED_APIS (or RESTRICTED_APIS=none) and the key with "
+                         "TRITON_ADMIN_KEY or TRITON_ADMIN_KEY_FILE")
 
 
 def check_relations(apis: tuple[str, ...], key_generated: bool) -> None:
@@ -88,7 +92,7 @@ class Restriction:
     """What this start closes: a value to print and test; `argv()` holds the key, so never log it unmasked."""
 
     apis: tuple[str, ...]
-    key: str
+    key: str = field(repr=False)
     supported: bool  # this image's tritonserver has the flags (matrix capability `restricted_apis`)
 
     def argv(self) -> list[str]:
@@ -104,8 +108,10 @@ def restriction(settings: Settings, facts: ImageFacts) -> Restriction:
                        supported=facts.restricted_apis and settings.frontend == "triton")
 
 
-def warnings(settings: Settings, facts: ImageFacts) -> list[str]:
+def start_warnings(settings: Settings, facts: ImageFacts) -> list[str]:
     """What stays open at this start, for the start-up log."""
+    if flags_in(settings.triton_args):
+        return []  # a `tritonserver …` command line of the user's own that restricts APIs itself
     if not settings.restricted_apis:
         return ["RESTRICTED_APIS=none: every Triton API (shared memory, model repository, logging, trace, "
                 "statistics) is open to any client that reaches the ports"]

@@ -289,13 +289,14 @@ def test_check_reports_versions_and_fails_on_too_few_gpus(image):
     assert "needs 2 GPUs" in short.stderr
 
 
-def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image):
+@pytest.mark.parametrize("own", [[], ["--http-restricted-api=logging:my-key=my-value-0123456789"]])
+def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, own):
     built = image.run("build-engine")
     engine_dir = Path(json.loads(built.stdout)["engine_dir"])
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (engine_dir / name).write_bytes((image.model / name).read_bytes())
     args = ["tritonserver", f"--model-store={engine_dir}", "--grpc-port=9000", "--http-port=18080",
-            "--allow-grpc=true"]
+            "--allow-grpc=true", *own]
     proc = image.start(*args, MODEL_ID="")
     try:
         deadline = time.monotonic() + 60
@@ -303,7 +304,15 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image):
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1]
             time.sleep(0.1)
         argv = records(image.records, "tritonserver")[0]["argv"]
-        assert argv == [f"--model-store={image.repo}", "--grpc-port=9000", "--http-port=18080", "--allow-grpc=true"]
+        assert argv[:4] == [f"--model-store={image.repo}", "--grpc-port=9000", "--http-port=18080",
+                            "--allow-grpc=true"]
+        apis = "shared-memory,model-repository,statistics,trace,logging"
+        if own:  # a command line that restricts APIs itself is kept as typed
+            assert argv[4:] == own
+        else:  # secure by default, with a key nobody knows (none is set)
+            assert [arg.rsplit("=", 1)[0] for arg in argv[4:]] == [f"--http-restricted-api={apis}:admin-key",
+                                                                   f"--grpc-restricted-protocol={apis}:admin-key"]
+            assert len(set(arg.rsplit("=", 1)[1] for arg in argv[4:])) == 1 and argv[4].rsplit("=", 1)[1]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)

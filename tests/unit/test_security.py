@@ -136,10 +136,15 @@ def test_only_rank_0_gets_the_flags_and_triton_args_come_last():
 ])
 def test_what_stays_open_is_a_warning_and_gets_no_flags(facts, env, warning):
     settings = load(facts, **env)
-    (message,) = security.warnings(settings, facts)
+    (message,) = security.start_warnings(settings, facts)
     assert message.startswith(warning)
     assert security.restriction(settings, facts).argv() == []
 
 
 def test_no_warning_when_restricted():
-    assert security.warnings(load(), FACTS) == []
+    assert security.start_warnings(load(), FACTS) == []
+
+
+def test_a_command_line_that_restricts_apis_itself_gets_no_warning():
+    own = replace(load(RESTRICTED_APIS="none"), triton_args=("--http-restricted-api=logging:k=v",))
+    assert security.start_warnings(own, FACTS) == []

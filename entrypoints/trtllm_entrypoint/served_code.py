@@ -34,7 +34,7 @@ def expected_files(plan: FillPlan, template_root: Path) -> dict[str, str]:
     expected: dict[str, str] = {}
     for model in plan.models:
         source = Path(template_root) / model.source
-        for directory, dirs, files in os.walk(source):
+        for directory, dirs, files in os.walk(source, followlinks=True):  # as repository's copy follows them
             dirs[:] = [d for d in dirs if d != BYTECODE_DIR]
             for name in files:
                 path = Path(directory, name)

@@ -29,16 +29,19 @@ def templates(tmp_path) -> Path:
     return root
 
 
-@pytest.fixture
-def cached(tmp_path, templates) -> Path:
-    """What write_repository wrote (without validation, which the plan's tiny configs would not pass)."""
-    dest = tmp_path / "repositories" / "abc"
+def write_plan(templates: Path, dest: Path) -> Path:
+    """What write_repository writes (without validation, which the plan's tiny configs would not pass)."""
     dest.mkdir(parents=True)
     for model in PLAN.models:
         repository._copy_tree(templates / model.source, dest / model.name)
         for relative, text in model.files.items():
             (dest / model.name / relative).write_text(text)
     return dest
+
+
+@pytest.fixture
+def cached(tmp_path, templates) -> Path:
+    return write_plan(templates, tmp_path / "repositories" / "abc")
 
 
 def test_an_untouched_repository_has_no_differences(templates, cached):
@@ -61,6 +64,13 @@ def test_the_serving_python_writes_its_bytecode_beside_the_model_and_that_is_no_
 def test_any_changed_missing_or_added_file_is_named(templates, cached, change, named):
     change(cached)
     assert served_code.changed_files(PLAN, templates, cached) == [named]
+
+
+def test_links_in_the_templates_count_as_what_the_copy_makes_of_them(tmp_path, templates):
+    lib = templates / "inflight_batcher_llm" / "preprocessing" / "1" / "lib"
+    os.rename(lib, tmp_path / "shared-lib")
+    lib.symlink_to(tmp_path / "shared-lib")
+    assert served_code.changed_files(PLAN, templates, write_plan(templates, tmp_path / "fresh")) == []
 
 
 def test_symlinks_never_pass_even_to_identical_content(templates, cached, tmp_path):

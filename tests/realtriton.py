@@ -121,7 +121,6 @@ def install_server(root: Path, wheels: Path, py: str) -> Path:
                 _extract(archive, member, home / member.removeprefix("pytriton/tritonserver/"))
     if not (home / "backends" / "python" / "triton_python_backend_stub").exists():
         raise RealTritonUnavailable(f"{server_wheel(wheels).name} has no Python backend stub for Python {py}")
-    (home / "TRITON_VERSION").write_text(TRITON_VERSION + "\n")
     install_engine_double(home)
     return home
 

@@ -177,13 +177,12 @@ class Layout:
 
 
 def _libpython_dir() -> Path:
-    """The stub links libpython3.X.so.1.0: the running interpreter's when it is a shared build."""
-    libdir = sysconfig.get_config_var("LIBDIR")
-    library = sysconfig.get_config_var("INSTSONAME") or ""
-    if sysconfig.get_config_var("Py_ENABLE_SHARED") and libdir and (Path(libdir) / library).exists():
+    """The stub links libpython3.X.so.1.0: the running interpreter's shared library."""
+    libdir, library = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
+    if libdir and library and (Path(libdir) / library).exists():
         return Path(libdir)
-    raise RealTritonUnavailable(f"{sys.executable} is not a shared-library build: the Python stub needs "
-                                f"libpython{python_version()}.so")
+    raise RealTritonUnavailable(f"no shared libpython{python_version()} beside {sys.executable}: the Python "
+                                f"backend's stub needs it (Debian: apt-get install libpython{python_version()})")
 
 
 def host_layout(root: Path | None = None) -> Layout:

@@ -121,7 +121,6 @@ def install_server(root: Path, wheels: Path, py: str) -> Path:
                 _extract(archive, member, home / member.removeprefix("pytriton/tritonserver/"))
     if not (home / "backends" / "python" / "triton_python_backend_stub").exists():
         raise RealTritonUnavailable(f"{server_wheel(wheels).name} has no Python backend stub for Python {py}")
-    (home / "TRITON_VERSION").write_text(TRITON_VERSION + "\n")
     install_engine_double(home)
     return home
 
@@ -178,13 +177,12 @@ class Layout:
 
 
 def _libpython_dir() -> Path:
-    """The stub links libpython3.X.so.1.0: the running interpreter's when it is a shared build."""
-    libdir = sysconfig.get_config_var("LIBDIR")
-    library = sysconfig.get_config_var("INSTSONAME") or ""
-    if sysconfig.get_config_var("Py_ENABLE_SHARED") and libdir and (Path(libdir) / library).exists():
+    """The stub links libpython3.X.so.1.0: the running interpreter's shared library."""
+    libdir, library = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
+    if libdir and library and (Path(libdir) / library).exists():
         return Path(libdir)
-    raise RealTritonUnavailable(f"{sys.executable} is not a shared-library build: the Python stub needs "
-                                f"libpython{python_version()}.so")
+    raise RealTritonUnavailable(f"no shared libpython{python_version()} beside {sys.executable}: the Python "
+                                f"backend's stub needs it (Debian: apt-get install libpython{python_version()})")
 
 
 def host_layout(root: Path | None = None) -> Layout:

@@ -15,10 +15,10 @@ import urllib.request
 import pytest
 
 from tests import realtriton
+from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
 from tests.unit.test_main import TEMPLATE_SETS, Image, templates_for
 from tests.unit.test_real_triton_security import HEADER, KEY, prepared_argv
 
-PROMPT = "w5 w7 w9"   # words of the tiny checkpoint's vocabulary
 MAX_TOKENS = 4
 
 
@@ -37,15 +37,18 @@ def test_prepared_repository_loads_and_generates_in_real_triton(tmp_path, real_t
 
     # Our command line as `serve` runs it (only the program path and the backend directory differ from the image's).
     with realtriton.start(real_triton, argv, log_dir=tmp_path) as server:
+        with urllib.request.urlopen(f"{server.http_url}/v2", timeout=10) as response:
+            version = json.loads(response.read())["version"]
         states = {m["name"]: m.get("state") for m in call(server, "/v2/repository/index", {}, {HEADER: KEY})}
         answer = call(server, "/v2/models/ensemble/generate",
                       {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "bad_words": "", "stop_words": ""})
         assert server.stop() == 0, server.log()[-3000:]
 
+    assert version == realtriton.TRITON_VERSION
     assert states == dict.fromkeys(models, "READY")
     # Tokenized, generated and detokenized by the real pipeline: MAX_TOKENS words, all from the prompt.
     words = answer["text_output"].split()
-    assert len(words) == MAX_TOKENS and set(words) <= set(PROMPT.split()), answer
+    assert len(words) == MAX_TOKENS and set(words) <= set(PROMPT_WORDS), answer
     print(f"{templates} on Triton {realtriton.TRITON_VERSION}: {PROMPT!r} -> {answer['text_output']!r}")
 
 
@@ -58,4 +61,4 @@ def test_decoupled_repository_streams_one_event_per_token(tmp_path, real_triton)
         with urllib.request.urlopen(request, timeout=30) as response:
             events = [json.loads(line[len(b"data: "):]) for line in response if line.startswith(b"data: ")]
     pieces = [event["text_output"] for event in events]
-    assert len(pieces) == MAX_TOKENS and set(pieces) <= set(PROMPT.split()), events
+    assert len(pieces) == MAX_TOKENS and set(pieces) <= set(PROMPT_WORDS), events

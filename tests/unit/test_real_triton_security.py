@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests import realtriton
+from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
 from tests.unit.test_main import Image, templates_for
 
 KEY = "admin-key-for-tests-0123456789"
@@ -38,7 +39,7 @@ RESTRICTED = [
 ]
 OPEN = [("GET", "/v2/health/ready", None), ("GET", "/v2/health/live", None), ("GET", "/v2", None),
         ("GET", "/v2/models/ensemble", None), ("GET", "/v2/models/ensemble/config", None)]
-GENERATE = {"text_input": "w5 w7 w9", "max_tokens": 4, "bad_words": "", "stop_words": ""}
+GENERATE = {"text_input": PROMPT, "max_tokens": 4, "bad_words": "", "stop_words": ""}
 
 
 def status(server: realtriton.RunningServer, method: str, route: str, body: dict | None,
@@ -52,11 +53,14 @@ def status(server: realtriton.RunningServer, method: str, route: str, body: dict
         return error.code
 
 
-def generate(server: realtriton.RunningServer) -> str:
+def generate(server: realtriton.RunningServer) -> list[str]:
+    """The generated words; without a key, as any client sends it."""
     request = urllib.request.Request(f"{server.http_url}/v2/models/ensemble/generate",
                                      data=json.dumps(GENERATE).encode())
     with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())["text_output"]
+        words = json.loads(response.read())["text_output"].split()
+    assert len(words) == GENERATE["max_tokens"] and set(words) <= set(PROMPT_WORDS), words
+    return words
 
 
 def prepared_argv(img: Image, key: str | None = None, **env: str) -> list[str]:
@@ -79,7 +83,7 @@ def test_admin_apis_answer_only_with_the_key_and_serving_stays_open(tmp_path, re
 
     with realtriton.start(real_triton, prepared_argv(image, KEY), log_dir=tmp_path) as server:
         open_routes = {route: status(server, method, route, body) for method, route, body in OPEN}
-        text = generate(server)
+        generate(server)
         client = grpcclient.InferenceServerClient(server.grpc_url)
         assert client.is_server_ready() and client.is_model_ready("ensemble")
         assert client.get_model_metadata("ensemble").name == "ensemble"
@@ -102,7 +106,6 @@ def test_admin_apis_answer_only_with_the_key_and_serving_stays_open(tmp_path, re
         assert server.stop() == 0, log[-3000:]
 
     assert set(open_routes.values()) == {200}, open_routes
-    assert len(text.split()) == GENERATE["max_tokens"]
     assert set(refused.values()) == {("StatusCode.UNAVAILABLE", True)}, refused
     assert set(without.values()) == {403} and set(wrong.values()) == {403}, (without, wrong)
     assert 403 not in with_key.values(), with_key
@@ -115,7 +118,7 @@ def test_restricted_apis_none_opens_them(tmp_path, real_triton, image):
     with realtriton.start(real_triton, prepared_argv(image, RESTRICTED_APIS="none"), log_dir=tmp_path) as server:
         opened = {route: status(server, method, route, body)
                   for method, route, body in (RESTRICTED[0], RESTRICTED[3], RESTRICTED[5])}
-        assert generate(server)
+        generate(server)
     assert set(opened.values()) == {200}, opened
 
 
@@ -170,6 +173,6 @@ def test_code_planted_in_the_cached_repository_never_runs(tmp_path, real_triton,
     assert not list(repo.rglob("__pycache__"))
     (tmp_path / "after").mkdir()
     with realtriton.start(real_triton, argv, log_dir=tmp_path / "after") as server:
-        assert generate(server)
+        generate(server)
     assert model_py.read_text() == source
     assert not marker.exists()

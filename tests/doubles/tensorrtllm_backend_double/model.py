@@ -10,7 +10,8 @@ our images depend on it:
 - "generates" deterministic tokens: the prompt's ids, last to first, repeated up to the requested length;
 - streams one response per token when the model is decoupled and the request asks for `streaming`;
 - returns every output the model config declares, with its declared type.
-TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S (seconds per token) keeps a request in flight for drain tests.
+TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S (seconds per token) keeps a request in flight for drain tests;
+TRTLLM_ENGINE_DOUBLE_LOAD_DELAY_S (seconds) makes the load slow, as a large engine's is, for readiness tests.
 """
 
 import json
@@ -69,6 +70,7 @@ class TritonPythonModel:
         self.delay_s = float(os.environ.get("TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S") or 0)
         self.outputs = [(o["name"], pb_utils.triton_string_to_numpy(o["data_type"]), o["dims"])
                         for o in config["output"]]
+        time.sleep(float(os.environ.get("TRTLLM_ENGINE_DOUBLE_LOAD_DELAY_S") or 0))
         print(f"tensorrtllm backend double: rank {rank}/{world_size} loaded {engine_dir}", flush=True)
 
     def _response(self, tokens):

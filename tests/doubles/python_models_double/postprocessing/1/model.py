@@ -1,7 +1,8 @@
 """Test double of tensorrtllm_backend's `postprocessing` model.py (upstream code may not be copied here, and CI
 cannot download it). Like the real one it reads `tokenizer_dir` (and `skip_special_tokens`) from its config's
 parameters and decodes each beam's TOKENS_BATCH up to its SEQUENCE_LENGTH to text with transformers'
-AutoTokenizer. Every other declared output `OUT_<X>` passes input `<X>` through (zeros when it is absent).
+AutoTokenizer, into one flat list of texts (batch × beam), the shape clients of the real model see. Every other
+declared output `OUT_<X>` passes input `<X>` through (zeros when it is absent).
 """
 
 import json
@@ -23,9 +24,8 @@ class TritonPythonModel:
     def _decode(self, request):
         tokens = pb_utils.get_input_tensor_by_name(request, "TOKENS_BATCH").as_numpy()      # [batch, beam, seq]
         lengths = pb_utils.get_input_tensor_by_name(request, "SEQUENCE_LENGTH").as_numpy()  # [batch, beam]
-        texts = [[self.tokenizer.decode(beam[:length].tolist(), skip_special_tokens=self.skip_special_tokens)
-                  .encode() for beam, length in zip(batch, batch_lengths)]
-                 for batch, batch_lengths in zip(tokens, lengths)]
+        texts = [self.tokenizer.decode(beam[:length].tolist(), skip_special_tokens=self.skip_special_tokens).encode()
+                 for batch, batch_lengths in zip(tokens, lengths) for beam, length in zip(batch, batch_lengths)]
         return np.array(texts, dtype=object)
 
     def execute(self, requests):

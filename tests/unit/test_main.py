@@ -218,6 +218,10 @@ BAD_INPUT = [
     ({"TRITON_ARGS": "--log-verbose='1"}, "TRITON_ARGS"),
     ({"MATRIX_TAG": "99.99"}, "MATRIX_TAG"),
     ({"SERVED_MODEL_NAME": "a/b"}, "SERVED_MODEL_NAME"),
+    ({"RESTRICTED_APIS": "logging,everything"}, "RESTRICTED_APIS"),
+    ({"TRITON_ARGS": "--http-restricted-api=logging:k=v"}, "TRITON_ARGS"),
+    ({"TRITON_ADMIN_KEY": "short"}, "TRITON_ADMIN_KEY"),
+    ({"TRITON_ADMIN_KEY_FILE": "/does/not/exist"}, "TRITON_ADMIN_KEY_FILE"),
 ]
 
 

@@ -73,8 +73,9 @@ def flags_in(args: Sequence[str]) -> list[str]:
 
 def check_triton_args(args: Sequence[str]) -> None:
     """TRITON_ARGS must not change what is restricted (a second group for an API even stops Triton)."""
-    if flags_in(args):
-        raise UsageError(f"TRITON_ARGS may not contain {flags_in(args)[0]}: the entrypoint sets it",
+    found = flags_in(args)
+    if found:
+        raise UsageError(f"TRITON_ARGS may not contain {found[0]}: the entrypoint sets it",
                          "choose the APIs with RESTRICTED_APIS (or RESTRICTED_APIS=none) and the key with "
                          "TRITON_ADMIN_KEY or TRITON_ADMIN_KEY_FILE")
 

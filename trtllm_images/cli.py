@@ -467,13 +467,19 @@ def check_command(tags, all_tags, matrix_path):
 @click.option("--hf-token-secret", default="hf-token", show_default=True,
               help="Secret holding the Hugging Face token under key 'token' (optional at run time).")
 @click.option("--no-hf-token", is_flag=True, help="Reference no token Secret.")
+@click.option("--admin-key-secret", default="triton-admin-key", show_default=True,
+              help="Secret holding the key of Triton's restricted APIs under key 'key' (optional at run time; "
+                   "without it those APIs stay closed).")
+@click.option("--no-admin-key", is_flag=True, help="Reference no admin-key Secret.")
 @click.option("--storage-writable", is_flag=True, help="Mount /mnt/models read-write (default: read-only).")
 @_matrix_option
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write one YAML file per kind into this directory  [default: print to stdout]")
-def kserve_command(matrix_path, out_dir, no_hf_token, hf_token_secret, storage_writable, **values):
+def kserve_command(matrix_path, out_dir, no_hf_token, hf_token_secret, no_admin_key, admin_key_secret,
+                   storage_writable, **values):
     """KServe manifests for one tag: runtime, InferenceService, optional cache PVC and warm-up Job."""
     options = kserve.KServeOptions(hf_token_secret=None if no_hf_token else hf_token_secret,
+                                   admin_key_secret=None if no_admin_key else admin_key_secret,
                                    storage_readonly=not storage_writable, **values)
     plan = kserve.make_plan(matrix_mod.load(matrix_path), options)
     if out_dir is None:

@@ -32,6 +32,7 @@ STARTUP_BUDGET_SECONDS = 2 * 3600         # a cold engine build of a large model
 STARTUP_PERIOD_SECONDS = 30
 CACHE_VOLUME, SHM_VOLUME, MODELS_VOLUME = "trtllm-cache", "devshm", "models"
 TOKEN_KEY = "token"
+ADMIN_KEY_KEY = "key"                     # key of the admin-key Secret (Triton's restricted APIs, README "Security")
 CACHE_MODES = ("emptydir", "pvc")
 ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
 PART_OF = {"app.kubernetes.io/part-of": "trtllm-images"}
@@ -61,6 +62,8 @@ class KServeOptions:
     namespaced_runtime: bool = False
     warm_job: bool = False
     hf_token_secret: str | None = "hf-token"  # Secret with key "token"; optional, so public models need none
+    # Secret with key "key"; optional: without it the restricted Triton APIs stay closed to everyone.
+    admin_key_secret: str | None = "triton-admin-key"
     storage_readonly: bool = True       # the entrypoint never writes below /mnt/models
 
     def __post_init__(self) -> None:
@@ -81,7 +84,8 @@ class KServeOptions:
 def _problems(o: KServeOptions) -> list[str]:
     problems = []
     for label, value in (("name", o.name), ("namespace", o.namespace), ("pvc name", o.claim),
-                         ("hf token secret", o.hf_token_secret or "x")):
+                         ("hf token secret", o.hf_token_secret or "x"),
+                         ("admin key secret", o.admin_key_secret or "x")):
         if len(value) > 63 or not _DNS_LABEL.match(value):
             problems.append(f"{label} {value!r} must be a DNS label (lowercase letters, digits, '-', at most 63)")
     if len(o.name) > 45:  # KServe and the warm Job append suffixes such as "-predictor" to it
@@ -212,6 +216,14 @@ def _model_env(o: KServeOptions) -> list[dict]:
     return env
 
 
+def _admin_key_env(o: KServeOptions) -> list[dict]:
+    """Only the serving pod opens Triton's restricted APIs; the warm Job's `prepare` needs no key."""
+    if not o.admin_key_secret:
+        return []
+    return [{"name": "TRITON_ADMIN_KEY", "valueFrom": {"secretKeyRef": {
+        "name": o.admin_key_secret, "key": ADMIN_KEY_KEY, "optional": True}}}]
+
+
 def _shm_volume() -> dict:
     return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}  # NCCL outgrows 64 MB
 
@@ -230,7 +242,7 @@ def _inference_service(o: KServeOptions) -> dict:
         model["storageUri"] = o.storage_uri
         annotations["storage.kserve.io/readonly"] = "true" if o.storage_readonly else "false"
     model.update({
-        "env": _model_env(o),
+        "env": _model_env(o) + _admin_key_env(o),
         # Both ports, HTTP first: raw deployments expose every declared port, the first one as the Service's port 80.
         "ports": [{"name": "http1", "containerPort": HTTP_PORT, "protocol": "TCP"},
                   {"name": "grpc-v2", "containerPort": GRPC_PORT, "protocol": "TCP"}],
@@ -282,6 +294,8 @@ def command_line(options: KServeOptions) -> str:
             argv.append("--storage-writable")
         elif field.name == "hf_token_secret" and value is None:
             argv.append("--no-hf-token")
+        elif field.name == "admin_key_secret" and value is None:
+            argv.append("--no-admin-key")
         elif isinstance(value, bool):
             argv.append("--" + field.name.replace("_", "-"))
         else:

@@ -25,22 +25,11 @@ STATUSES = ("supported", "unsupported")
 WORKFLOWS = ("engine", "llmapi")
 VERSION_FIELDS = ("triton", "tensorrt_llm", "tensorrt", "cuda", "python", "pytorch", "ubuntu")
 BACKEND_KEYS = ("repo", "ref", "subdir", "in_image")
-ENTRY_KEYS = (
-    "tag",
-    "status",
-    "note",
-    *VERSION_FIELDS,
-    "backend",
-    "workflows",
-    "engine_deprecated",
-    "openai_frontend",
-    "uncertain",
-    "sources",
-)
+CAPABILITIES = ("engine_deprecated", "openai_frontend", "restricted_apis")  # true/false per entry
+ENTRY_KEYS = ("tag", "status", "note", *VERSION_FIELDS, "backend", "workflows", *CAPABILITIES, "uncertain", "sources")
 # Fields an `uncertain` reason may name: the facts, not the bookkeeping keys.
 UNCERTAIN_KEYS = frozenset(
-    {"note", *VERSION_FIELDS, "backend", "workflows", "engine_deprecated", "openai_frontend"}
-    | {f"backend.{key}" for key in BACKEND_KEYS}
+    {"note", *VERSION_FIELDS, "backend", "workflows", *CAPABILITIES} | {f"backend.{key}" for key in BACKEND_KEYS}
 )
 
 # The spellings NVIDIA uses, a strict subset of PEP 440 (so packaging parses every one): release, optional
@@ -77,6 +66,7 @@ class MatrixEntry:
     openai_frontend: bool
     uncertain: Mapping[str, str] = field(hash=False)
     sources: tuple[str, ...]
+    restricted_apis: bool = False  # tritonserver takes --http-restricted-api / --grpc-restricted-protocol
 
     @property
     def supported(self) -> bool:
@@ -227,7 +217,7 @@ def _entry(raw: object, index: str, errors: list[str]) -> MatrixEntry | None:
     if len(errors) > before or backend is None:
         return None
     return MatrixEntry(
-        **{key: raw[key] for key in ("tag", "status", "note", *VERSION_FIELDS, "engine_deprecated", "openai_frontend")},
+        **{key: raw[key] for key in ("tag", "status", "note", *VERSION_FIELDS, *CAPABILITIES)},
         backend=backend,
         workflows=tuple(workflows),
         uncertain=MappingProxyType(dict(uncertain)),
@@ -260,7 +250,7 @@ def _check_scalars(raw: dict, problem) -> None:
         problem("note", f"expected a string, got {_type_name(note)}")
     elif status == "unsupported" and not note:
         problem("note", "an unsupported entry needs a note saying why")
-    for key in ("engine_deprecated", "openai_frontend"):
+    for key in CAPABILITIES:
         if key in raw and not isinstance(raw[key], bool):
             problem(key, f"expected true or false, got {_type_name(raw[key])}")
     uncertain = raw.get("uncertain")

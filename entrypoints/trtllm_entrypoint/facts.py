@@ -32,6 +32,7 @@ class ImageFacts:
     examples_layout: str = "flat"  # "flat": examples/<dir>/; "models": examples/models/{core,contrib}/<dir>/
     features: tuple[str, ...] = ()
     flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)  # program -> flags it takes
+    restricted_apis: bool = False  # tritonserver takes --http-restricted-api and --grpc-restricted-protocol
 
     @property
     def default_workflow(self) -> str:
@@ -124,4 +125,5 @@ def load_facts(environ: Mapping[str, str]) -> ImageFacts:
         examples_layout=capabilities["examples_layout"],
         features=tuple(capabilities["features"]),
         flags={program: tuple(f) for program, f in capabilities["flags"].items()},
+        restricted_apis=bool(entry["restricted_apis"]),
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, NoReturn, Sequence
 
-from trtllm_entrypoint import contract
+from trtllm_entrypoint import contract, security
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 
 if TYPE_CHECKING:
@@ -47,12 +47,15 @@ def _worker_rank(settings: Settings, repository: Path, rank: int) -> list[str]:
         "--model-control-mode=explicit", f"--load-model={RANK_MODEL}"]
 
 
-def tritonserver_argv(settings: Settings, repository: Path, world_size: int, uid: int) -> list[str]:
+def tritonserver_argv(settings: Settings, repository: Path, world_size: int, uid: int,
+                      restrict: Sequence[str] = ()) -> list[str]:
+    """`restrict`: the flags that close admin APIs on rank 0's endpoints (security.Restriction.argv)."""
     # The llmapi model reads max_batch_size/decoupled from model.yaml through auto-complete, and starts its own
     # workers for TP/PP; the engine workflow's configs are complete and need one tritonserver per rank.
     llmapi = settings.workflow == "llmapi"
     ranks = 1 if llmapi else world_size
-    rank0 = _common(settings, repository, 0, auto_complete=llmapi) + _ports(settings) + list(settings.triton_args)
+    rank0 = (_common(settings, repository, 0, auto_complete=llmapi) + _ports(settings) + list(restrict)
+             + list(settings.triton_args))
     if ranks == 1:
         return rank0
     argv = ["mpirun"] + (["--allow-run-as-root"] if uid == 0 else [])
@@ -84,7 +87,8 @@ def server_argv(settings: Settings, facts: ImageFacts, repository: Path, world_s
         raise UsageError(f"world size must be at least 1, got {world_size}", "check TP_SIZE and PP_SIZE")
     if settings.frontend == "openai":
         return openai_argv(settings, repository, tokenizer)
-    return tritonserver_argv(settings, repository, world_size, os.geteuid() if uid is None else uid)
+    return tritonserver_argv(settings, repository, world_size, os.geteuid() if uid is None else uid,
+                             security.restriction(settings, facts).argv())
 
 
 def server_env(settings: Settings) -> dict[str, str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Mapping, NoReturn, Sequence
 
 from trtllm_entrypoint import (contract, engine_build, engine_cache, flagcheck, gpu, launch, models, probe,
-                               repository, sources)
+                               repository, security, served_code, sources)
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, load_facts
 from trtllm_entrypoint.log import Log
@@ -105,13 +105,15 @@ def run(args: list[str], env: dict[str, str]) -> int:
         return 0
     prepared = prepare(settings, facts, env, log, need_gpu=command == "serve")
     if command == "prepare":
-        print(prepared.to_json())
+        # Job logs keep this output, so the admin key is left out; the printed command then fails closed if run
+        # as is (Triton refuses an empty key, where a mask such as *** would become a key anyone can guess).
+        print(prepared.to_json().replace(settings.admin_key, ""))
         return 0
     return exec_server(prepared, env, log)
 
 
 def open_log(settings: Settings) -> Log:
-    log = Log(settings.log_format, secrets=(settings.hf_token or "",))
+    log = Log(settings.log_format, secrets=(settings.hf_token or "", settings.admin_key))
     if settings.cache_fallback_reason:
         log.warn(settings.cache_fallback_reason, cache_dir=settings.cache_dir)
     return log
@@ -150,7 +152,8 @@ def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: 
     source = source or resolve_model(settings, facts, env, log)
     gpus = functools.lru_cache(maxsize=None)(lambda: gpu.detect_gpus(env))  # nvidia-smi once per start, if at all
     if source.kind == "repository":
-        log.info("model is a complete Triton model repository; serving it as it is", repository=source.path)
+        log.info("model is a complete Triton model repository; serving it as given (its code is yours, not "
+                 "compared with the image's)", repository=source.path)
         return finish(settings, facts, log, repo=source.path, engine_dir=None, world_size=settings.world_size,
                       tokenizer=None)
     if source.kind == "engine" and settings.workflow == "llmapi":
@@ -176,7 +179,9 @@ def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: 
 def finish(settings: Settings, facts: ImageFacts, log: Log, *, repo: Path, engine_dir: Path | None,
            world_size: int, tokenizer: Path | None) -> Prepared:
     argv = launch.server_argv(settings, facts, repo, world_size, tokenizer=tokenizer)
-    log.info("launch command", argv=" ".join(argv))
+    for warning in security.start_warnings(settings, facts):
+        log.warn(warning)
+    log.info("launch command", argv=" ".join(argv))  # the log masks the admin key
     return Prepared(argv=argv, repository=repo, engine_dir=engine_dir,
                     health_url=health_url(settings.http_port),
                     env=launch.server_env(settings))
@@ -227,9 +232,22 @@ def write_repository(settings: Settings, facts: ImageFacts, log: Log, source: so
         return settings.repository_dir
     # Named by its content: a restart with the same settings finds it valid and skips the write.
     dest = settings.cache_dir / "repositories" / repository.plan_digest(plan, settings.templates_dir)
-    if not repository.write_repository(plan, dest, settings.templates_dir, log=log, replace=False):
+    if not repository.write_repository(plan, dest, settings.templates_dir, log=log, replace=False,
+                                       reuse=functools.partial(image_code_only, plan, settings.templates_dir, log)):
         log.info("model repository up to date", repository=dest)
     return dest
+
+
+def image_code_only(plan: repository.FillPlan, templates_dir: Path, log: Log, cached: Path) -> bool:
+    """Whether a cached repository holds exactly what this image would write (see served_code); its bytecode is
+    dropped so that the checked sources are what runs."""
+    changed = served_code.changed_files(plan, templates_dir, cached)
+    if changed:
+        log.warn("the cached model repository differs from this image's templates; rebuilding it from the image",
+                 repository=cached, files=", ".join(changed))
+        return False
+    served_code.drop_bytecode(cached)
+    return True
 
 
 def tokenizer_location(source: sources.ModelSource, engine_dir: Path | None) -> Path:
@@ -298,14 +316,17 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     typed = {name.upper(): str(port) for name, port in given.ports().items()}
     settings = Settings.from_env({**env, **typed, "FRONTEND": "triton"}, facts)
     settings = dataclasses.replace(settings, triton_args=given.others + settings.triton_args)
+    if security.flags_in(given.others):  # it restricts APIs itself: ours would clash
+        settings = dataclasses.replace(settings, restricted_apis=())
     log = open_log(settings)
     log.info("the model store is not a Triton model repository; preparing one from it", path=given.repository)
     source = sources.ModelSource(kind=kind, path=given.repository, repo_id=None, revision=None,
                                  read_only=under_model_dir(given.repository))
     prepared = prepare(settings, facts, env, log, need_gpu=True, source=source)
     if Path(prepared.argv[0]).name == "tritonserver":
-        # One rank: the command as typed, with only its model repository replaced.
-        prepared = dataclasses.replace(prepared, argv=launch.rewrite_repository(args, prepared.repository))
+        # One rank: the command as typed, with only its model repository replaced (and the APIs restricted).
+        argv = launch.rewrite_repository(args, prepared.repository) + security.restriction(settings, facts).argv()
+        prepared = dataclasses.replace(prepared, argv=argv)
     return exec_server(prepared, env, log)
 
 

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from trtllm_entrypoint import contract, pbtxt
 from trtllm_entrypoint.errors import EntrypointError, UsageError
@@ -335,11 +335,12 @@ def plan_digest(plan: FillPlan, template_root: Path) -> str:
 
 
 def write_repository(plan: FillPlan, dest: Path, template_root: Path, log: Log | None = None, *,
-                     replace: bool = True) -> bool:
+                     replace: bool = True, reuse: Callable[[Path], bool] = lambda existing: True) -> bool:
     """Build the repository in a temp dir beside dest, validate it, then swap it in (a crash leaves dest intact).
 
-    With replace=False dest is content-addressed: an existing one is kept, and concurrent writers of the same dest
-    (replicas on a shared cache) take turns, so one writes and validates while the others reuse. True if written."""
+    With replace=False dest is content-addressed: an existing one is kept when `reuse(dest)` says so (checked
+    under the lock), and concurrent writers of the same dest (replicas on a shared cache) take turns, so one writes
+    and validates while the others reuse. True if written."""
     dest = Path(os.path.abspath(dest))
     template_root = Path(os.path.abspath(template_root))
     _check_destination(dest, template_root)
@@ -347,13 +348,11 @@ def write_repository(plan: FillPlan, dest: Path, template_root: Path, log: Log |
         dest.parent.mkdir(parents=True, exist_ok=True)
         _write(plan, dest, template_root, log)
         return True
-    if dest.is_dir():
-        return False
     shared_dir(dest.parent)
     fd = open_lock(dest.parent / f".{dest.name}.lock")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # released on close, or by the kernel if we are killed
-        if dest.is_dir():
+        if dest.is_dir() and reuse(dest):
             return False
         for debris in dest.parent.glob(f".{dest.name}.new-*"):  # a killed writer's, since we hold the lock
             shutil.rmtree(debris, ignore_errors=True)

@@ -10,12 +10,13 @@ import math
 import os
 import re
 import shlex
+import stat
 import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Mapping
 
-from trtllm_entrypoint import contract
+from trtllm_entrypoint import contract, security
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.facts import ImageFacts
@@ -65,6 +66,9 @@ class Settings:
     triton_args: tuple[str, ...]
     exit_timeout_secs: int
     lock_timeout_secs: int
+    restricted_apis: tuple[str, ...]            # closed to clients without the admin key (RESTRICTED_APIS)
+    admin_key: str = field(repr=False, compare=False)  # TRITON_ADMIN_KEY(_FILE), or random per start
+    admin_key_generated: bool                   # no key given: nobody can call the restricted APIs
     # Set when CACHE_DIR was not given and the default was not writable; the orchestrator logs it as a warning.
     cache_fallback_reason: str | None = None
 
@@ -75,7 +79,8 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str], facts: ImageFacts) -> "Settings":
         env = _Env(environ)
-        values = {**_model_values(env, facts), **_limit_values(env), **_server_values(env, facts)}
+        values = {**_model_values(env, facts), **_limit_values(env), **_server_values(env, facts),
+                  **_admin_values(env)}
         values["cache_dir"], values["cache_fallback_reason"] = _cache_dir(env)
         settings = cls(**values)
         _check_relations(settings)
@@ -86,7 +91,7 @@ class Settings:
         out: dict = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "hf_token":
+            if f.name in ("hf_token", "admin_key"):
                 value = "***" if value else None
             elif isinstance(value, Path):
                 value = str(value)
@@ -169,34 +174,54 @@ class _Env:
 
 
 TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # the second is the older name, read when HF_TOKEN is unset
+ADMIN_KEY_VARIABLES = ("TRITON_ADMIN_KEY",)
+# (variables holding the secret, the variable naming a file that holds it)
+SECRETS = ((TOKEN_VARIABLES, "HF_TOKEN_FILE"), (ADMIN_KEY_VARIABLES, "TRITON_ADMIN_KEY_FILE"))
+SECRET_FILE_LIMIT = 64 * 1024  # tokens and keys are far smaller; anything bigger is the wrong file
 
 
 def token_values(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """Every token the environment gives, unvalidated: for masking messages written before settings are parsed."""
+    """Every secret the environment gives, unvalidated: for masking messages written before settings are parsed."""
     env = _Env(environ)
-    found = [env.text(name) for name in TOKEN_VARIABLES]
-    try:
-        found.append(Path(environ["HF_TOKEN_FILE"]).read_text().strip() if env.text("HF_TOKEN_FILE") else None)
-    except OSError:
-        pass
+    found = [env.text(name) for names, _ in SECRETS for name in names]
+    for _, file_variable in SECRETS:
+        try:
+            found.append(_read_secret_file(file_variable, env.text(file_variable)) if env.text(file_variable) else None)
+        except UsageError:
+            pass
     return tuple(token for token in found if token)
 
 
-def _token(env: _Env) -> str | None:
-    token = env.text(TOKEN_VARIABLES[0]) or env.text(TOKEN_VARIABLES[1])
-    token_file = env.text("HF_TOKEN_FILE")
-    if token_file is None:
-        return token
-    if token is not None:
-        raise UsageError("HF_TOKEN and HF_TOKEN_FILE are both set: expected only one of them",
-                         "keep HF_TOKEN_FILE (a mounted secret) and unset HF_TOKEN / HUGGING_FACE_HUB_TOKEN")
+def _read_secret_file(variable: str, path: str) -> str:
+    """A regular, readable, non-empty UTF-8 file of at most SECRET_FILE_LIMIT bytes (a mounted secret)."""
     try:
-        token = Path(token_file).read_text().strip()
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or device would block or never end
+            raise bad(variable, path, "a regular file holding the secret")
+        with open(path, "rb") as handle:
+            data = handle.read(SECRET_FILE_LIMIT + 1)
     except OSError as exc:
-        raise bad("HF_TOKEN_FILE", token_file, f"a readable file holding the token ({exc.strerror})") from None
-    if not token:
-        raise bad("HF_TOKEN_FILE", token_file, "a file holding the token, but the file is empty")
-    return token
+        raise bad(variable, path, f"a readable file holding the secret ({exc.strerror})") from None
+    if len(data) > SECRET_FILE_LIMIT:
+        raise bad(variable, path, f"a file of at most {SECRET_FILE_LIMIT} bytes holding the secret")
+    try:
+        secret = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise bad(variable, path, "a UTF-8 text file holding the secret") from None
+    if not secret:
+        raise bad(variable, path, "a file holding the secret, but the file is empty")
+    return secret
+
+
+def _secret(env: _Env, variables: tuple[str, ...], file_variable: str) -> str | None:
+    """The first of `variables` that is set, or the content of the file `file_variable` names; not both."""
+    value = next((v for v in map(env.text, variables) if v), None)
+    path = env.text(file_variable)
+    if path is None:
+        return value
+    if value is not None:
+        raise UsageError(f"{variables[0]} and {file_variable} are both set: expected only one of them",
+                         f"keep {file_variable} (a mounted secret) and unset {' / '.join(variables)}")
+    return _read_secret_file(file_variable, path)
 
 
 def _model_values(env: _Env, facts: ImageFacts) -> dict:
@@ -212,7 +237,7 @@ def _model_values(env: _Env, facts: ImageFacts) -> dict:
     return {
         "model_id": env.text("MODEL_ID"),
         "model_revision": env.text("MODEL_REVISION"),
-        "hf_token": _token(env),
+        "hf_token": _secret(env, *SECRETS[0]),
         "engine_dir": engine_dir,
         "templates_dir": templates_dir,
         "repository_dir": env.path("REPOSITORY_DIR"),
@@ -252,6 +277,7 @@ def _server_values(env: _Env, facts: ImageFacts) -> dict:
         triton_args = tuple(shlex.split(raw_args))
     except ValueError as exc:
         raise bad("TRITON_ARGS", raw_args, f"arguments in shell quoting ({exc})") from None
+    security.check_triton_args(triton_args)
     return {
         "http_port": env.integer("HTTP_PORT", contract.DEFAULT_HTTP_PORT, 1, 65535),
         "grpc_port": env.integer("GRPC_PORT", contract.DEFAULT_GRPC_PORT, 1, 65535),
@@ -262,6 +288,15 @@ def _server_values(env: _Env, facts: ImageFacts) -> dict:
         "log_format": env.choice("LOG_FORMAT", "text", LOG_FORMATS),
         "triton_args": triton_args,
     }
+
+
+def _admin_values(env: _Env) -> dict:
+    apis = security.parse_apis(env.text("RESTRICTED_APIS"))
+    key = _secret(env, *SECRETS[1])
+    variable = "TRITON_ADMIN_KEY_FILE" if env.text("TRITON_ADMIN_KEY_FILE") else "TRITON_ADMIN_KEY"
+    security.check_relations(apis, key_generated=key is None)
+    return {"restricted_apis": apis, "admin_key": security.check_key(key, variable) if key else security.random_key(),
+            "admin_key_generated": key is None}
 
 
 def _writable(path: Path) -> bool:

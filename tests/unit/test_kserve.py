@@ -188,6 +188,21 @@ def test_hub_model_token_comes_from_a_secret(entry):
     assert "HF_TOKEN" not in [e["name"] for e in model["env"]]
 
 
+def test_the_admin_key_comes_from_a_secret_for_the_serving_pod_only():
+    options = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, admin_key_secret="llm-admin", cache="pvc",
+                                   warm_job=True)
+    docs = documents(options)
+    model = by_kind(docs, "InferenceService")["spec"]["predictor"]["model"]
+    env = {e["name"]: e for e in model["env"]}
+    assert env["TRITON_ADMIN_KEY"] == {"name": "TRITON_ADMIN_KEY", "valueFrom": {"secretKeyRef": {
+        "name": "llm-admin", "key": "key", "optional": True}}}
+    (job_container,) = by_kind(docs, "Job")["spec"]["template"]["spec"]["containers"]
+    assert "TRITON_ADMIN_KEY" not in [e["name"] for e in job_container["env"]]
+    no_key = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, admin_key_secret=None)
+    model = by_kind(documents(no_key), "InferenceService")["spec"]["predictor"]["model"]
+    assert "TRITON_ADMIN_KEY" not in [e["name"] for e in model["env"]]
+
+
 def test_pvc_and_warm_job_share_the_cache_and_the_engine_settings(entry):
     options = kserve.KServeOptions(tag="25.01", storage_uri="pvc://models/llama/8b", cache="pvc", warm_job=True,
                                    tp_size=2, pvc_size="500Gi", pvc_access_mode="ReadWriteMany")
@@ -204,7 +219,8 @@ def test_pvc_and_warm_job_share_the_cache_and_the_engine_settings(entry):
     assert container["args"] == ["prepare"] and "command" not in container
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
     model = by_kind(docs, "InferenceService")["spec"]["predictor"]["model"]
-    assert container["env"] == model["env"]  # same settings -> same engine cache key
+    # Same settings -> same engine cache key; only the serving pod gets the admin key.
+    assert container["env"] == [e for e in model["env"] if e["name"] != "TRITON_ADMIN_KEY"]
     assert container["image"] == by_kind(docs, "ClusterServingRuntime")["spec"]["containers"][0]["image"]
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["trtllm-cache"]["mountPath"] == "/var/cache/trtllm"
@@ -340,9 +356,9 @@ def test_command_line_names_only_what_differs_from_the_defaults():
     assert kserve.command_line(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL)) == (
         f"python build.py kserve --tag 25.01 --model-id {HUB_MODEL}")
     options = kserve.KServeOptions(tag="25.01", storage_uri="s3://b/m", tp_size=2, namespaced_runtime=True,
-                                   hf_token_secret=None, storage_readonly=False)
+                                   hf_token_secret=None, admin_key_secret=None, storage_readonly=False)
     assert kserve.command_line(options) == ("python build.py kserve --tag 25.01 --storage-uri s3://b/m --tp-size 2 "
-                                            "--namespaced-runtime --no-hf-token --storage-writable")
+                                            "--namespaced-runtime --no-hf-token --no-admin-key --storage-writable")
 
 
 def test_write_files_leaves_no_temp_files(tmp_path, entry):
@@ -386,6 +402,10 @@ def test_compose_file_serves_one_gpu_host(compose, entry):
     env = service["environment"]
     assert env["MODEL_ID"].startswith("${MODEL_ID:-") and env["CACHE_DIR"] == kserve.CACHE_DIR
     assert env["HF_TOKEN"] is None  # passed through from the caller's environment, never written down
+    # The admin key comes from a secrets file the user creates (gitignored), read by the entrypoint from the file.
+    assert service["secrets"] == ["triton-admin-key"]
+    assert env["TRITON_ADMIN_KEY_FILE"] == "/run/secrets/triton-admin-key" and "TRITON_ADMIN_KEY" not in env
+    assert data["secrets"]["triton-admin-key"]["file"].endswith("./triton-admin-key}")
     assert service["volumes"] == [f"trtllm-cache:{kserve.CACHE_DIR}"] and "trtllm-cache" in data["volumes"]
     assert service["stop_grace_period"] == "60s" and service["restart"] == "unless-stopped"
 

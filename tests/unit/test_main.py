@@ -60,7 +60,8 @@ class Image:
         env = double_environ(self.paths, self.records)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "entrypoints"), env["PYTHONPATH"]])
         for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_FILE", "MODEL_ID", "ENGINE_DIR", "CACHE_DIR",
-                     "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
+                     "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "TRITON_ADMIN_KEY", "TRITON_ADMIN_KEY_FILE",
+                     "RESTRICTED_APIS"):
             env.pop(name, None)
         env.update(MATRIX_TAG=tag, TRTLLM_MATRIX_FILE=str(matrix_file), TRTLLM_APP_DIR=str(self.paths["app"]),
                    CACHE_DIR=str(self.cache), REPOSITORY_DIR=str(self.repo), MODEL_ID=str(self.model))
@@ -214,6 +215,10 @@ BAD_INPUT = [
     ({"TRITON_ARGS": "--log-verbose='1"}, "TRITON_ARGS"),
     ({"MATRIX_TAG": "99.99"}, "MATRIX_TAG"),
     ({"SERVED_MODEL_NAME": "a/b"}, "SERVED_MODEL_NAME"),
+    ({"RESTRICTED_APIS": "logging,everything"}, "RESTRICTED_APIS"),
+    ({"TRITON_ARGS": "--http-restricted-api=logging:k=v"}, "TRITON_ARGS"),
+    ({"TRITON_ADMIN_KEY": "short"}, "TRITON_ADMIN_KEY"),
+    ({"TRITON_ADMIN_KEY_FILE": "/does/not/exist"}, "TRITON_ADMIN_KEY_FILE"),
 ]
 
 
@@ -231,10 +236,14 @@ def test_token_never_appears_in_output_or_files(image):
     token = "hf_abcdefghijklmnopqrstuvwxyz0123456789"
     result = image.run("prepare", HF_TOKEN=token, LOG_FORMAT="json")
     assert result.returncode == 0, result.stderr
-    assert token not in result.stdout + result.stderr
+    assert_secret_nowhere(token, image, result)
+
+
+def assert_secret_nowhere(secret: str, image: Image, result: subprocess.CompletedProcess) -> None:
+    assert secret not in result.stdout + result.stderr
     for path in [*image.cache.rglob("*"), *image.repo.rglob("*")]:
         if path.is_file():
-            assert token.encode() not in path.read_bytes(), path
+            assert secret.encode() not in path.read_bytes(), path
 
 
 def test_json_logs_are_one_object_per_line_with_phase_durations(image):
@@ -281,13 +290,14 @@ def test_check_reports_versions_and_fails_on_too_few_gpus(image):
     assert "needs 2 GPUs" in short.stderr
 
 
-def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image):
+@pytest.mark.parametrize("own", [[], ["--http-restricted-api=logging:my-key=my-value-0123456789"]])
+def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, own):
     built = image.run("build-engine")
     engine_dir = Path(json.loads(built.stdout)["engine_dir"])
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (engine_dir / name).write_bytes((image.model / name).read_bytes())
     args = ["tritonserver", f"--model-store={engine_dir}", "--grpc-port=9000", "--http-port=18080",
-            "--allow-grpc=true"]
+            "--allow-grpc=true", *own]
     proc = image.start(*args, MODEL_ID="")
     try:
         deadline = time.monotonic() + 60
@@ -295,7 +305,15 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image):
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1]
             time.sleep(0.1)
         argv = records(image.records, "tritonserver")[0]["argv"]
-        assert argv == [f"--model-store={image.repo}", "--grpc-port=9000", "--http-port=18080", "--allow-grpc=true"]
+        assert argv[:4] == [f"--model-store={image.repo}", "--grpc-port=9000", "--http-port=18080",
+                            "--allow-grpc=true"]
+        apis = "shared-memory,model-repository,statistics,trace,logging"
+        if own:  # a command line that restricts APIs itself is kept as typed
+            assert argv[4:] == own
+        else:  # secure by default, with a key nobody knows (none is set)
+            assert [arg.rsplit("=", 1)[0] for arg in argv[4:]] == [f"--http-restricted-api={apis}:admin-key",
+                                                                   f"--grpc-restricted-protocol={apis}:admin-key"]
+            assert len(set(arg.rsplit("=", 1)[1] for arg in argv[4:])) == 1 and argv[4].rsplit("=", 1)[1]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
@@ -351,7 +369,7 @@ def test_a_repository_we_filled_is_served_as_it_is(image):
     again = image.run("prepare", MODEL_ID=str(image.repo), REPOSITORY_DIR=str(image.root / "unused"))
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["repository"] == str(image.repo)
-    assert "serving it as it is" in again.stderr
+    assert again.stderr.count("serving it as given") == 1
     assert not (image.root / "unused").exists() and image.builds() == 1
 
 
@@ -542,3 +560,49 @@ def test_flags_reports_each_program_the_plans_run_with_its_missing_flags(image):
     assert "--kv_cache_type" in programs["trtllm-build"]["flags"]
     assert all(p["missing"] == [] and p["error"] is None for name, p in programs.items() if name != "tritonserver")
     assert programs["tritonserver"]["error"] == f"{contract.TRITONSERVER} is not installed"
+
+
+ADMIN_KEY = "admin-key-0123456789abcdef"
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_the_admin_key_is_masked_in_prepare_output_logs_and_files(image, tmp_path, log_format):
+    (tmp_path / "admin-key").write_text(ADMIN_KEY + "\n")
+    result = image.run("prepare", TRITON_ADMIN_KEY_FILE=str(tmp_path / "admin-key"), LOG_FORMAT=log_format)
+    assert result.returncode == 0, result.stderr
+    assert_secret_nowhere(ADMIN_KEY, image, result)
+    argv = json.loads(result.stdout)["argv"]
+    apis = "shared-memory,model-repository,statistics,trace,logging"
+    assert argv[-2:] == [f"--http-restricted-api={apis}:admin-key=", f"--grpc-restricted-protocol={apis}:admin-key="]
+    assert f"--http-restricted-api={apis}:admin-key=***" in result.stderr  # the logged launch command
+
+
+def test_restricted_apis_none_opens_them_with_a_warning(image):
+    result = image.run("prepare", RESTRICTED_APIS="none")
+    assert result.returncode == 0, result.stderr
+    argv = json.loads(result.stdout)["argv"]
+    assert not any(arg.startswith(("--http-restricted", "--grpc-restricted")) for arg in argv), argv
+    assert "warning: RESTRICTED_APIS=none: every Triton API" in result.stderr
+
+
+def test_a_tampered_cached_model_py_is_replaced_from_the_image(image):
+    template = image.paths["app"] / "all_models" / "inflight_batcher_llm" / "preprocessing" / "1" / "model.py"
+    template.parent.mkdir(parents=True, exist_ok=True)
+    template.write_text("# the image's preprocessing\n")
+    first = image.run("prepare", REPOSITORY_DIR="")
+    assert first.returncode == 0, first.stderr
+    repo = Path(json.loads(first.stdout)["repository"])
+    model_py = repo / "preprocessing" / "1" / "model.py"
+    original = model_py.read_bytes()
+    model_py.write_text("open('/tmp/pwned', 'w')\n")
+    planted = repo / "postprocessing" / "1" / "__pycache__" / "model.cpython-312.pyc"
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_bytes(b"planted bytecode")
+    again = image.run("prepare", REPOSITORY_DIR="")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["repository"] == str(repo)
+    (warning,) = [line for line in again.stderr.splitlines() if "differs from this image's templates" in line]
+    assert warning.endswith("files=preprocessing/1/model.py")
+    assert model_py.read_bytes() == original == template.read_bytes() and not planted.exists()
+    third = image.run("prepare", REPOSITORY_DIR="")
+    assert "model repository up to date" in third.stderr and "differs" not in third.stderr

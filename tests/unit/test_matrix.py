@@ -101,7 +101,7 @@ def _entry(tag: str, **changes) -> dict:
         "python": "3.12.3", "pytorch": "2.6.0a0+ecf3bae40a.nv25.1", "ubuntu": "24.04",
         "backend": {"repo": "triton-inference-server/tensorrtllm_backend", "ref": "v0.17.0", "subdir": "",
                     "in_image": True},
-        "workflows": ["engine"], "engine_deprecated": False, "openai_frontend": True,
+        "workflows": ["engine"], "engine_deprecated": False, "openai_frontend": True, "restricted_apis": True,
         "uncertain": {"ubuntu": "inferred"}, "sources": ["Triton compatibility table"],
     }
     entry.update(changes)

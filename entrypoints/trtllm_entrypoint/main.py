@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, NoReturn, Sequence
 
-from trtllm_entrypoint import contract, engine_build, engine_cache, gpu, launch, probe, repository, sources
+from trtllm_entrypoint import (contract, engine_build, engine_cache, fill, gpu, launch, preflight, probe, repository,
+                               sources)
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, load_facts
 from trtllm_entrypoint.log import Log
@@ -94,7 +95,7 @@ def run(args: list[str], env: dict[str, str]) -> int:
     if command == "check":
         return check(settings, facts, env, log)
     if command == "build-engine":
-        source = resolve_model(settings, env, log)
+        source = checked_model(settings, facts, env, log)
         engine_dir, _ = ensure_engine(settings, facts, env, log, source, lambda: gpu.detect_gpus(env))
         print(json.dumps({"engine_dir": str(engine_dir)}))
         return 0
@@ -119,10 +120,19 @@ def _facts_or_none(env: Mapping[str, str]) -> ImageFacts | None:
         return None
 
 
-def resolve_model(settings: Settings, env: Mapping[str, str], log: Log) -> sources.ModelSource:
+def locate_model(settings: Settings, env: Mapping[str, str], log: Log) -> sources.ModelSource:
+    """What the model is, from names and files only: nothing is downloaded or written yet."""
     with log.phase("resolve") as extra:
         source = sources.resolve(settings, env)
         extra.update(kind=source.kind, model=source.repo_id or source.path)
+    return source
+
+
+def checked_model(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log,
+                  source: sources.ModelSource | None = None) -> sources.ModelSource:
+    """The model, after every check that needs no download: the first write or download comes after them."""
+    source = source or locate_model(settings, env, log)
+    preflight.check(settings, facts, source)
     return fetch_model(source, settings, log)
 
 
@@ -135,7 +145,7 @@ def fetch_model(source: sources.ModelSource, settings: Settings, log: Log) -> so
 
 def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log, *, need_gpu: bool,
             source: sources.ModelSource | None = None) -> Prepared:
-    source = source or resolve_model(settings, env, log)
+    source = checked_model(settings, facts, env, log, source)
     gpus = functools.lru_cache(maxsize=None)(lambda: gpu.detect_gpus(env))  # nvidia-smi once per start, if at all
     if source.kind == "repository":
         log.info("model is a complete Triton model repository; serving it as it is", repository=source.path)
@@ -155,7 +165,7 @@ def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: 
         world_size = engine_cache.engine_world_size(engine_dir)
     if need_gpu:
         gpu.require_gpus(gpus(), world_size, "to serve the model")
-    tokenizer = tokenizer_location(source, engine_dir)
+    tokenizer = preflight.tokenizer_dir(settings, source, engine_dir)
     with log.phase("fill"):
         repo = write_repository(settings, facts, log, source, engine_dir, tokenizer)
     return finish(settings, facts, log, repo=repo, engine_dir=engine_dir, world_size=world_size, tokenizer=tokenizer)
@@ -205,28 +215,18 @@ def ensure_engine(settings: Settings, facts: ImageFacts, env: Mapping[str, str],
 
 def write_repository(settings: Settings, facts: ImageFacts, log: Log, source: sources.ModelSource,
                      engine_dir: Path | None, tokenizer_dir: Path) -> Path:
-    values = repository.fill_values(settings, facts, engine_dir, tokenizer_dir)
-    plan = repository.plan_fill(settings.templates_dir, values, settings=settings, model_path=source.path)
+    values = fill.fill_values(settings, facts, engine_dir, tokenizer_dir)
+    plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=source.path)
     log.info("optional template parameters", **dict(sorted(plan.effective.items())))
     if settings.repository_dir:
-        repository.write_repository(plan, settings.repository_dir, settings.templates_dir, log=log)
+        # The returned lock descriptor stays open on purpose: the exec'd server inherits it and holds it while serving.
+        repository.write_named(plan, settings.repository_dir, settings.templates_dir, log,
+                               timeout_s=settings.lock_timeout_secs)
         return settings.repository_dir
     # Named by its content: a restart with the same settings finds it valid and skips the write.
-    dest = settings.cache_dir / "repositories" / repository.plan_digest(plan, settings.templates_dir)
-    if not repository.write_repository(plan, dest, settings.templates_dir, log=log, replace=False):
-        log.info("model repository up to date", repository=dest)
+    dest, _ = repository.write_cached(plan, settings.cache_dir / "repositories", settings.templates_dir, log,
+                                      timeout_s=settings.lock_timeout_secs)
     return dest
-
-
-def tokenizer_location(source: sources.ModelSource, engine_dir: Path | None) -> Path:
-    """The preprocessing and postprocessing models need the Hugging Face tokenizer files."""
-    candidates = [p for p in (source.path, engine_dir) if p is not None]
-    for path in candidates:
-        if any((path / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-            return path
-    raise UsageError(f"no tokenizer files (tokenizer.json, tokenizer_config.json or tokenizer.model) in "
-                     f"{', '.join(map(str, candidates))}",
-                     "set MODEL_ID to the Hugging Face checkpoint, or copy the tokenizer files beside the engine")
 
 
 def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoReturn:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
-from trtllm_entrypoint import contract, repository
+from trtllm_entrypoint import contract, fill
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.log import Log
@@ -60,7 +60,7 @@ def classify_dir(path: Path) -> str:
         return "engine"
     pbtxts = sorted(path.glob("*/config.pbtxt"))
     if pbtxts:
-        unfilled = [p.parent.name for p in pbtxts if any(repository.unfilled(p.read_text(errors="replace")))]
+        unfilled = [p.parent.name for p in pbtxts if any(fill.unfilled(p.read_text(errors="replace")))]
         if unfilled:
             raise UsageError(f"{path} is a repository template: ${{...}} placeholders are left in "
                              f"{', '.join(unfilled)}/config.pbtxt",

@@ -179,13 +179,13 @@ def test_ensure_builds_once_then_hits_and_writes_a_complete_stamp(tmp_path):
     stamp = json.loads((path / "stamp.json").read_text())
     assert stamp["key"] == KEY and stamp["inputs"] == json.loads(json.dumps(inputs))
     assert stamp["builder"]["pid"] == os.getpid() and set(stamp["durations"]) == {"lock_wait_s", "build_s"}
-    assert stamp["created"].endswith("Z") and stamp["files"]["rank0.engine"] == len(b"engine-bytes-0")
+    assert stamp["created"].endswith("Z") and stamp["files"]["rank0.engine"]["size"] == len(b"engine-bytes-0")
     assert TOKEN not in (path / "stamp.json").read_text()
 
     def must_not_build(out_dir, log_path):
         raise AssertionError("cache hit expected")
     assert cache.ensure(KEY, inputs, must_not_build, timeout_s=5, log=quiet_log()) == (path, False)
-    assert not list((tmp_path / "engines").glob(".tmp-*"))
+    assert not list((tmp_path / "engines").glob(f".{KEY}.new-*"))
 
 
 def _drop(name):
@@ -199,6 +199,11 @@ def _second_rank_missing(entry):
 
 def _truncate_engine(entry):
     (entry / "rank0.engine").write_bytes(b"short")
+
+
+def _edit_config(entry):
+    config = json.loads((entry / "config.json").read_text())
+    (entry / "config.json").write_text(json.dumps({**config, "version": "0.17.1"}))
 
 
 def _foreign_stamp(entry):
@@ -216,6 +221,7 @@ def _garbled_stamp(entry):
     (_drop("config.json"), "config.json does not exist"),
     (_second_rank_missing, "missing rank1.engine"),
     (_truncate_engine, "rank0.engine is missing or does not have the size"),
+    (_edit_config, "config.json differs from the content recorded"),
 ])
 def test_lookup_treats_incomplete_entries_as_absent_and_says_why(tmp_path, damage, reason):
     cache = EngineCache(tmp_path)
@@ -237,7 +243,7 @@ def test_a_failing_build_leaves_no_temp_dir_and_no_entry_but_keeps_its_log(tmp_p
     with pytest.raises(EntrypointError, match="exited with code 1"):
         cache.ensure(KEY, {}, failing, timeout_s=5, log=quiet_log())
     kept = f"{KEY}.failed-{os.getpid()}.log"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [kept, f"{KEY}.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".{KEY}.lock", kept]
     assert "out of memory" in (tmp_path / kept).read_text()
     assert cache.lookup(KEY) is None
 
@@ -256,22 +262,21 @@ def test_the_error_of_a_failed_build_points_at_the_kept_log(tmp_path):
     assert kept.read_text() == "boom\n"
 
 
-def test_an_invalid_published_dir_is_moved_aside_and_rebuilt(tmp_path):
+def test_an_invalid_published_dir_is_rebuilt_and_not_kept_as_a_copy(tmp_path):
     foreign = tmp_path / KEY
     foreign.mkdir()
     (foreign / "config.json").write_text("{}")  # e.g. half of an rsync: no stamp, no engines
     stream = io.StringIO()
     path, built = EngineCache(tmp_path).ensure(KEY, {}, engine_build, timeout_s=5, log=Log(stream=stream))
     assert built and (path / "stamp.json").is_file()
-    aside = list(tmp_path.glob(f"{KEY}.invalid-*"))
-    assert len(aside) == 1 and (aside[0] / "config.json").read_text() == "{}"
-    assert "moving an invalid engine cache entry aside" in stream.getvalue()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".{KEY}.lock", KEY]
+    assert "removing a copy published earlier" in stream.getvalue() and "stamp.json is missing" in stream.getvalue()
 
 
 def test_lock_timeout_names_the_lock_and_its_holder(tmp_path):
     cache = EngineCache(tmp_path)
     tmp_path.mkdir(exist_ok=True)
-    holder = os.open(tmp_path / f"{KEY}.lock", os.O_RDWR | os.O_CREAT)
+    holder = os.open(tmp_path / f".{KEY}.lock", os.O_RDWR | os.O_CREAT)
     try:
         os.write(holder, json.dumps({"pid": 4242, "host": "builder-0", "since": "2025-01-01T00:00:00Z"}).encode())
         fcntl.flock(holder, fcntl.LOCK_EX)  # a second open file description conflicts even within one process
@@ -280,7 +285,7 @@ def test_lock_timeout_names_the_lock_and_its_holder(tmp_path):
             cache.ensure(KEY, {}, engine_build, timeout_s=0.5, log=Log(stream=stream))
     finally:
         os.close(holder)
-    assert f"{KEY}.lock" in caught.value.message and "pid 4242 on builder-0" in caught.value.message
+    assert f".{KEY}.lock" in caught.value.message and "pid 4242 on builder-0" in caught.value.message
     assert "LOCK_TIMEOUT_SECS" in caught.value.hint
     assert stream.getvalue().count(f"waiting for another process building {KEY}") == 1
     assert not (tmp_path / KEY).exists()
@@ -344,10 +349,10 @@ def test_a_killed_builder_leaves_no_entry_and_the_next_start_rebuilds_and_cleans
     os.kill(proc.pid, signal.SIGKILL)
     proc.join(30)
     assert proc.exitcode == -signal.SIGKILL
-    assert not (root / KEY).exists() and len(list(root.glob(f".tmp-{KEY}-{proc.pid}-*"))) == 1
+    assert not (root / KEY).exists() and len(list(root.glob(f".{KEY}.new-*"))) == 1
 
     stream = io.StringIO()
     path, built = EngineCache(root).ensure(KEY, {}, engine_build, timeout_s=5, log=Log(stream=stream))
     assert built and (path / "rank0.engine").read_bytes() == b"engine-bytes-0"
-    assert not list(root.glob(".tmp-*"))
-    assert "removing the leftovers of an interrupted engine build" in stream.getvalue()
+    assert not list(root.glob(f".{KEY}.new-*"))
+    assert "removing the leftovers of an interrupted run" in stream.getvalue()

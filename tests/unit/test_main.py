@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ import pytest
 from tests.doubles.install import double_environ, install_doubles
 from tests.tiny_checkpoint import tiny_llama
 from trtllm_entrypoint import contract
-from trtllm_entrypoint.repository import structural_placeholders
+from trtllm_entrypoint.fill import structural_placeholders
 from trtllm_images import matrix
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,6 +61,7 @@ class Image:
         self.model = tiny_llama(root / "models" / "tiny")
         self.cache = root / "cache"
         self.repo = root / "repository"
+        self.templates = self.paths["app"] / "all_models"
         env = double_environ(self.paths, self.records)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "entrypoints"), env["PYTHONPATH"]])
         for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_FILE", "MODEL_ID", "ENGINE_DIR", "CACHE_DIR",
@@ -76,6 +78,19 @@ class Image:
     def run(self, *args: str, **overrides: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "trtllm_entrypoint", *args], env={**self.env, **overrides},
                               capture_output=True, text=True, timeout=120)
+
+    def prebuilt(self, world_size: int = 1) -> Path:
+        """An engine of this image's TensorRT-LLM under root/engines/prebuilt, with the tokenizer beside it."""
+        engine = self.root / "engines" / "prebuilt"
+        engine.mkdir(parents=True, exist_ok=True)
+        config = {"version": matrix.load().get(self.tag).tensorrt_llm, "build_config": {"max_batch_size": 8},
+                  "pretrained_config": {"mapping": {"world_size": world_size}}}
+        (engine / "config.json").write_text(json.dumps(config))
+        for rank in range(world_size):
+            (engine / f"rank{rank}.engine").write_bytes(b"engine")
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            (engine / name).write_bytes((self.model / name).read_bytes())
+        return engine
 
     def builds(self) -> int:
         return len(records(self.records, "trtllm-build"))
@@ -184,7 +199,7 @@ def test_build_killed_midway_is_never_loaded_and_the_next_start_rebuilds(image):
     assert result.returncode == 0, result.stderr
     assert image.builds() == 2
     assert len(image.published()) == 1
-    leftovers = [p.name for p in (image.cache / "engines").iterdir() if p.name.startswith(".tmp-")]
+    leftovers = [p.name for p in (image.cache / "engines").iterdir() if ".new-" in p.name]
     assert leftovers == []
 
 
@@ -432,3 +447,137 @@ def test_error_lines_mask_a_token_given_in_a_file(image, tmp_path):
     result = image.run("prepare", HF_TOKEN_FILE=str(tmp_path / "token"), MODEL_ID=f"{token} x")
     assert result.returncode == 2
     assert token not in result.stderr and "***" in result.stderr
+
+
+def snapshot(root: Path) -> dict:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# Each names a directory that holds something of the user's, or that we write: all refused before any write.
+OVERLAPS = {
+    "REPOSITORY_DIR is the checkpoint": lambda img: {"REPOSITORY_DIR": str(img.model)},
+    "REPOSITORY_DIR is the checkpoint's parent": lambda img: {"REPOSITORY_DIR": str(img.model.parent)},
+    "REPOSITORY_DIR is CACHE_DIR": lambda img: {"REPOSITORY_DIR": str(img.cache)},
+    "REPOSITORY_DIR inside the templates": lambda img: {"REPOSITORY_DIR": str(img.templates / "inflight_batcher_llm")},
+    "REPOSITORY_DIR holds the engine": lambda img: {"ENGINE_DIR": str(img.prebuilt()),
+                                                    "REPOSITORY_DIR": str(img.root / "engines")},
+    "CACHE_DIR is the templates": lambda img: {"CACHE_DIR": str(img.templates)},
+    "CACHE_DIR is the checkpoint": lambda img: {"CACHE_DIR": str(img.model)},
+    "CACHE_DIR inside the checkpoint": lambda img: {"CACHE_DIR": str(img.model / "cache")},
+}
+
+
+@pytest.mark.parametrize("case", OVERLAPS)
+def test_overlapping_directories_are_refused_before_any_write(image, case):
+    overrides = OVERLAPS[case](image)
+    before = snapshot(image.root / "models"), snapshot(image.templates)
+    result = image.run("prepare", **overrides)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "is not allowed" in error and "apart from" in error
+    assert (snapshot(image.root / "models"), snapshot(image.templates)) == before
+    assert image.builds() == 0 and not (image.cache / "engines").exists()
+
+
+def test_a_repository_dir_we_did_not_write_is_refused_and_kept(image, tmp_path):
+    mine = tmp_path / "mine"
+    (mine / "notes").mkdir(parents=True)
+    (mine / "notes" / "todo.txt").write_text("keep me")
+    result = image.run("prepare", REPOSITORY_DIR=str(mine))
+    assert result.returncode == 2, result.stderr
+    assert "was not written by trtllm-entrypoint" in result.stderr
+    assert snapshot(mine) == {"notes/todo.txt": b"keep me"} and image.builds() == 0
+
+
+def test_an_engine_published_by_the_cache_may_be_served_from_it(image):
+    engine_dir = json.loads(image.run("build-engine").stdout)["engine_dir"]
+    result = image.run("prepare", ENGINE_DIR=engine_dir)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_prebuilt_engine_missing_a_rank_is_refused_before_anything_runs(image):
+    engine = image.prebuilt(world_size=2)
+    (engine / "rank1.engine").unlink()
+    result = image.run("prepare", ENGINE_DIR=str(engine), MODEL_ID="")
+    assert result.returncode == 2, result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "built for 2 ranks" in error and "rank1.engine" in error
+    assert not image.repo.exists() and not records(image.records, "mpirun")
+
+
+def test_seeds_layout_engine_dir_with_model_id_takes_the_tokenizer_from_the_checkpoint(image):
+    engine = image.prebuilt()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (engine / name).unlink()
+    result = image.run("prepare", ENGINE_DIR=str(engine))  # MODEL_ID is the checkpoint (fixture)
+    assert result.returncode == 0, result.stderr
+    assert f'"{image.model}"' in (image.repo / "preprocessing" / "config.pbtxt").read_text()
+    assert f'"{engine}"' in (image.repo / "tensorrt_llm" / "config.pbtxt").read_text()
+
+
+def test_missing_tokenizer_hint_does_not_ask_for_model_id_when_it_is_set(image, tmp_path):
+    engine = image.prebuilt()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (engine / name).unlink()
+        (image.model / name).unlink()
+    result = image.run("prepare", ENGINE_DIR=str(engine))
+    assert result.returncode == 2, result.stderr
+    hint = result.stderr.splitlines()[-1]
+    assert hint.startswith("hint: ") and "set MODEL_ID" not in hint and "beside the engine" in hint
+    assert image.builds() == 0 and not image.repo.exists()
+
+
+def test_a_damaged_cached_repository_is_rewritten_not_served(image):
+    first = image.run("prepare", REPOSITORY_DIR="")
+    repo = Path(json.loads(first.stdout)["repository"])
+    config = repo / "ensemble" / "config.pbtxt"
+    good = config.read_text()
+    config.write_text(good[: len(good) // 2])
+    second = image.run("prepare", REPOSITORY_DIR="")
+    assert second.returncode == 0, second.stderr
+    assert "model repository up to date" not in second.stderr
+    assert "removing a copy published earlier" in second.stderr and "ensemble/config.pbtxt is missing or does not " \
+        "have the size" in second.stderr
+    assert config.read_text() == good
+    (repo / "preprocessing" / "config.pbtxt").unlink()
+    assert image.run("prepare", REPOSITORY_DIR="").returncode == 0
+    assert (repo / "preprocessing" / "config.pbtxt").is_file()
+
+
+def test_leftovers_of_a_killed_fill_are_removed_at_the_next_start(image):
+    for leftover in (".repository.new-abc123", ".repository.old-def456"):
+        (image.root / leftover / "ensemble").mkdir(parents=True)
+    result = image.run("prepare")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in image.root.iterdir() if p.name.startswith(".repository")) == [".repository.lock"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_replicas_sharing_a_repository_dir_with_different_settings_fail_loudly(image):
+    engine = image.prebuilt()  # served through the stock KServe command line: it fills REPOSITORY_DIR, then execs
+    server = image.start("tritonserver", f"--model-store={engine}", f"--http-port={free_port()}",
+                         f"--grpc-port={free_port()}", f"--metrics-port={free_port()}", MODEL_ID="")
+    try:
+        deadline = time.monotonic() + 60
+        while not records(image.records, "tritonserver"):
+            assert time.monotonic() < deadline and server.poll() is None, server.communicate()[1]
+            time.sleep(0.1)
+        same = image.run("prepare", ENGINE_DIR=str(engine), MODEL_ID="")
+        assert same.returncode == 0, same.stderr
+        other = image.run("prepare", ENGINE_DIR=str(engine), MODEL_ID="", DECOUPLED="true")
+        assert other.returncode == 1, other.stderr
+        (error,) = [line for line in other.stderr.splitlines() if line.startswith("error: ")]
+        assert "is served by another server" in error and "differs from what these settings write" in error
+        assert "decoupled: false" in (image.repo / "tensorrt_llm" / "config.pbtxt").read_text()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    alone = image.run("prepare", ENGINE_DIR=str(engine), MODEL_ID="", DECOUPLED="true")  # a restart with new settings rewrites it
+    assert alone.returncode == 0, alone.stderr
+    assert "decoupled: true" in (image.repo / "tensorrt_llm" / "config.pbtxt").read_text()

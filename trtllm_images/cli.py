@@ -43,6 +43,10 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except BuildError as exc:
             raise _Failure(exc) from exc
+        except OSError as exc:  # a path the user gave (--out, --backend-dir): one line, not a traceback
+            where = f"{exc.filename}: " if exc.filename else ""
+            error = BuildError(f"{where}{exc.strerror or exc}", "check that --out names a writable directory")
+            raise _Failure(error) from exc
 
 
 def _say(message: str) -> None:

@@ -143,6 +143,11 @@ def load(path: Path = DEFAULT_PATH) -> Matrix:
     except FileNotFoundError:
         raise UsageError(f"matrix file {path} does not exist",
                          "run from a checkout of trtllm-images or pass --matrix FILE") from None
+    except OSError as exc:
+        raise UsageError(f"matrix file {path} cannot be read: {exc.strerror}", "pass --matrix FILE") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"matrix file {path} is not UTF-8 text (byte {exc.start})",
+                         "pass --matrix a YAML file such as matrix.yaml") from None
     try:
         data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:

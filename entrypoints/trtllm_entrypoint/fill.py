@@ -11,6 +11,7 @@ and the BLS model (`tensorrt_llm_model_name`) refer to them by name. Pure: reads
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 
 ENGINE_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls", "ensemble")
 ENTRY_MODEL = {"engine": "ensemble", "llmapi": "tensorrt_llm"}
+# Names the repository's other models keep (the ensemble steps refer to them): SERVED_MODEL_NAME may not take them.
+INNER_MODELS = {"engine": tuple(m for m in ENGINE_MODELS if m != "ensemble"), "llmapi": ()}
 WORKFLOW_DIR = {"engine": "inflight_batcher_llm", "llmapi": "llmapi"}
 UNSET = "unset (backend default)"
 
@@ -53,7 +56,7 @@ _TOP_NAME = re.compile(r'^name\s*:\s*"[^"\n]*"', re.MULTILINE)
 
 @dataclass(frozen=True)
 class ModelFill:
-    source: str               # template model directory, relative to the template root
+    source: str               # template model directory, relative to TEMPLATES_DIR
     name: str                 # directory and model name in the written repository
     files: dict[str, str]     # relative path inside the model directory -> text to write
 
@@ -165,13 +168,26 @@ def rename_model(text: str, name: str) -> str:
     return renamed
 
 
-def served_name(settings: Settings, workflow: str, inner: tuple[str, ...]) -> str:
-    """SERVED_MODEL_NAME (its form is checked by settings), or the template's entry model name."""
-    name = settings.served_model_name or ENTRY_MODEL[workflow]
-    if name != ENTRY_MODEL[workflow] and name in inner:
-        raise UsageError(f"SERVED_MODEL_NAME={name!r} clashes with an inner model of the repository",
-                         "choose a name other than " + ", ".join(inner))
-    return name
+def served_name(settings: Settings, workflow: str) -> str:
+    """SERVED_MODEL_NAME (settings checked its form and that no inner model has it), or the entry model's name."""
+    return settings.served_model_name or ENTRY_MODEL[workflow]
+
+
+def workflow_templates(templates_dir: Path, workflow: str) -> Path:
+    """The folder with the workflow's model templates. TEMPLATES_DIR names the backend's all_models (as the images
+    ship it) or that folder itself (all_models/inflight_batcher_llm is what the seeds copy)."""
+    nested = templates_dir / WORKFLOW_DIR[workflow]
+    if nested.is_dir():
+        return nested
+    entry = ENTRY_MODEL[workflow]
+    # An inflight_batcher_llm folder has a tensorrt_llm model too: only one without an ensemble is an llmapi folder.
+    if (templates_dir / entry / "config.pbtxt").is_file() and (workflow == "engine" or
+                                                               not (templates_dir / "ensemble").exists()):
+        return templates_dir
+    found = "does not exist" if not templates_dir.exists() else f"has neither {WORKFLOW_DIR[workflow]}/ nor {entry}/"
+    raise UsageError(f"TEMPLATES_DIR={str(templates_dir)!r} is not allowed: it {found}; expected the backend's "
+                     f"all_models directory or its {WORKFLOW_DIR[workflow]} folder (WORKFLOW={workflow})",
+                     "leave TEMPLATES_DIR unset to use the image's templates")
 
 
 def _fill_config(path: Path, values: Mapping[str, str]) -> tuple[str, dict[str, str]]:
@@ -191,12 +207,14 @@ def _fill_config(path: Path, values: Mapping[str, str]) -> tuple[str, dict[str, 
 
 
 def _engine_models(root: Path, values: Mapping[str, str], settings: Settings) -> tuple[list[ModelFill], dict[str, str]]:
-    present = [m for m in ENGINE_MODELS if (root / m / "config.pbtxt").is_file()]
+    # The BLS model is opt-in: it imports torch (slower start), and when it fails to load Triton starts no model.
+    wanted = [m for m in ENGINE_MODELS if m != "tensorrt_llm_bls" or settings.enable_bls]
+    present = [m for m in wanted if (root / m / "config.pbtxt").is_file()]
     missing = {"preprocessing", "tensorrt_llm", "postprocessing", "ensemble"} - set(present)
     if missing:
         raise EntrypointError(f"{root} lacks the template model(s) {', '.join(sorted(missing))}",
                               "set TEMPLATES_DIR to the backend's all_models directory")
-    entry = served_name(settings, "engine", tuple(m for m in present if m != "ensemble"))
+    entry = served_name(settings, "engine")
     models, effective = [], {}
     for model in present:
         text, model_effective = _fill_config(root / model / "config.pbtxt", values)
@@ -204,7 +222,7 @@ def _engine_models(root: Path, values: Mapping[str, str], settings: Settings) ->
         name = entry if model == "ensemble" else model
         if name != model:
             text = rename_model(text, name)
-        models.append(ModelFill(f"{WORKFLOW_DIR['engine']}/{model}", name, {"config.pbtxt": text}))
+        models.append(ModelFill(model, name, {"config.pbtxt": text}))
     return models, effective
 
 
@@ -269,21 +287,24 @@ def _llmapi_models(root: Path, settings: Settings, model_path: Path | str | None
     if model_path is None:
         raise EntrypointError("the llmapi workflow needs the model's path for model.yaml")
     text, _ = _fill_config(config_path, {})
-    name = served_name(settings, "llmapi", ())
+    name = served_name(settings, "llmapi")
     if name != "tensorrt_llm":
         text = rename_model(text, name)
     config = llmapi_config(settings, model_path)
     files = {"config.pbtxt": text, "1/model.yaml": to_yaml(config)}
-    return [ModelFill(f"{WORKFLOW_DIR['llmapi']}/tensorrt_llm", name, files)], _flatten(config)
+    return [ModelFill("tensorrt_llm", name, files)], _flatten(config)
 
 
 def plan_fill(template_root: Path, values: Mapping[str, str], *, settings: Settings,
               model_path: Path | str | None = None) -> FillPlan:
-    """What to write for settings.workflow; reads the templates under template_root (the backend's all_models)."""
+    """What to write for settings.workflow; reads the templates under template_root (TEMPLATES_DIR)."""
     workflow = settings.workflow
-    root = Path(template_root) / WORKFLOW_DIR[workflow]
+    root = workflow_templates(Path(template_root), workflow)
     if workflow == "engine":
         models, effective = _engine_models(root, values, settings)
     else:
         models, effective = _llmapi_models(root, settings, model_path)
+    # Sources relative to template_root, whichever of its two layouts TEMPLATES_DIR has.
+    prefix = root.relative_to(template_root)
+    models = [dataclasses.replace(m, source=(prefix / m.source).as_posix()) for m in models]
     return FillPlan(workflow, tuple(models), dict(sorted(effective.items())))

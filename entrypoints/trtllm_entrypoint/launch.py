@@ -135,7 +135,7 @@ def parse_passthrough(argv: Sequence[str]) -> Passthrough:
         if flag in REPOSITORY_FLAGS:
             repositories.append(Path(value))
         elif flag in PORT_FLAGS:
-            if not value.isdigit() or not 0 < int(value) < 65536:
+            if not (value.isascii() and value.isdigit()) or not 0 < int(value) < 65536:
                 raise UsageError(f"{flag}={value!r} is not a port number", "give a number from 1 to 65535")
             ports[PORT_FLAGS[flag]] = int(value)
         else:

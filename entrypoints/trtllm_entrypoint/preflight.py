@@ -10,16 +10,16 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtllm_entrypoint import engine_cache, publish, repository
+from trtllm_entrypoint import engine_cache, fill, publish, repository
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.settings import bad
+from trtllm_entrypoint.sources import TOKENIZER_FILES
 
 if TYPE_CHECKING:
     from trtllm_entrypoint.facts import ImageFacts
     from trtllm_entrypoint.settings import Settings
     from trtllm_entrypoint.sources import ModelSource
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 # Below CACHE_DIR, these hold what we published and only read afterwards: a model or engine there is fine.
 CACHE_READ_ONLY = ("engines", "models")
 
@@ -109,6 +109,8 @@ def check(settings: Settings, facts: ImageFacts, source: ModelSource) -> None:
     """The one pass, before anything is written or downloaded."""
     check_overlaps(named_paths(settings, source))
     check_repository_dir(settings.repository_dir)
+    if source.kind != "repository":  # a prebuilt engine is served by the engine workflow whatever the default
+        fill.workflow_templates(settings.templates_dir, "engine" if source.kind == "engine" else settings.workflow)
     if source.kind == "engine":
         check_prebuilt_engine(settings, source.path, facts.tensorrt_llm)
     rebuilt_from_hub = source.kind == "engine" and settings.model_id and not os.path.isdir(settings.model_id)

@@ -17,8 +17,9 @@ from typing import Mapping
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.fill import INNER_MODELS
+from trtllm_entrypoint.paths import under_model_dir
 
 DTYPES = ("auto", "float16", "bfloat16", "float32")
 QUANTIZATIONS = ("none", "fp8", "int8_sq", "int4_awq", "w4a8_awq", "int8_wo", "int4_wo", "nvfp4")
@@ -27,6 +28,10 @@ LOG_FORMATS = ("text", "json")
 TRUE_WORDS = ("true", "1", "yes", "on")
 FALSE_WORDS = ("false", "0", "no", "off")
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64)
+WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+TOKEN = re.compile(r"[!-~]+")  # printable ASCII without spaces: it goes into an HTTP header
+TOKEN_FILE_LIMIT = 64 * 1024
 MAX_TOKENS = 1 << 20  # 1M tokens: above any context length TensorRT-LLM serves today
 # Usable as a Triton model name and as a directory name.
 SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -65,6 +70,9 @@ class Settings:
     triton_args: tuple[str, ...]
     exit_timeout_secs: int
     lock_timeout_secs: int
+    enable_bls: bool = False
+    # The fields whose variable was set (the others hold defaults): a prebuilt engine's own limits replace defaults.
+    explicit: frozenset[str] = frozenset()
     # Set when CACHE_DIR was not given and the default was not writable; the orchestrator logs it as a warning.
     cache_fallback_reason: str | None = None
 
@@ -77,7 +85,7 @@ class Settings:
         env = _Env(environ)
         values = {**_model_values(env, facts), **_limit_values(env), **_server_values(env, facts)}
         values["cache_dir"], values["cache_fallback_reason"] = _cache_dir(env)
-        settings = cls(**values)
+        settings = cls(**values, explicit=frozenset(name.lower() for name in env.given))
         _check_relations(settings)
         return settings
 
@@ -90,8 +98,8 @@ class Settings:
                 value = "***" if value else None
             elif isinstance(value, Path):
                 value = str(value)
-            elif isinstance(value, tuple):
-                value = list(value)
+            elif isinstance(value, (tuple, frozenset)):
+                value = sorted(value) if isinstance(value, frozenset) else list(value)
             out[f.name] = value
         out["world_size"] = self.world_size
         return out
@@ -108,9 +116,12 @@ class _Env:
 
     def __init__(self, environ: Mapping[str, str]):
         self.environ = environ
+        self.given: set[str] = set()  # names read that had a value
 
     def text(self, name: str) -> str | None:
         value = self.environ.get(name, "").strip()
+        if value:
+            self.given.add(name)
         return value or None
 
     def integer(self, name: str, default: int, low: int, high: int) -> int:
@@ -118,10 +129,9 @@ class _Env:
         if raw is None:
             return default
         allowed = f"a whole number from {low} to {high}"
-        try:
-            value = int(raw, 10)
-        except ValueError:
-            raise bad(name, raw, allowed) from None
+        if not WHOLE_NUMBER.fullmatch(raw):  # int() alone takes "٨", and str.isdigit() takes "²"
+            raise bad(name, raw, allowed)
+        value = int(raw)
         if not low <= value <= high:
             raise bad(name, raw, allowed)
         return value
@@ -137,10 +147,9 @@ class _Env:
         if raw is None:
             return default
         allowed = "a number greater than 0 and at most 1 (e.g. 0.9)"
-        try:
-            value = float(raw)
-        except ValueError:
-            raise bad(name, raw, allowed) from None
+        if not DECIMAL.fullmatch(raw):
+            raise bad(name, raw, allowed)
+        value = float(raw)
         if math.isnan(value) or not 0 < value <= 1:
             raise bad(name, raw, allowed)
         return value
@@ -163,12 +172,37 @@ class _Env:
             raise bad(name, raw, "one of " + ", ".join(allowed))
         return raw.lower()
 
-    def path(self, name: str) -> Path | None:
+    def template_safe(self, name: str) -> str | None:
+        """A value that lands in the generated config.pbtxt files, where `${` would read as an unfilled placeholder."""
         raw = self.text(name)
+        if raw is not None and "${" in raw:
+            raise bad(name, raw, "a value without '${' (it would read as an unfilled template placeholder)")
+        return raw
+
+    def path(self, name: str) -> Path | None:
+        raw = self.template_safe(name)
         return None if raw is None else Path(os.path.abspath(raw))
 
 
 TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # the second is the older name, read when HF_TOKEN is unset
+
+
+def read_token_file(path: str) -> str:
+    """The token in a mounted secret: a bounded read (a device such as /dev/zero never ends), strictly ASCII."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read(TOKEN_FILE_LIMIT + 1)
+    except OSError as exc:
+        raise bad("HF_TOKEN_FILE", path, f"a readable file holding the token ({exc.strerror})") from None
+    if len(data) > TOKEN_FILE_LIMIT:
+        raise bad("HF_TOKEN_FILE", path, f"a file of at most {TOKEN_FILE_LIMIT // 1024} KiB holding the token")
+    try:
+        token = data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise bad("HF_TOKEN_FILE", path, "a file holding the token as ASCII text (it holds other bytes)") from None
+    if not token:
+        raise bad("HF_TOKEN_FILE", path, "a file holding the token, but the file is empty")
+    return token
 
 
 def token_values(environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -176,8 +210,8 @@ def token_values(environ: Mapping[str, str]) -> tuple[str, ...]:
     env = _Env(environ)
     found = [env.text(name) for name in TOKEN_VARIABLES]
     try:
-        found.append(Path(environ["HF_TOKEN_FILE"]).read_text().strip() if env.text("HF_TOKEN_FILE") else None)
-    except OSError:
+        found.append(read_token_file(environ["HF_TOKEN_FILE"]) if env.text("HF_TOKEN_FILE") else None)
+    except UsageError:
         pass
     return tuple(token for token in found if token)
 
@@ -185,17 +219,14 @@ def token_values(environ: Mapping[str, str]) -> tuple[str, ...]:
 def _token(env: _Env) -> str | None:
     token = env.text(TOKEN_VARIABLES[0]) or env.text(TOKEN_VARIABLES[1])
     token_file = env.text("HF_TOKEN_FILE")
-    if token_file is None:
-        return token
-    if token is not None:
+    if token_file is not None and token is not None:
         raise UsageError("HF_TOKEN and HF_TOKEN_FILE are both set: expected only one of them",
                          "keep HF_TOKEN_FILE (a mounted secret) and unset HF_TOKEN / HUGGING_FACE_HUB_TOKEN")
-    try:
-        token = Path(token_file).read_text().strip()
-    except OSError as exc:
-        raise bad("HF_TOKEN_FILE", token_file, f"a readable file holding the token ({exc.strerror})") from None
-    if not token:
-        raise bad("HF_TOKEN_FILE", token_file, "a file holding the token, but the file is empty")
+    source = "HF_TOKEN" if token is not None else "HF_TOKEN_FILE"
+    token = read_token_file(token_file) if token_file is not None else token
+    if token is not None and not TOKEN.fullmatch(token):  # never shown: it may be a real token with a typo
+        raise UsageError(f"{source} is not allowed: expected a Hugging Face token (printable ASCII, no spaces)",
+                         "copy the token again from https://huggingface.co/settings/tokens")
     return token
 
 
@@ -210,7 +241,7 @@ def _model_values(env: _Env, facts: ImageFacts) -> dict:
     # A prebuilt engine can only be served by the engine workflow, whatever this image defaults to.
     default_workflow = "engine" if engine_dir is not None and "engine" in workflows else facts.default_workflow
     return {
-        "model_id": env.text("MODEL_ID"),
+        "model_id": env.template_safe("MODEL_ID"),
         "model_revision": env.text("MODEL_REVISION"),
         "hf_token": _token(env),
         "engine_dir": engine_dir,
@@ -234,6 +265,7 @@ def _limit_values(env: _Env) -> dict:
         "kv_cache_free_gpu_mem_fraction": env.fraction("KV_CACHE_FREE_GPU_MEM_FRACTION", 0.9),
         "enable_kv_cache_reuse": env.boolean("ENABLE_KV_CACHE_REUSE", False),
         "decoupled": env.boolean("DECOUPLED", False),
+        "enable_bls": env.boolean("ENABLE_BLS", False),
         "exit_timeout_secs": env.integer("EXIT_TIMEOUT_SECS", 30, 0, 3600),
         "lock_timeout_secs": env.integer("LOCK_TIMEOUT_SECS", 3600, 0, 86400),
     }
@@ -300,6 +332,10 @@ def _check_relations(s: Settings) -> None:
         if port in seen:
             raise bad(name, port, f"a port different from {seen[port]}={port} (the ports in use must be distinct)")
         seen[port] = name
+    inner = INNER_MODELS[s.workflow]
+    if s.served_model_name in inner:
+        raise bad("SERVED_MODEL_NAME", s.served_model_name,
+                  f"a name other than {', '.join(inner)} (the repository's own models have them)")
     if s.workflow == "llmapi" and s.quantization != "none":
         raise bad("QUANTIZATION", s.quantization,
                   "none with WORKFLOW=llmapi (it serves the checkpoint as is: use a pre-quantized checkpoint)")

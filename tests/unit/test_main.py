@@ -232,6 +232,16 @@ BAD_INPUT = [
     ({"TRITON_ARGS": "--log-verbose='1"}, "TRITON_ARGS"),
     ({"MATRIX_TAG": "99.99"}, "MATRIX_TAG"),
     ({"SERVED_MODEL_NAME": "a/b"}, "SERVED_MODEL_NAME"),
+    # once refused only after the engine build, or with a traceback
+    ({"SERVED_MODEL_NAME": "tensorrt_llm"}, "SERVED_MODEL_NAME"),
+    ({"MODEL_ID": "/models/${MODEL}"}, "MODEL_ID"),
+    ({"TP_SIZE": "²"}, "TP_SIZE"),
+    ({"PP_SIZE": "٨"}, "PP_SIZE"),
+    ({"HF_TOKEN_FILE": "/dev/zero"}, "HF_TOKEN_FILE"),
+    ({"HF_TOKEN": "hf_schlüssel"}, "HF_TOKEN"),
+    ({"MODEL_ID": "org/name-"}, "MODEL_ID"),
+    ({"MODEL_ID": "org/name."}, "MODEL_ID"),
+    ({"MODEL_ID": "org/" + "n" * 97}, "MODEL_ID"),
 ]
 
 
@@ -243,6 +253,26 @@ def test_bad_input_exits_2_naming_the_variable_and_writes_nothing(image, overrid
     assert first_line.startswith("error: ") and variable in first_line, result.stderr
     assert not image.cache.exists() and not image.repo.exists()
     assert image.builds() == 0
+
+
+def without_tokenizer(model: Path) -> Path:
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (model / name).unlink()
+    return model
+
+
+def test_late_bad_input_is_refused_before_the_engine_build(image, tmp_path):
+    cases = {
+        "TEMPLATES_DIR": {"TEMPLATES_DIR": str(tmp_path / "no-templates")},
+        "tokenizer": {"MODEL_ID": str(without_tokenizer(tiny_llama(tmp_path / "bare")))},
+    }
+    for named, overrides in cases.items():
+        result = image.run("prepare", **overrides)
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+        assert named in error, error
+        assert image.builds() == 0 and not image.cache.exists() and not image.repo.exists()
 
 
 def test_token_never_appears_in_output_or_files(image):
@@ -507,9 +537,7 @@ def test_a_prebuilt_engine_missing_a_rank_is_refused_before_anything_runs(image)
 
 
 def test_seeds_layout_engine_dir_with_model_id_takes_the_tokenizer_from_the_checkpoint(image):
-    engine = image.prebuilt()
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (engine / name).unlink()
+    engine = without_tokenizer(image.prebuilt())
     result = image.run("prepare", ENGINE_DIR=str(engine))  # MODEL_ID is the checkpoint (fixture)
     assert result.returncode == 0, result.stderr
     assert f'"{image.model}"' in (image.repo / "preprocessing" / "config.pbtxt").read_text()
@@ -517,10 +545,8 @@ def test_seeds_layout_engine_dir_with_model_id_takes_the_tokenizer_from_the_chec
 
 
 def test_missing_tokenizer_hint_does_not_ask_for_model_id_when_it_is_set(image, tmp_path):
-    engine = image.prebuilt()
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (engine / name).unlink()
-        (image.model / name).unlink()
+    engine = without_tokenizer(image.prebuilt())
+    without_tokenizer(image.model)
     result = image.run("prepare", ENGINE_DIR=str(engine))
     assert result.returncode == 2, result.stderr
     hint = result.stderr.splitlines()[-1]

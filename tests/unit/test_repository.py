@@ -96,7 +96,7 @@ def test_effective_values_cover_every_optional_parameter(root, tmp_path):
 def test_decoupled_and_batch_values_follow_settings(tmp_path):
     root = need(TRTLLM_ROOT)
     settings = make_settings(DECOUPLED="true", MAX_BATCH_SIZE="8", ENABLE_KV_CACHE_REUSE="1",
-                             KV_CACHE_FREE_GPU_MEM_FRACTION="0.5", MAX_BEAM_WIDTH="2")
+                             KV_CACHE_FREE_GPU_MEM_FRACTION="0.5", MAX_BEAM_WIDTH="2", ENABLE_BLS="true")
     fill(root, tmp_path / "repo", settings)
     text = (tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt").read_text()
     assert "decoupled: true" in text and "max_batch_size: 8" in text
@@ -166,12 +166,38 @@ def parameters_from_text(text):
 
 def test_served_model_name_renames_the_ensemble_only(tmp_path):
     root = need(TRTLLM_ROOT)
-    fill(root, tmp_path / "repo", make_settings(SERVED_MODEL_NAME="llama-3"))
+    fill(root, tmp_path / "repo", make_settings(SERVED_MODEL_NAME="llama-3", ENABLE_BLS="yes"))
     names = sorted(p.name for p in (tmp_path / "repo").iterdir() if p.is_dir())
     assert names == ["llama-3", "postprocessing", "preprocessing", "tensorrt_llm", "tensorrt_llm_bls"]
     assert '\nname: "llama-3"' in (tmp_path / "repo" / "llama-3" / "config.pbtxt").read_text()
     assert parameters(tmp_path / "repo" / "tensorrt_llm_bls" / "config.pbtxt")["tensorrt_llm_model_name"] == \
         "tensorrt_llm"
+
+
+def test_the_bls_model_is_written_only_when_asked_for(tmp_path):
+    root = need(TRTLLM_ROOT)
+    fill(root, tmp_path / "repo")
+    assert sorted(p.name for p in (tmp_path / "repo").iterdir() if p.is_dir()) == \
+        ["ensemble", "postprocessing", "preprocessing", "tensorrt_llm"]
+    fill(root, tmp_path / "repo", make_settings(ENABLE_BLS="true"))
+    assert (tmp_path / "repo" / "tensorrt_llm_bls" / "config.pbtxt").is_file()
+
+
+def test_templates_dir_may_name_all_models_or_the_seeds_folder(tmp_path):
+    root = copy_templates(tmp_path)
+    (root / "inflight_batcher_llm" / "preprocessing" / "1").mkdir(parents=True, exist_ok=True)
+    (root / "inflight_batcher_llm" / "preprocessing" / "1" / "model.py").write_text("# tokenizer model\n")
+    whole = fill(root, tmp_path / "repo-a")
+    folder = fill(root / "inflight_batcher_llm", tmp_path / "repo-b")
+    assert [m.files for m in whole.models] == [m.files for m in folder.models]
+    assert (tmp_path / "repo-b" / "preprocessing" / "1" / "model.py").read_text() == "# tokenizer model\n"
+
+
+@pytest.mark.parametrize("where,found", [("missing", "does not exist"), ("empty", "has neither")])
+def test_templates_dir_without_templates_is_bad_input(tmp_path, where, found):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match=f"TEMPLATES_DIR=.*{found}"):
+        filling.workflow_templates(tmp_path / where, "engine")
 
 
 def test_served_model_name_may_not_take_an_inner_name(tmp_path):

@@ -103,6 +103,22 @@ BAD = [
     ({"ENGINE_DIR": "/engines/x", "WORKFLOW": "llmapi"}, "ENGINE_DIR='/engines/x'", "unset with WORKFLOW=llmapi"),
     ({"CACHE_DIR": "/mnt/models/cache"}, "CACHE_DIR='/mnt/models/cache'", "a writable directory outside /mnt/models"),
     ({"REPOSITORY_DIR": "/mnt/models"}, "REPOSITORY_DIR='/mnt/models'", "a writable directory outside /mnt/models"),
+    # str.isdigit() accepts these and int() then fails (or, for "٨", silently reads 8): refused as not ASCII digits
+    ({"TP_SIZE": "²"}, "TP_SIZE='²'", "a whole number from 1 to 64"),
+    ({"PP_SIZE": "٨"}, "PP_SIZE='٨'", "a whole number from 1 to 64"),
+    ({"MAX_BATCH_SIZE": "６４"}, "MAX_BATCH_SIZE='６４'", "a whole number from 1 to 4096"),
+    ({"KV_CACHE_FREE_GPU_MEM_FRACTION": "٠.٥"}, "KV_CACHE_FREE_GPU_MEM_FRACTION='٠.٥'",
+     "a number greater than 0 and at most 1"),
+    ({"HTTP_PORT": "8_000"}, "HTTP_PORT='8_000'", "a whole number from 1 to 65535"),
+    # names the repository's own models have
+    ({"SERVED_MODEL_NAME": "tensorrt_llm"}, "SERVED_MODEL_NAME='tensorrt_llm'", "a name other than preprocessing"),
+    ({"SERVED_MODEL_NAME": "preprocessing"}, "SERVED_MODEL_NAME='preprocessing'", "a name other than"),
+    ({"SERVED_MODEL_NAME": "tensorrt_llm_bls"}, "SERVED_MODEL_NAME='tensorrt_llm_bls'", "a name other than"),
+    # values that land in config.pbtxt, where `${` reads as an unfilled placeholder
+    ({"MODEL_ID": "/models/${NAME}"}, "MODEL_ID='/models/${NAME}'", "a value without '${'"),
+    ({"ENGINE_DIR": "/e/${x}"}, "ENGINE_DIR='/e/${x}'", "a value without '${'"),
+    ({"CACHE_DIR": "/c/${x}"}, "CACHE_DIR='/c/${x}'", "a value without '${'"),
+    ({"TEMPLATES_DIR": "/t/${x}"}, "TEMPLATES_DIR='/t/${x}'", "a value without '${'"),
 ]
 
 
@@ -152,6 +168,35 @@ def test_token_errors_never_show_the_token(tmp_path):
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(UsageError, match=r"HF_TOKEN_FILE=.* the file is empty"):
         load(HF_TOKEN_FILE=str(tmp_path / "empty"))
+
+
+def test_token_files_are_read_bounded_and_strictly(tmp_path):
+    with pytest.raises(UsageError, match=r"HF_TOKEN_FILE='/dev/zero' is not allowed: expected a file of at most 64 KiB"):
+        load(HF_TOKEN_FILE="/dev/zero")
+    (tmp_path / "binary").write_bytes(b"hf_\xff\xfe\x00token")
+    with pytest.raises(UsageError, match=r"HF_TOKEN_FILE=.* as ASCII text"):
+        load(HF_TOKEN_FILE=str(tmp_path / "binary"))
+    (tmp_path / "latin").write_bytes("hf_tökén".encode())
+    with pytest.raises(UsageError, match=r"HF_TOKEN_FILE=.* as ASCII text"):
+        load(HF_TOKEN_FILE=str(tmp_path / "latin"))
+
+
+@pytest.mark.parametrize("token", ["hf_tökén_secret", "hf_two words", "hf_line\nbreak"])
+def test_a_token_that_cannot_go_into_an_http_header_is_refused_without_showing_it(token):
+    with pytest.raises(UsageError) as info:
+        load(HF_TOKEN=token)
+    assert info.value.message.startswith("HF_TOKEN is not allowed: expected a Hugging Face token")
+    assert token.split()[0][3:] not in str(info.value)
+
+
+def test_settings_know_which_values_were_set():
+    s = load(MAX_BATCH_SIZE="8", DECOUPLED="", TP_SIZE=" 2 ")
+    assert {"max_batch_size", "tp_size"} <= s.explicit and "decoupled" not in s.explicit
+    assert "max_seq_len" not in s.explicit
+
+
+def test_the_llmapi_model_may_keep_its_own_name():
+    assert load(WORKFLOW="llmapi", SERVED_MODEL_NAME="tensorrt_llm").served_model_name == "tensorrt_llm"
 
 
 def test_token_is_hidden_in_repr_and_describe():

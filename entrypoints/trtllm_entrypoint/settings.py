@@ -20,6 +20,7 @@ from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.fill import INNER_MODELS
 from trtllm_entrypoint.paths import under_model_dir
+from trtllm_entrypoint.server_args import check_extra_arguments
 
 DTYPES = ("auto", "float16", "bfloat16", "float32")
 QUANTIZATIONS = ("none", "fp8", "int8_sq", "int4_awq", "w4a8_awq", "int8_wo", "int4_wo", "nvfp4")
@@ -284,6 +285,7 @@ def _server_values(env: _Env, facts: ImageFacts) -> dict:
         triton_args = tuple(shlex.split(raw_args))
     except ValueError as exc:
         raise bad("TRITON_ARGS", raw_args, f"arguments in shell quoting ({exc})") from None
+    check_extra_arguments(triton_args)
     return {
         "http_port": env.integer("HTTP_PORT", contract.DEFAULT_HTTP_PORT, 1, 65535),
         "grpc_port": env.integer("GRPC_PORT", contract.DEFAULT_GRPC_PORT, 1, 65535),

@@ -242,6 +242,8 @@ BAD_INPUT = [
     ({"MODEL_ID": "org/name-"}, "MODEL_ID"),
     ({"MODEL_ID": "org/name."}, "MODEL_ID"),
     ({"MODEL_ID": "org/" + "n" * 97}, "MODEL_ID"),
+    ({"TRITON_ARGS": "--http-port=9999"}, "TRITON_ARGS"),
+    ({"TRITON_ARGS": "--model-repository=/elsewhere"}, "TRITON_ARGS"),
 ]
 
 

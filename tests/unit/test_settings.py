@@ -133,6 +133,30 @@ def test_bad_values_name_the_variable_and_what_is_allowed(env, named, allowed):
     assert info.value.exit_code == 2
 
 
+@pytest.mark.parametrize("args, variable", [
+    ("--http-port=9000", "HTTP_PORT"),
+    ("--log-verbose=1 --grpc-port 9001", "GRPC_PORT"),
+    ("--metrics-port=1", "METRICS_PORT"),
+    ("--http-p=9000", "HTTP_PORT"),  # tritonserver's getopt takes unique prefixes
+    ("--model-repository=/other", "REPOSITORY_DIR"),
+    ("--model-store /other", "REPOSITORY_DIR"),
+    ("--openai-port=1234", "OPENAI_PORT"),
+    ("--backend-config=python,shm-region-prefix-name=mine_", "nothing: each rank gets its own"),
+    ("--backend-config python,shm-region-prefix-name=mine_", "nothing: each rank gets its own"),
+])
+def test_triton_args_may_not_set_what_the_entrypoint_sets(args, variable):
+    with pytest.raises(UsageError) as info:
+        load(TRITON_ARGS=args)
+    assert info.value.message.startswith("TRITON_ARGS may not contain '--")
+    assert info.value.hint.startswith(f"set {variable}")
+
+
+def test_triton_args_keep_everything_else():
+    args = "--log-verbose=1 --backend-config=python,shm-default-byte-size=1048576 --model-control-mode explicit"
+    assert load(TRITON_ARGS=args).triton_args[:3] == ("--log-verbose=1", "--backend-config=python,shm-default-byte-size="
+                                                      "1048576", "--model-control-mode")
+
+
 def test_image_capabilities_limit_workflow_and_frontend():
     with pytest.raises(UsageError, match=r"WORKFLOW='llmapi' .*one of engine \(what TensorRT-LLM 0.12.0"):
         load(OLD_FACTS, WORKFLOW="llmapi")

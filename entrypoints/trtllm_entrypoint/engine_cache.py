@@ -20,15 +20,14 @@ from pathlib import Path
 from typing import Callable
 
 from trtllm_entrypoint import publish
+from trtllm_entrypoint.engine_config import engine_world_size, missing_ranks
 from trtllm_entrypoint.errors import EntrypointError
-from trtllm_entrypoint.facts import version_tuple
 
 # Bump when the layout, the stamp or the build commands change: old entries then no longer match any key.
 SCHEMA = 2
 KEY_LENGTH = 20
 STAMP = "stamp.json"
 BUILD_LOG = "build.log"
-ENGINE_CONFIG = "config.json"
 LOCK_HINT = ("another process is still building this engine (a dead holder releases the lock): wait longer with a "
              "larger LOCK_TIMEOUT_SECS; on a shared volume, check that it supports flock")
 
@@ -62,51 +61,6 @@ def key_inputs(model_identity: dict, settings, facts, gpu_info) -> dict:
 def stamp_inputs(inputs: dict, facts, gpu_info) -> dict:
     """The key inputs plus what is worth knowing about the builder but must not split the cache."""
     return {**inputs, "image_tag": facts.tag, "gpus": {"count": gpu_info.count, "names": list(gpu_info.names)}}
-
-
-def _read_engine_config(engine_dir: Path) -> dict:
-    path = engine_dir / ENGINE_CONFIG
-    try:
-        config = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise EntrypointError(f"{path} does not exist", "an engine directory holds config.json and rank*.engine "
-                              "as written by trtllm-build") from None
-    except (OSError, ValueError) as exc:
-        raise EntrypointError(f"cannot read {path}: {exc}") from None
-    if not isinstance(config, dict):
-        raise EntrypointError(f"{path} is not a JSON object")
-    return config
-
-
-def engine_world_size(engine_dir: Path) -> int:
-    """Ranks the engine was built for (one rank*.engine each): mapping.world_size, else tp*pp, else 1."""
-    mapping = (_read_engine_config(engine_dir).get("pretrained_config") or {}).get("mapping") or {}
-    try:
-        if "world_size" in mapping:
-            return int(mapping["world_size"])
-        return int(mapping.get("tp_size", 1)) * int(mapping.get("pp_size", 1))
-    except (TypeError, ValueError):
-        raise EntrypointError(f"{engine_dir / ENGINE_CONFIG} has a malformed pretrained_config.mapping: "
-                              f"{mapping!r}") from None
-
-
-def missing_ranks(engine_dir: Path, world_size: int) -> list[str]:
-    return [f"rank{rank}.engine" for rank in range(world_size) if not (engine_dir / f"rank{rank}.engine").is_file()]
-
-
-def check_engine_version(engine_dir: Path, installed: str) -> None:
-    """Engines only load with the exact TensorRT-LLM version that built them."""
-    built_with = _read_engine_config(engine_dir).get("version")
-    rebuild = ("rebuild it with the builder image of this tag, or set MODEL_ID to the model checkpoint "
-               "so the engine is built here")
-    if built_with is None:
-        raise EntrypointError(f"the engine in {engine_dir} has no version in config.json: it was built by the "
-                              f"legacy per-model build scripts and cannot run with TensorRT-LLM {installed}", rebuild)
-    if built_with != installed:
-        same_release = version_tuple(str(built_with)) == version_tuple(installed)
-        detail = " (same release, different build: engines need the exact version)" if same_release else ""
-        raise EntrypointError(f"the engine in {engine_dir} was built with TensorRT-LLM {built_with}, this image has "
-                              f"{installed}{detail}", rebuild)
 
 
 def _entry_problem(entry: Path, key: str) -> str | None:

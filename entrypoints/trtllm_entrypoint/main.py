@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, NoReturn, Sequence
 
-from trtllm_entrypoint import (contract, engine_build, engine_cache, fill, gpu, launch, preflight, probe, repository,
-                               sources)
+from trtllm_entrypoint import (contract, engine_build, engine_cache, engine_config, fill, gpu, launch, preflight,
+                               probe, repository, sources)
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, load_facts
 from trtllm_entrypoint.log import Log
@@ -101,6 +101,7 @@ def run(args: list[str], env: dict[str, str]) -> int:
         return 0
     prepared = prepare(settings, facts, env, log, need_gpu=command == "serve")
     if command == "prepare":
+        log.info("launch command", argv=" ".join(prepared.argv))
         print(prepared.to_json())
         return 0
     return exec_server(prepared, env, log)
@@ -162,7 +163,10 @@ def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: 
         world_size = settings.world_size
     else:
         engine_dir, source = ensure_engine(settings, facts, env, log, source, gpus)
-        world_size = engine_cache.engine_world_size(engine_dir)
+        world_size = engine_config.engine_world_size(engine_dir)
+        settings, taken = engine_config.serving_settings(settings, engine_dir)
+        if taken:
+            log.info("serving the limits the engine was built with", **taken)
     if need_gpu:
         gpu.require_gpus(gpus(), world_size, "to serve the model")
     tokenizer = preflight.tokenizer_dir(settings, source, engine_dir)
@@ -174,7 +178,6 @@ def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: 
 def finish(settings: Settings, facts: ImageFacts, log: Log, *, repo: Path, engine_dir: Path | None,
            world_size: int, tokenizer: Path | None) -> Prepared:
     argv = launch.server_argv(settings, facts, repo, world_size, tokenizer=tokenizer)
-    log.info("launch command", argv=" ".join(argv))
     return Prepared(argv=argv, repository=repo, engine_dir=engine_dir,
                     health_url=health_url(settings.http_port),
                     env=launch.server_env(settings))
@@ -187,7 +190,7 @@ def ensure_engine(settings: Settings, facts: ImageFacts, env: Mapping[str, str],
     source it came from (the checkpoint when a prebuilt engine of another version was rebuilt)."""
     if source.kind == "engine":
         try:
-            engine_cache.check_engine_version(source.path, facts.tensorrt_llm)
+            engine_config.check_engine_version(source.path, facts.tensorrt_llm)
             log.info("using the prebuilt engine", engine_dir=source.path)
             return source.path, source
         except EntrypointError as exc:
@@ -231,7 +234,7 @@ def write_repository(settings: Settings, facts: ImageFacts, log: Log, source: so
 
 def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoReturn:
     record_health_url(prepared.health_url)
-    log.info("starting the server", program=prepared.argv[0])
+    log.info("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
     launch.exec_argv(prepared.argv, {**env, **prepared.env})
 
 

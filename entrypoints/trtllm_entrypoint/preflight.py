@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtllm_entrypoint import engine_cache, fill, publish, repository
+from trtllm_entrypoint import engine_config, fill, publish, repository
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.settings import bad
 from trtllm_entrypoint.sources import TOKENIZER_FILES
@@ -95,14 +95,16 @@ def tokenizer_dir(settings: Settings, source: ModelSource, engine_dir: Path | No
 
 
 def check_prebuilt_engine(settings: Settings, engine_dir: Path, installed: str) -> None:
-    """All ranks present; built by this TensorRT-LLM, unless MODEL_ID names the checkpoint to rebuild it from."""
-    world_size = engine_cache.engine_world_size(engine_dir)
-    missing = engine_cache.missing_ranks(engine_dir, world_size)
+    """All ranks present; built by this TensorRT-LLM and for the limits asked for, unless MODEL_ID names the
+    checkpoint to rebuild it from."""
+    world_size = engine_config.engine_world_size(engine_dir)
+    missing = engine_config.missing_ranks(engine_dir, world_size)
     if missing:
         raise UsageError(f"the engine in {engine_dir} was built for {world_size} ranks but has no "
                          f"{', '.join(missing)}", "copy every rank<N>.engine file that trtllm-build wrote")
     if not settings.model_id:
-        engine_cache.check_engine_version(engine_dir, installed)
+        engine_config.check_engine_version(engine_dir, installed)
+        engine_config.serving_settings(settings, engine_dir)  # refuses a set value the engine cannot honour
 
 
 def check(settings: Settings, facts: ImageFacts, source: ModelSource) -> None:

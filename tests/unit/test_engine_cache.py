@@ -16,11 +16,13 @@ from types import SimpleNamespace
 import pytest
 
 from trtllm_entrypoint.engine_cache import (
-    EngineCache, cache_key, check_engine_version, engine_world_size, key_inputs, stamp_inputs,
+    EngineCache, cache_key, key_inputs, stamp_inputs,
 )
-from trtllm_entrypoint.errors import EntrypointError
+from trtllm_entrypoint.engine_config import built_limits, check_engine_version, engine_world_size, serving_settings
+from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.log import Log
+from trtllm_entrypoint.settings import Settings
 
 KEY = "0123456789abcdef0123"
 TOKEN = "hf_NotARealTokenButSecret"
@@ -164,6 +166,43 @@ def test_check_engine_version_names_both_versions_and_how_to_fix(tmp_path, built
     assert "builder image" in caught.value.hint and "MODEL_ID" in caught.value.hint
     if built_with == "0.16.0":
         assert "same release" not in caught.value.message
+
+
+def from_env(tmp_path, **env):
+    return Settings.from_env({"CACHE_DIR": str(tmp_path / "cache"), **env}, FACTS)
+
+
+def engine_with_build_config(path: Path, build_config: dict) -> Path:
+    (path / "config.json").write_text(json.dumps({"version": "0.17.0", "build_config": build_config}))
+    return path
+
+
+def test_built_limits_come_from_build_config_and_old_engines_sum_input_and_output(tmp_path):
+    new = engine_with_build_config(tmp_path, {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024,
+                                              "max_beam_width": 2, "max_num_tokens": 2048, "strongly_typed": True})
+    assert built_limits(new) == {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024,
+                                 "max_beam_width": 2, "max_num_tokens": 2048}
+    old = engine_with_build_config(tmp_path, {"max_batch_size": 4, "max_input_len": 100, "max_output_len": 50})
+    assert built_limits(old) == {"max_batch_size": 4, "max_input_len": 100, "max_seq_len": 150}
+
+
+def test_a_prebuilt_engine_s_limits_replace_defaults_but_not_values_the_user_set(tmp_path):
+    engine = engine_with_build_config(tmp_path, {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024,
+                                                 "max_num_tokens": 1024})
+    served, taken = serving_settings(from_env(tmp_path), engine)
+    assert (served.max_batch_size, served.max_input_len, served.max_seq_len, served.max_num_tokens) == \
+        (8, 512, 1024, 1024)
+    assert taken == {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 1024}
+    mine, taken = serving_settings(from_env(tmp_path, MAX_BATCH_SIZE="4"), engine)
+    assert mine.max_batch_size == 4 and "max_batch_size" not in taken
+
+
+def test_a_value_the_engine_cannot_honour_is_refused(tmp_path):
+    engine = engine_with_build_config(tmp_path, {"max_batch_size": 8})
+    with pytest.raises(UsageError) as info:
+        serving_settings(from_env(tmp_path, MAX_BATCH_SIZE="64"), engine)
+    assert info.value.message.startswith("MAX_BATCH_SIZE=64 is not allowed: expected at most 8")
+    assert "unset MAX_BATCH_SIZE" in info.value.hint
 
 
 # --- publish and lookup -----------------------------------------------------------------------------------------

@@ -348,8 +348,10 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image):
         assert argv == [f"--model-store={image.repo}", "--grpc-port=9000", "--http-port=18080", "--allow-grpc=true"]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0
+    # The log shows the command that was exec'd, with the filled repository in place of the engine.
+    assert f"starting the server argv=tritonserver {' '.join(argv)}\n" in stderr
 
 
 def test_default_repository_is_content_addressed_and_reused(image):
@@ -609,3 +611,27 @@ def test_replicas_sharing_a_repository_dir_with_different_settings_fail_loudly(i
     alone = image.run("prepare", ENGINE_DIR=str(engine), MODEL_ID="", DECOUPLED="true")  # a restart with new settings rewrites it
     assert alone.returncode == 0, alone.stderr
     assert "decoupled: true" in (image.repo / "tensorrt_llm" / "config.pbtxt").read_text()
+
+
+def test_a_prebuilt_engine_is_served_with_the_limits_it_was_built_with(image):
+    engine = image.prebuilt()  # built for max_batch_size 8
+    result = image.run("prepare", ENGINE_DIR=str(engine), MODEL_ID="")
+    assert result.returncode == 0, result.stderr
+    for model in ("tensorrt_llm", "ensemble", "preprocessing"):
+        assert "max_batch_size: 8\n" in (image.repo / model / "config.pbtxt").read_text(), model
+    assert "serving the limits the engine was built with max_batch_size=8" in result.stderr
+
+
+def test_a_limit_above_the_prebuilt_engine_s_is_refused_before_anything_is_written(image):
+    result = image.run("prepare", ENGINE_DIR=str(image.prebuilt()), MODEL_ID="", MAX_BATCH_SIZE="64")
+    assert result.returncode == 2, result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "MAX_BATCH_SIZE=64 is not allowed: expected at most 8" in error
+    assert not image.repo.exists() and not image.cache.exists()
+
+
+def test_templates_dir_may_name_the_inflight_batcher_llm_folder_the_seeds_copy(image):
+    result = image.run("prepare", TEMPLATES_DIR=str(image.templates / "inflight_batcher_llm"))
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in image.repo.iterdir() if p.is_dir()) == \
+        ["ensemble", "postprocessing", "preprocessing", "tensorrt_llm"]  # and no BLS model unless ENABLE_BLS=true

@@ -225,9 +225,8 @@ def sweep(root: Path, log, only: str | None = None) -> None:
 
 def publish(path: Path, fill: Callable[[Path], Mapping | None], stamp: Mapping[str, object], stamp_name: str, log, *,
             on_failure: Callable[[Path, BaseException], None] | None = None) -> Path:
-    """Build `path` with `fill(tmp_dir)` (which may return more stamp values), stamp it, fsync and rename it into place; the caller holds its lock.
-
-    An existing `path` is replaced only when it carries our stamp or is an empty directory."""
+    """Build `path` with `fill(tmp_dir)` (which may return more stamp values), stamp it, fsync it and rename it into
+    place; the caller holds its lock. An existing `path` is replaced only when it carries our stamp or is empty."""
     if path.exists() and not is_ours(path, stamp_name) and not is_empty_dir(path):
         raise UsageError(f"refusing to replace {path}: it is not empty and was not written by trtllm-entrypoint",
                          "point the variable at an empty or absent directory; nothing was changed")
@@ -235,7 +234,8 @@ def publish(path: Path, fill: Callable[[Path], Mapping | None], stamp: Mapping[s
     try:
         os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide it from replicas under other UIDs
         extra = fill(tmp) or {}
-        record = {**stamp, **extra, "publisher": "trtllm-entrypoint", "created": utc_now(), "files": manifest(tmp, stamp_name)}
+        record = {**stamp, **extra, "publisher": "trtllm-entrypoint", "created": utc_now(),
+                  "files": manifest(tmp, stamp_name)}
         (tmp / stamp_name).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")  # last: marks completion
         fsync_tree(tmp)
         if path.exists() and not is_empty_dir(path):

@@ -129,8 +129,8 @@ def write_named(plan: FillPlan, dest: Path, template_root: Path, log: Log, *, ti
                          LOCK_HINT, attempt)
         problem = _problem(dest, digest)
         if taken == [fcntl.LOCK_SH] and problem is not None:
-            raise EntrypointError(f"REPOSITORY_DIR={str(dest)!r} is served by another server ({publish.read_holder(fd)}) "
-                                  f"and differs from what these settings write ({problem})",
+            raise EntrypointError(f"REPOSITORY_DIR={str(dest)!r} is served by another server "
+                                  f"({publish.read_holder(fd)}) and differs from what these settings write ({problem})",
                                   "give each set of settings its own REPOSITORY_DIR, or leave it unset (the default "
                                   "is named by its content)")
         if taken == [fcntl.LOCK_EX]:

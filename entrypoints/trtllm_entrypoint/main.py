@@ -319,9 +319,10 @@ def compatibility_problems(facts: ImageFacts, settings: Settings, gpus: gpu.GpuI
     if facts.installed and facts.tensorrt_llm != facts.matrix_tensorrt_llm:
         problems.append(f"installed TensorRT-LLM {facts.tensorrt_llm} differs from {facts.matrix_tensorrt_llm} that "
                         f"the matrix gives for {facts.tag}")
-    needed = "inflight_batcher_llm" if settings.workflow == "engine" else "llmapi"
-    if not (settings.templates_dir / needed).is_dir():
-        problems.append(f"no {needed} templates under {settings.templates_dir} for WORKFLOW={settings.workflow}")
+    try:
+        fill.workflow_templates(settings.templates_dir, settings.workflow)
+    except UsageError as exc:
+        problems.append(exc.message)
     if gpus.count < settings.world_size:
         problems.append(f"TP_SIZE x PP_SIZE = {settings.world_size} needs {settings.world_size} GPUs, "
                         f"{gpus.count} visible")

@@ -498,7 +498,14 @@ OVERLAPS = {
     "CACHE_DIR is the templates": lambda img: {"CACHE_DIR": str(img.templates)},
     "CACHE_DIR is the checkpoint": lambda img: {"CACHE_DIR": str(img.model)},
     "CACHE_DIR inside the checkpoint": lambda img: {"CACHE_DIR": str(img.model / "cache")},
+    "REPOSITORY_DIR under a link to the checkpoint": lambda img: {"REPOSITORY_DIR": str(link(img.root / "link",
+                                                                                           img.model) / "repo")},
 }
+
+
+def link(path: Path, target: Path) -> Path:
+    path.symlink_to(target)
+    return path
 
 
 @pytest.mark.parametrize("case", OVERLAPS)

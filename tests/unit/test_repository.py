@@ -1,3 +1,4 @@
+import fcntl
 import importlib.util
 import io
 import os
@@ -245,6 +246,27 @@ def test_a_repository_we_wrote_is_replaced_when_the_settings_change(tmp_path):
     fill(root, dest, make_settings(MAX_BATCH_SIZE="2"))
     assert "max_batch_size: 2" in (dest / "ensemble" / "config.pbtxt").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == [".repo.lock", "repo"]  # no staging or old copies left
+
+
+def test_a_cached_repository_waits_for_the_lock_only_so_long_and_names_the_holder(tmp_path):
+    root = need(TRTLLM_ROOT)
+    settings = make_settings()
+    plan = filling.plan_fill(root, filling.fill_values(settings, FACTS, ENGINE, TOKENIZER), settings=settings)
+    cache = tmp_path / "repositories"
+    cache.mkdir()
+    digest = repository.plan_digest(plan, Path(os.path.abspath(root)))
+    holder = os.open(cache / f".{digest}.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(holder, b'{"pid": 4242, "host": "replica-1", "since": "2025-01-01T00:00:00Z"}')
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(EntrypointError) as caught:
+            repository.write_cached(plan, cache, root, Log(stream=io.StringIO()), timeout_s=0.3)
+    finally:
+        os.close(holder)
+    assert "gave up after 0.3s" in caught.value.message and "pid 4242 on replica-1" in caught.value.message
+    assert "LOCK_TIMEOUT_SECS" in caught.value.hint
+    path, written = repository.write_cached(plan, cache, root, Log(stream=io.StringIO()), timeout_s=5)
+    assert written and (path / repository.STAMP).is_file()
 
 
 def test_an_empty_directory_is_filled_in_place(tmp_path):

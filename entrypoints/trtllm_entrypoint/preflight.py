@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_entrypoint import engine_config, fill, publish, repository
-from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.settings import bad
 from trtllm_entrypoint.sources import TOKENIZER_FILES
 
@@ -69,8 +69,9 @@ def check_repository_dir(path: Path | None) -> None:
     """An explicit REPOSITORY_DIR is absent, empty, or a repository we wrote: anything else is the user's."""
     if path is None or not os.path.lexists(path):
         return
-    if not path.is_dir() or path.is_symlink():
-        raise bad("REPOSITORY_DIR", path, "an absent or empty directory (this is not a directory)")
+    if path.is_symlink() or not path.is_dir():
+        kind = "a symbolic link" if path.is_symlink() else "not a directory"
+        raise bad("REPOSITORY_DIR", path, f"an absent or empty directory (this is {kind})")
     if not publish.is_ours(path, repository.STAMP) and not publish.is_empty_dir(path):
         raise UsageError(f"REPOSITORY_DIR={str(path)!r} is not allowed: it is not empty and was not written by "
                          "trtllm-entrypoint, so it is never replaced",
@@ -102,9 +103,13 @@ def check_prebuilt_engine(settings: Settings, engine_dir: Path, installed: str) 
     if missing:
         raise UsageError(f"the engine in {engine_dir} was built for {world_size} ranks but has no "
                          f"{', '.join(missing)}", "copy every rank<N>.engine file that trtllm-build wrote")
-    if not settings.model_id:
+    try:
         engine_config.check_engine_version(engine_dir, installed)
-        engine_config.serving_settings(settings, engine_dir)  # refuses a set value the engine cannot honour
+    except EntrypointError:
+        if settings.model_id:
+            return  # rebuilt from the checkpoint, with the settings' own limits
+        raise
+    engine_config.serving_settings(settings, engine_dir)  # refuses a set value the engine cannot honour
 
 
 def check(settings: Settings, facts: ImageFacts, source: ModelSource) -> None:

@@ -629,8 +629,10 @@ def test_a_prebuilt_engine_is_served_with_the_limits_it_was_built_with(image):
     assert "serving the limits the engine was built with max_batch_size=8" in result.stderr
 
 
-def test_a_limit_above_the_prebuilt_engine_s_is_refused_before_anything_is_written(image):
-    result = image.run("prepare", ENGINE_DIR=str(image.prebuilt()), MODEL_ID="", MAX_BATCH_SIZE="64")
+@pytest.mark.parametrize("with_checkpoint", [False, True], ids=["engine alone", "engine and MODEL_ID"])
+def test_a_limit_above_the_prebuilt_engine_s_is_refused_before_anything_is_written(image, with_checkpoint):
+    model_id = str(image.model) if with_checkpoint else ""
+    result = image.run("prepare", ENGINE_DIR=str(image.prebuilt()), MODEL_ID=model_id, MAX_BATCH_SIZE="64")
     assert result.returncode == 2, result.stderr
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert "MAX_BATCH_SIZE=64 is not allowed: expected at most 8" in error

@@ -99,8 +99,10 @@ class Settings:
                 value = "***" if value else None
             elif isinstance(value, Path):
                 value = str(value)
-            elif isinstance(value, (tuple, frozenset)):
-                value = sorted(value) if isinstance(value, frozenset) else list(value)
+            elif isinstance(value, frozenset):
+                value = sorted(value)
+            elif isinstance(value, tuple):
+                value = list(value)
             out[f.name] = value
         out["world_size"] = self.world_size
         return out
@@ -210,8 +212,9 @@ def token_values(environ: Mapping[str, str]) -> tuple[str, ...]:
     """Every token the environment gives, unvalidated: for masking messages written before settings are parsed."""
     env = _Env(environ)
     found = [env.text(name) for name in TOKEN_VARIABLES]
+    token_file = env.text("HF_TOKEN_FILE")
     try:
-        found.append(read_token_file(environ["HF_TOKEN_FILE"]) if env.text("HF_TOKEN_FILE") else None)
+        found.append(read_token_file(token_file) if token_file else None)
     except UsageError:
         pass
     return tuple(token for token in found if token)

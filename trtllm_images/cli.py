@@ -14,7 +14,8 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from trtllm_images import backend_assets, builder, checks, context, kserve, render, report, verify, wheel
+from trtllm_images import (backend_assets, builder, checks, context, kserve, kserve_options, render, report, verify,
+                           wheel)
 from trtllm_images import matrix as matrix_mod
 from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.plan import BuildPlan, make_plan
@@ -382,11 +383,11 @@ def check_command(tags, all_tags, matrix_path):
 @click.option("--pp-size", type=int, default=1, show_default=True, help="Pipeline parallelism (GPUs = TP x PP).")
 @click.option("--namespace", default="default", show_default=True)
 @click.option("--name", default="llm", show_default=True, help="InferenceService name, also the served model name.")
-@click.option("--cache", type=click.Choice(kserve.CACHE_MODES), default="emptydir", show_default=True,
+@click.option("--cache", type=click.Choice(kserve_options.CACHE_MODES), default="emptydir", show_default=True,
               help="Where engines are cached: per pod (emptydir) or on a PersistentVolumeClaim (pvc).")
 @click.option("--pvc-name", help="Cache PVC name  [default: <name>-trtllm-cache]")
 @click.option("--pvc-size", default="100Gi", show_default=True)
-@click.option("--pvc-access-mode", type=click.Choice(kserve.ACCESS_MODES), default="ReadWriteOnce", show_default=True)
+@click.option("--pvc-access-mode", type=click.Choice(kserve_options.ACCESS_MODES), default="ReadWriteOnce", show_default=True)
 @click.option("--namespaced-runtime", is_flag=True, help="A ServingRuntime in --namespace, not a ClusterServingRuntime.")
 @click.option("--warm-job", is_flag=True, help="Add a Job that builds the engine into the cache PVC (needs --cache pvc).")
 @click.option("--hf-token-secret", default="hf-token", show_default=True,
@@ -398,7 +399,7 @@ def check_command(tags, all_tags, matrix_path):
               help="Write one YAML file per kind into this directory  [default: print to stdout]")
 def kserve_command(matrix_path, out_dir, no_hf_token, hf_token_secret, storage_writable, **values):
     """KServe manifests for one tag: runtime, InferenceService, optional cache PVC and warm-up Job."""
-    options = kserve.KServeOptions(hf_token_secret=None if no_hf_token else hf_token_secret,
+    options = kserve_options.KServeOptions(hf_token_secret=None if no_hf_token else hf_token_secret,
                                    storage_readonly=not storage_writable, **values)
     the_matrix = matrix_mod.load(matrix_path)
     entry = the_matrix.get(options.tag)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trtllm_images import kserve, matrix
+from trtllm_images import kserve, kserve_options, matrix
 from trtllm_images.errors import UsageError
 from trtllm_images.plan import make_plan
 
@@ -80,7 +80,7 @@ def grid():
     sources = {"hub": {"model_id": HUB_MODEL}, "pvc-storage": {"storage_uri": "pvc://models/llama-8b"},
                "s3-storage": {"storage_uri": "s3://bucket/llama-8b"}}
     for cache, namespaced, warm, (source, kwargs), tp in itertools.product(
-            kserve.CACHE_MODES, (False, True), (False, True), sources.items(), (1, 2, 4)):
+            kserve_options.CACHE_MODES, (False, True), (False, True), sources.items(), (1, 2, 4)):
         if warm and (cache != "pvc" or source == "s3-storage"):
             continue
         options = kserve.KServeOptions(tag="25.01", cache=cache, namespaced_runtime=namespaced, warm_job=warm,
@@ -266,8 +266,8 @@ def test_good_image_references_are_accepted(image):
 def test_parallelism_limits_agree_with_the_entrypoint():
     from trtllm_entrypoint import settings
 
-    assert kserve.TP_SIZES == settings.POWERS_OF_TWO
-    assert kserve.MAX_PP_SIZE == 64 and "PP_SIZE\", 1, 1, 64)" in Path(settings.__file__).read_text()
+    assert kserve_options.TP_SIZES == settings.POWERS_OF_TWO
+    assert kserve_options.MAX_PP_SIZE == 64 and "PP_SIZE\", 1, 1, 64)" in Path(settings.__file__).read_text()
 
 
 @pytest.mark.parametrize("args", [["--tp-size", "3"], ["--name", "1abc"], ["--pvc-size", "0", "--cache", "pvc"],

@@ -72,6 +72,9 @@ def check_repository_dir(path: Path | None) -> None:
     if path.is_symlink() or not path.is_dir():
         kind = "a symbolic link" if path.is_symlink() else "not a directory"
         raise bad("REPOSITORY_DIR", path, f"an absent or empty directory (this is {kind})")
+    if os.path.ismount(path):  # a new copy is renamed into place, which a mount point refuses
+        raise bad("REPOSITORY_DIR", path, "a directory that is not itself a mount point (mount the volume at its "
+                                          "parent and name a directory inside it)")
     if not publish.is_ours(path, repository.STAMP) and not publish.is_empty_dir(path):
         raise UsageError(f"REPOSITORY_DIR={str(path)!r} is not allowed: it is not empty and was not written by "
                          "trtllm-entrypoint, so it is never replaced",

@@ -269,6 +269,16 @@ def test_a_cached_repository_waits_for_the_lock_only_so_long_and_names_the_holde
     assert written and (path / repository.STAMP).is_file()
 
 
+def test_a_mount_point_as_repository_dir_is_refused_up_front(tmp_path, monkeypatch):
+    from trtllm_entrypoint import preflight
+
+    (tmp_path / "volume").mkdir()
+    monkeypatch.setattr(os.path, "ismount", lambda path: str(path) == str(tmp_path / "volume"))
+    with pytest.raises(UsageError, match="not itself a mount point"):
+        preflight.check_repository_dir(tmp_path / "volume")
+    preflight.check_repository_dir(tmp_path / "volume" / "repo")
+
+
 def test_an_empty_directory_is_filled_in_place(tmp_path):
     dest = tmp_path / "repo"
     dest.mkdir()

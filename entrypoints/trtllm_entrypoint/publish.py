@@ -86,7 +86,10 @@ def problem(path: Path, stamp_name: str, expected: Mapping[str, object], optiona
     for name, value in expected.items():
         if stamp.get(name) != value:
             return f"{stamp_name} does not belong to {name} {value}"
-    for relative, record in (stamp.get("files") or {}).items():
+    files = stamp.get("files")
+    if not isinstance(files, dict) or not files:
+        return f"{stamp_name} records no files"
+    for relative, record in files.items():
         if relative in optional:
             continue
         file = path / relative
@@ -96,14 +99,6 @@ def problem(path: Path, stamp_name: str, expected: Mapping[str, object], optiona
         if digest and hashlib.sha256(file.read_bytes()).hexdigest() != digest:
             return f"{relative} differs from the content recorded in {stamp_name}"
     return None
-
-
-def read_stamp(path: Path, stamp_name: str) -> dict:
-    try:
-        stamp = json.loads((path / stamp_name).read_text())
-    except (OSError, ValueError):
-        return {}
-    return stamp if isinstance(stamp, dict) else {}
 
 
 # --- locks --------------------------------------------------------------------------------------------------------

@@ -245,6 +245,11 @@ def _edit_config(entry):
     (entry / "config.json").write_text(json.dumps({**config, "version": "0.17.1"}))
 
 
+def _stamp_without_files(entry):
+    stamp = json.loads((entry / "stamp.json").read_text())
+    (entry / "stamp.json").write_text(json.dumps({**stamp, "files": []}))
+
+
 def _foreign_stamp(entry):
     (entry / "stamp.json").write_text(json.dumps({"key": "f" * 20}))
 
@@ -261,6 +266,7 @@ def _garbled_stamp(entry):
     (_second_rank_missing, "missing rank1.engine"),
     (_truncate_engine, "rank0.engine is missing or does not have the size"),
     (_edit_config, "config.json differs from the content recorded"),
+    (_stamp_without_files, "stamp.json records no files"),
 ])
 def test_lookup_treats_incomplete_entries_as_absent_and_says_why(tmp_path, damage, reason):
     cache = EngineCache(tmp_path)

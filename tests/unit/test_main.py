@@ -533,8 +533,10 @@ def test_a_repository_dir_we_did_not_write_is_refused_and_kept(image, tmp_path):
 
 def test_an_engine_published_by_the_cache_may_be_served_from_it(image):
     engine_dir = json.loads(image.run("build-engine").stdout)["engine_dir"]
-    result = image.run("prepare", ENGINE_DIR=engine_dir)
+    assert Path(engine_dir).parent == image.cache / "engines"
+    result = image.run("prepare", ENGINE_DIR=engine_dir)  # inside CACHE_DIR, which build-engine prints: allowed
     assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["engine_dir"] == engine_dir and image.builds() == 1
 
 
 def test_a_prebuilt_engine_missing_a_rank_is_refused_before_anything_runs(image):

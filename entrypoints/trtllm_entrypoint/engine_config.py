@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 ENGINE_CONFIG = "config.json"
 # build_config keys that bound what can be served, named like the Settings fields (and variables) that set them.
 LIMITS = ("max_batch_size", "max_input_len", "max_seq_len", "max_beam_width", "max_num_tokens")
+PARALLELISM = ("tp_size", "pp_size")  # pretrained_config.mapping: fixed when the engine was built
 
 
 def _read_engine_config(engine_dir: Path) -> dict:
@@ -33,9 +34,13 @@ def _read_engine_config(engine_dir: Path) -> dict:
     return config
 
 
+def _mapping(engine_dir: Path) -> dict:
+    return (_read_engine_config(engine_dir).get("pretrained_config") or {}).get("mapping") or {}
+
+
 def engine_world_size(engine_dir: Path) -> int:
     """Ranks the engine was built for (one rank*.engine each): mapping.world_size, else tp*pp, else 1."""
-    mapping = (_read_engine_config(engine_dir).get("pretrained_config") or {}).get("mapping") or {}
+    mapping = _mapping(engine_dir)
     try:
         if "world_size" in mapping:
             return int(mapping["world_size"])
@@ -75,16 +80,23 @@ def built_limits(engine_dir: Path) -> dict[str, int]:
     return limits
 
 
+def built_parallelism(engine_dir: Path) -> dict[str, int]:
+    mapping = _mapping(engine_dir)
+    return {name: mapping[name] for name in PARALLELISM
+            if isinstance(mapping.get(name), int) and not isinstance(mapping[name], bool)}
+
+
 def serving_settings(settings: Settings, engine_dir: Path) -> tuple[Settings, dict[str, int]]:
-    """The settings with the engine's limits where the user set none, and those taken; a value the user set that
-    the engine cannot honour is refused."""
-    limits = built_limits(engine_dir)
-    for name, built in limits.items():
-        value = getattr(settings, name)
-        if name in settings.explicit and value > built:
-            raise UsageError(f"{name.upper()}={value} is not allowed: expected at most {built}, what the engine in "
-                             f"{engine_dir} was built for",
-                             f"unset {name.upper()} to serve the engine's {built}, or rebuild the engine")
-    taken = {name: built for name, built in limits.items()
-             if name not in settings.explicit and getattr(settings, name) != built}
+    """The settings with the engine's parallelism and limits where the user set none, and those taken; a value the
+    user set that the engine cannot honour (another parallelism, a limit above the engine's) is refused."""
+    built = {**built_parallelism(engine_dir), **built_limits(engine_dir)}
+    for name, value in built.items():
+        exact = name in PARALLELISM
+        asked = getattr(settings, name)
+        if name in settings.explicit and (asked != value if exact else asked > value):
+            raise UsageError(f"{name.upper()}={asked} is not allowed: expected {'' if exact else 'at most '}{value}, "
+                             f"what the engine in {engine_dir} was built for",
+                             f"unset {name.upper()} to serve the engine's {value}, or rebuild the engine")
+    taken = {name: value for name, value in built.items()
+             if name not in settings.explicit and getattr(settings, name) != value}
     return dataclasses.replace(settings, **taken), taken

@@ -197,6 +197,16 @@ def test_a_prebuilt_engine_s_limits_replace_defaults_but_not_values_the_user_set
     assert mine.max_batch_size == 4 and "max_batch_size" not in taken
 
 
+def test_a_prebuilt_engine_s_parallelism_must_match_a_value_the_user_set(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"version": "0.17.0", "build_config": {},
+                                                      "pretrained_config": {"mapping": {"tp_size": 2, "pp_size": 1}}}))
+    served, taken = serving_settings(from_env(tmp_path), tmp_path)
+    assert (served.tp_size, served.pp_size, served.world_size) == (2, 1, 2) and taken == {"tp_size": 2}
+    assert serving_settings(from_env(tmp_path, TP_SIZE="2"), tmp_path)[0].tp_size == 2
+    with pytest.raises(UsageError, match=r"^TP_SIZE=4 is not allowed: expected 2, what the engine in"):
+        serving_settings(from_env(tmp_path, TP_SIZE="4"), tmp_path)
+
+
 def test_a_value_the_engine_cannot_honour_is_refused(tmp_path):
     engine = engine_with_build_config(tmp_path, {"max_batch_size": 8})
     with pytest.raises(UsageError) as info:

@@ -3,6 +3,7 @@
 The only module that imports click. Every command turns its options into plans first (all bad input fails there,
 before anything is written or built), then executes them.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -22,6 +23,7 @@ from trtllm_images import (
     checks,
     context,
     kserve,
+    kserve_options,
     render,
     report,
     support,
@@ -57,6 +59,10 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except BuildError as exc:
             raise _Failure(exc) from exc
+        except OSError as exc:  # a path the user gave (--out, --backend-dir): one line, not a traceback
+            where = f"{exc.filename}: " if exc.filename else ""
+            error = BuildError(f"{where}{exc.strerror or exc}", "check that --out names a writable directory")
+            raise _Failure(error) from exc
 
 
 def _say(message: str) -> None:
@@ -65,57 +71,91 @@ def _say(message: str) -> None:
 
 # --- options shared by several commands ----------------------------------------------------------------------------
 
+
 def _matrix_option(func):
-    return click.option("--matrix", "matrix_path", type=click.Path(dir_okay=False, path_type=Path),
-                        default=matrix_mod.DEFAULT_PATH, show_default="the repository's matrix.yaml",
-                        help="The version matrix to read.")(func)
+    return click.option(
+        "--matrix",
+        "matrix_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=matrix_mod.DEFAULT_PATH,
+        show_default="the repository's matrix.yaml",
+        help="The version matrix to read.",
+    )(func)
 
 
 def _selection_options(func):
     func = click.option("--all", "all_tags", is_flag=True, help="Every supported tag of the matrix.")(func)
-    return click.option("--tag", "tags", multiple=True, metavar="TAG",
-                        help="An NGC release such as 25.01 (repeatable).")(func)
+    return click.option(
+        "--tag", "tags", multiple=True, metavar="TAG", help="An NGC release such as 25.01 (repeatable)."
+    )(func)
 
 
 def _plan_options(func):
-    func = click.option("--registry", metavar="HOST[/NAMESPACE]",
-                        help="Prefix of the image refs, e.g. ghcr.io/my-org.")(func)
-    return click.option("--base-image", metavar="IMAGE",
-                        help="Build FROM this image instead of the NGC one (only with a single --tag).")(func)
+    func = click.option(
+        "--registry", metavar="HOST[/NAMESPACE]", help="Prefix of the image refs, e.g. ghcr.io/my-org."
+    )(func)
+    return click.option(
+        "--base-image", metavar="IMAGE", help="Build FROM this image instead of the NGC one (only with a single --tag)."
+    )(func)
 
 
 def _backend_options(func):
-    func = click.option(upstream.ALLOW_UNPINNED_FLAG, "allow_unpinned", is_flag=True,
-                        help=f"Use backend archives that {upstream.LOCK_PATH.name} records no sha256 for, "
-                             "unverified.")(func)
-    return click.option("--backend-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-                        help="A local checkout of the backend, for tags whose base image has no /app "
-                             "(instead of the pinned GitHub archives).")(func)
+    func = click.option(
+        upstream.ALLOW_UNPINNED_FLAG,
+        "allow_unpinned",
+        is_flag=True,
+        help=f"Use backend archives that {upstream.LOCK_PATH.name} records no sha256 for, unverified.",
+    )(func)
+    return click.option(
+        "--backend-dir",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        help="A local checkout of the backend, for tags whose base image has no /app "
+        "(instead of the pinned GitHub archives).",
+    )(func)
 
 
 def _out_option(func):
-    return click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_OUT,
-                        show_default=True, help="Where build contexts and reports go.")(func)
+    return click.option(
+        "--out",
+        "out_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=DEFAULT_OUT,
+        show_default=True,
+        help="Where build contexts and reports go.",
+    )(func)
 
 
 # --- turning options into plans (pure apart from reading the matrix file) -----------------------------------------
 
-def _plans(matrix_path: Path, tags: tuple[str, ...], all_tags: bool, *, base_image: str | None = None,
-           registry: str | None = None, out_dir: Path = DEFAULT_OUT,
-           revision: str | None = None) -> tuple[matrix_mod.Matrix, list[BuildPlan]]:
+
+def _plans(
+    matrix_path: Path,
+    tags: tuple[str, ...],
+    all_tags: bool,
+    *,
+    base_image: str | None = None,
+    registry: str | None = None,
+    out_dir: Path = DEFAULT_OUT,
+    revision: str | None = None,
+) -> tuple[matrix_mod.Matrix, list[BuildPlan]]:
     """Load the matrix and plan every selected tag; any bad tag or option fails here, before any work."""
     if tags and all_tags:
         raise UsageError("--tag and --all exclude each other", "give one or more --tag TAG, or --all")
     matrix = matrix_mod.load(matrix_path)
     if not tags and not all_tags:
-        raise UsageError("no tag selected", f"give --tag TAG (repeatable) or --all; known tags: "
-                                            f"{', '.join(e.tag for e in matrix.supported())}")
+        raise UsageError(
+            "no tag selected",
+            f"give --tag TAG (repeatable) or --all; known tags: {', '.join(e.tag for e in matrix.supported())}",
+        )
     entries = matrix.supported() if all_tags else [matrix.get(tag) for tag in dict.fromkeys(tags)]
     if base_image and len(entries) != 1:
-        raise UsageError(f"--base-image applies to a single tag, got {len(entries)} tags",
-                         "build the tags one by one, each with its own --base-image")
-    return matrix, [make_plan(e, base_image=base_image, registry=registry, out_dir=out_dir, revision=revision)
-                    for e in entries]
+        raise UsageError(
+            f"--base-image applies to a single tag, got {len(entries)} tags",
+            "build the tags one by one, each with its own --base-image",
+        )
+    return matrix, [
+        make_plan(e, base_image=base_image, registry=registry, out_dir=out_dir, revision=revision) for e in entries
+    ]
 
 
 @functools.cache
@@ -126,12 +166,18 @@ def _entrypoint_wheel() -> Path:
     return wheel.build_wheel(dest=Path(scratch.name))
 
 
-def _write_context(plan: BuildPlan, dockerfiles: dict[str, str], matrix: matrix_mod.Matrix,
-                   backend_dir: Path | None, allow_unpinned: bool) -> Path:
+def _write_context(
+    plan: BuildPlan,
+    dockerfiles: dict[str, str],
+    matrix: matrix_mod.Matrix,
+    backend_dir: Path | None,
+    allow_unpinned: bool,
+) -> Path:
     assets = None
     if plan.needs_backend_assets:
-        assets = backend_assets.fetch(plan.entry, upstream.cache_root(), backend_dir, _say,
-                                      allow_unpinned=allow_unpinned)
+        assets = backend_assets.fetch(
+            plan.entry, upstream.cache_root(), backend_dir, _say, allow_unpinned=allow_unpinned
+        )
     capabilities = support.load_capabilities()
     return context.write_context(
         plan,
@@ -155,6 +201,7 @@ def _show_finding(finding) -> None:
 
 # --- build (the group itself) --------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _BuildOptions:
     matrix: matrix_mod.Matrix
@@ -164,37 +211,63 @@ class _BuildOptions:
     push: bool
 
 
-@click.group(cls=_Group, invoke_without_command=True, no_args_is_help=True,
-             context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_Group,
+    invoke_without_command=True,
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @_selection_options
 @_plan_options
 @click.option("--push", is_flag=True, help="Push the images after they built and verified (needs --registry).")
-@click.option("--revision", metavar="SHA", help="Source revision for the org.opencontainers.image.revision label "
-                                                "(added last, so it never costs a cached layer).")
+@click.option(
+    "--revision",
+    metavar="SHA",
+    help="Source revision for the org.opencontainers.image.revision label "
+    "(added last, so it never costs a cached layer).",
+)
 @_matrix_option
 @_backend_options
 @_out_option
 @click.pass_context
-def cli(ctx: click.Context, tags, all_tags, base_image, registry, push, revision, matrix_path, backend_dir,
-        allow_unpinned, out_dir):
+def cli(
+    ctx: click.Context,
+    tags,
+    all_tags,
+    base_image,
+    registry,
+    push,
+    revision,
+    matrix_path,
+    backend_dir,
+    allow_unpinned,
+    out_dir,
+):
     """Build TensorRT-LLM + Triton serving images for NGC tags: `build.py --tag 25.01`.
 
     Without a command, builds the selected tags: static checks, build contexts, docker build of the server and
     builder images, verification inside each image, a report in OUT/reports/TAG.json.
     """
     if ctx.invoked_subcommand:
-        given = [p.opts[0] for p in ctx.command.params
-                 if p.name and ctx.get_parameter_source(p.name) is not ParameterSource.DEFAULT]
+        given = [
+            p.opts[0]
+            for p in ctx.command.params
+            if p.name and ctx.get_parameter_source(p.name) is not ParameterSource.DEFAULT
+        ]
         if given:
-            raise UsageError(f"options before `{ctx.invoked_subcommand}` apply only to builds: {', '.join(given)}",
-                             f"put options after the command: {PROG} {ctx.invoked_subcommand} --help")
+            raise UsageError(
+                f"options before `{ctx.invoked_subcommand}` apply only to builds: {', '.join(given)}",
+                f"put options after the command: {PROG} {ctx.invoked_subcommand} --help",
+            )
         return
     if push and not registry:
         raise UsageError("--push needs --registry", "e.g. --registry ghcr.io/my-org --push")
-    matrix, plans = _plans(matrix_path, tags, all_tags, base_image=base_image, registry=registry, out_dir=out_dir,
-                           revision=revision)
-    options = _BuildOptions(matrix=matrix, backend_dir=backend_dir, allow_unpinned=allow_unpinned, out_dir=out_dir,
-                            push=push)
+    matrix, plans = _plans(
+        matrix_path, tags, all_tags, base_image=base_image, registry=registry, out_dir=out_dir, revision=revision
+    )
+    options = _BuildOptions(
+        matrix=matrix, backend_dir=backend_dir, allow_unpinned=allow_unpinned, out_dir=out_dir, push=push
+    )
     docker = _LazyDocker()
     outcomes = [_build_tag(plan, options, docker) for plan in plans]
     _print_summary([outcome.record for outcome in outcomes])
@@ -202,9 +275,10 @@ def cli(ctx: click.Context, tags, all_tags, base_image, registry, push, revision
         raise outcomes[0].error
     failed = [outcome for outcome in outcomes if outcome.error]
     if failed:
-        raise BuildError(f"{len(failed)} of {len(outcomes)} tags failed: "
-                         f"{', '.join(outcome.record.tag for outcome in failed)}",
-                         f"the reports in {out_dir / 'reports'} say why")
+        raise BuildError(
+            f"{len(failed)} of {len(outcomes)} tags failed: {', '.join(outcome.record.tag for outcome in failed)}",
+            f"the reports in {out_dir / 'reports'} say why",
+        )
 
 
 @dataclass(frozen=True)
@@ -237,8 +311,7 @@ def _build_tag(plan: BuildPlan, options: _BuildOptions, docker: _LazyDocker) -> 
             record.add_findings(findings)
             _stop_on_check_errors(plan, findings)
         with record.phase("context"):
-            context_dir = _write_context(plan, dockerfiles, options.matrix, options.backend_dir,
-                                         options.allow_unpinned)
+            context_dir = _write_context(plan, dockerfiles, options.matrix, options.backend_dir, options.allow_unpinned)
         _build_images(plan, context_dir, record, docker())
         _verify_images(plan, record, docker())
         if options.push:
@@ -261,9 +334,11 @@ def _stop_on_check_errors(plan: BuildPlan, findings) -> None:
         _say(f"[{plan.entry.tag}] {finding.level}: {finding.code}: {finding.message}")
     errors = _errors(findings)
     if errors:
-        raise BuildError(f"tag {plan.entry.tag}: {len(errors)} static check error(s): "
-                         + "; ".join(f"{f.code}: {f.message}" for f in errors),
-                         f"`{PROG} check --tag {plan.entry.tag}` shows each with its hint")
+        raise BuildError(
+            f"tag {plan.entry.tag}: {len(errors)} static check error(s): "
+            + "; ".join(f"{f.code}: {f.message}" for f in errors),
+            f"`{PROG} check --tag {plan.entry.tag}` shows each with its hint",
+        )
 
 
 def _build_images(plan: BuildPlan, context_dir: Path, record: report.BuildRecord, client) -> None:
@@ -271,8 +346,9 @@ def _build_images(plan: BuildPlan, context_dir: Path, record: report.BuildRecord
         builder.ensure_base_image(client, plan.base_image, _progress(plan.entry.tag, "pull"))
     for spec in plan.images:
         with record.phase(f"build {spec.kind}"):
-            image_id = builder.build_image(client, context_dir, spec.dockerfile, spec.ref, plan.buildargs,
-                                           _progress(plan.entry.tag, spec.kind))
+            image_id = builder.build_image(
+                client, context_dir, spec.dockerfile, spec.ref, plan.buildargs, _progress(plan.entry.tag, spec.kind)
+            )
         record.add_image(spec.kind, spec.ref, image_id)
 
 
@@ -310,8 +386,9 @@ def _print_summary(records: list[report.BuildRecord]) -> None:
     for record in records:
         warnings = sum(len(v["warnings"]) for v in record.verifications)
         refs = ", ".join(image["ref"] for image in record.images) or "-"
-        rows.append((record.tag, "ok" if record.ok else "FAILED", refs, str(warnings),
-                     f"{sum(record.durations.values()):.0f}"))
+        rows.append(
+            (record.tag, "ok" if record.ok else "FAILED", refs, str(warnings), f"{sum(record.durations.values()):.0f}")
+        )
     click.echo(_table(rows))
 
 
@@ -322,8 +399,15 @@ def _table(rows: Sequence[tuple[str, ...]]) -> str:
 
 # --- list, render, check -------------------------------------------------------------------------------------------
 
-LIST_COLUMNS = (("TAG", "tag"), ("STATUS", "status"), ("TRITON", "triton"), ("TRT-LLM", "tensorrt_llm"),
-                ("TENSORRT", "tensorrt"), ("PYTHON", "python"), ("WORKFLOWS", "workflows"))
+LIST_COLUMNS = (
+    ("TAG", "tag"),
+    ("STATUS", "status"),
+    ("TRITON", "triton"),
+    ("TRT-LLM", "tensorrt_llm"),
+    ("TENSORRT", "tensorrt"),
+    ("PYTHON", "python"),
+    ("WORKFLOWS", "workflows"),
+)
 
 
 @cli.command("list")
@@ -361,8 +445,12 @@ def _list_table(matrix: matrix_mod.Matrix) -> str:
 @cli.command("models")
 @_matrix_option
 @click.argument("name", required=False)
-@click.option("--json", "as_json", is_flag=True,
-              help="As JSON; without NAME, the model list the images carry (models.json next to matrix.json).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="As JSON; without NAME, the model list the images carry (models.json next to matrix.json).",
+)
 def models_command(matrix_path, name, as_json):
     """Which tags serve a model (a config.json model_type or architecture), and with which workflow."""
     matrix = matrix_mod.load(matrix_path)
@@ -383,11 +471,14 @@ def models_command(matrix_path, name, as_json):
         caps = capabilities.of(entry)
         engine = model.serves(entry, caps, "engine")
         folder = model.converter_dir(caps.examples_layout) if engine else "-"
-        rows.append((entry.tag, entry.tensorrt_llm or "-", folder,
-                     "yes" if model.serves(entry, caps, "llmapi") else "-"))
+        rows.append(
+            (entry.tag, entry.tensorrt_llm or "-", folder, "yes" if model.serves(entry, caps, "llmapi") else "-")
+        )
     notes = [f"{key} is uncertain: {why}" for key, why in sorted(model.uncertain.items())]
-    click.echo(f"{model.model_type} ({', '.join(model.architectures)}): engine from TensorRT-LLM "
-               f"{model.engine.since if model.engine else '(none)'}, llmapi from {model.llmapi_since or '(none)'}\n")
+    click.echo(
+        f"{model.model_type} ({', '.join(model.architectures)}): engine from TensorRT-LLM "
+        f"{model.engine.since if model.engine else '(none)'}, llmapi from {model.llmapi_since or '(none)'}\n"
+    )
     click.echo(_table(rows) + "".join(f"\n{note}" for note in notes))
 
 
@@ -409,16 +500,22 @@ def _span(tags: list[str]) -> str:
 @_plan_options
 @_matrix_option
 @_backend_options
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write complete build contexts to OUT/context/TAG (what a build would send to Docker).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write complete build contexts to OUT/context/TAG (what a build would send to Docker).",
+)
 @click.option("--print", "print_", is_flag=True, help="Print the Dockerfiles instead.")
 def render_command(tags, all_tags, base_image, registry, matrix_path, backend_dir, allow_unpinned, out_dir, print_):
     """Render the Dockerfiles (and build contexts) without Docker."""
     if bool(out_dir) == print_:
-        raise UsageError("give exactly one of --out DIR or --print", "--print shows the Dockerfiles; --out writes "
-                                                                      "the build contexts")
-    matrix, plans = _plans(matrix_path, tags, all_tags, base_image=base_image, registry=registry,
-                           out_dir=out_dir or DEFAULT_OUT)
+        raise UsageError(
+            "give exactly one of --out DIR or --print", "--print shows the Dockerfiles; --out writes the build contexts"
+        )
+    matrix, plans = _plans(
+        matrix_path, tags, all_tags, base_image=base_image, registry=registry, out_dir=out_dir or DEFAULT_OUT
+    )
     for plan in plans:
         dockerfiles = render.render(plan)
         if print_:
@@ -455,32 +552,57 @@ def check_command(tags, all_tags, matrix_path):
 @click.option("--pp-size", type=int, default=1, show_default=True, help="Pipeline parallelism (GPUs = TP x PP).")
 @click.option("--namespace", default="default", show_default=True)
 @click.option("--name", default="llm", show_default=True, help="InferenceService name, also the served model name.")
-@click.option("--cache", type=click.Choice(kserve.CACHE_MODES), default="emptydir", show_default=True,
-              help="Where engines are cached: per pod (emptydir) or on a PersistentVolumeClaim (pvc).")
+@click.option(
+    "--cache",
+    type=click.Choice(kserve_options.CACHE_MODES),
+    default="emptydir",
+    show_default=True,
+    help="Where engines are cached: per pod (emptydir) or on a PersistentVolumeClaim (pvc).",
+)
 @click.option("--pvc-name", help="Cache PVC name  [default: <name>-trtllm-cache]")
 @click.option("--pvc-size", default="100Gi", show_default=True)
-@click.option("--pvc-access-mode", type=click.Choice(kserve.ACCESS_MODES), default="ReadWriteOnce", show_default=True)
-@click.option("--namespaced-runtime", is_flag=True,
-              help="A ServingRuntime in --namespace, not a ClusterServingRuntime.")
-@click.option("--warm-job", is_flag=True,
-              help="Add a Job that builds the engine into the cache PVC (needs --cache pvc).")
-@click.option("--hf-token-secret", default="hf-token", show_default=True,
-              help="Secret holding the Hugging Face token under key 'token' (optional at run time).")
+@click.option(
+    "--pvc-access-mode", type=click.Choice(kserve_options.ACCESS_MODES), default="ReadWriteOnce", show_default=True
+)
+@click.option(
+    "--namespaced-runtime", is_flag=True, help="A ServingRuntime in --namespace, not a ClusterServingRuntime."
+)
+@click.option(
+    "--warm-job", is_flag=True, help="Add a Job that builds the engine into the cache PVC (needs --cache pvc)."
+)
+@click.option(
+    "--hf-token-secret",
+    default="hf-token",
+    show_default=True,
+    help="Secret holding the Hugging Face token under key 'token' (optional at run time).",
+)
 @click.option("--no-hf-token", is_flag=True, help="Reference no token Secret.")
-@click.option("--admin-key-secret", default="triton-admin-key", show_default=True,
-              help="Secret holding the key of Triton's restricted APIs under key 'key' (optional at run time; "
-                   "without it those APIs stay closed).")
+@click.option(
+    "--admin-key-secret",
+    default="triton-admin-key",
+    show_default=True,
+    help="Secret holding the key of Triton's restricted APIs under key 'key' (optional at run time; "
+    "without it those APIs stay closed).",
+)
 @click.option("--no-admin-key", is_flag=True, help="Reference no admin-key Secret.")
 @click.option("--storage-writable", is_flag=True, help="Mount /mnt/models read-write (default: read-only).")
 @_matrix_option
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write one YAML file per kind into this directory  [default: print to stdout]")
-def kserve_command(matrix_path, out_dir, no_hf_token, hf_token_secret, no_admin_key, admin_key_secret,
-                   storage_writable, **values):
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write one YAML file per kind into this directory  [default: print to stdout]",
+)
+def kserve_command(
+    matrix_path, out_dir, no_hf_token, hf_token_secret, no_admin_key, admin_key_secret, storage_writable, **values
+):
     """KServe manifests for one tag: runtime, InferenceService, optional cache PVC and warm-up Job."""
-    options = kserve.KServeOptions(hf_token_secret=None if no_hf_token else hf_token_secret,
-                                   admin_key_secret=None if no_admin_key else admin_key_secret,
-                                   storage_readonly=not storage_writable, **values)
+    options = kserve_options.KServeOptions(
+        hf_token_secret=None if no_hf_token else hf_token_secret,
+        admin_key_secret=None if no_admin_key else admin_key_secret,
+        storage_readonly=not storage_writable,
+        **values,
+    )
     plan = kserve.make_plan(matrix_mod.load(matrix_path), options)
     if out_dir is None:
         click.echo(kserve.render(plan), nl=False)
@@ -495,32 +617,47 @@ def upstream_group():
 
 
 def _lock_option(func):
-    return click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path),
-                        default=upstream.LOCK_PATH, show_default="the repository's upstream.lock.json",
-                        help="The lock file.")(func)
+    return click.option(
+        "--lock",
+        "lock_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=upstream.LOCK_PATH,
+        show_default="the repository's upstream.lock.json",
+        help="The lock file.",
+    )(func)
 
 
 @upstream_group.command("lock")
 @_matrix_option
 @_lock_option
-@click.option("--repin", multiple=True, metavar="REPO@REF",
-              help="Accept a new digest for this archive (repeatable); otherwise a changed digest is an error.")
+@click.option(
+    "--repin",
+    multiple=True,
+    metavar="REPO@REF",
+    help="Accept a new digest for this archive (repeatable); otherwise a changed digest is an error.",
+)
 def upstream_lock_command(matrix_path, lock_path, repin):
     """Download every archive the matrix and the tests need and record its sha256 (needs GitHub)."""
     lock = upstream.load_lock(lock_path)
     wanted = backend_assets.lock_keys(matrix_mod.load(matrix_path))
     fresh = upstream.refresh(lock, wanted, repin=repin, log=_say)
     unpinned = [pin.name for pin in fresh.pins if pin.sha256 is None]
-    click.echo(f"wrote {upstream.write_lock(fresh)}: {len(fresh.pins)} archives, {len(unpinned)} without a digest"
-               + (f" ({', '.join(unpinned)})" if unpinned else ""))
+    click.echo(
+        f"wrote {upstream.write_lock(fresh)}: {len(fresh.pins)} archives, {len(unpinned)} without a digest"
+        + (f" ({', '.join(unpinned)})" if unpinned else "")
+    )
 
 
 @upstream_group.command("fetch")
 @_lock_option
 def upstream_fetch_command(lock_path):
     """Download and verify the tests' upstream files into the cache; prints the directory (a TRTLLM_UPSTREAM_DIR)."""
-    path = upstream.materialize_layout(upstream.load_lock(lock_path), upstream.cache_root(),
-                                       local_copy="TRTLLM_UPSTREAM_DIR=<a copy> for the tests", log=_say)
+    path = upstream.materialize_layout(
+        upstream.load_lock(lock_path),
+        upstream.cache_root(),
+        local_copy="TRTLLM_UPSTREAM_DIR=<a copy> for the tests",
+        log=_say,
+    )
     click.echo(path)
 
 

@@ -15,104 +15,29 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from trtllm_images.contract import CACHE_DIR, KSERVE_MODEL_DIR, METRICS_PORT, UID
-from trtllm_images.errors import BuildError, UsageError
+from trtllm_images.errors import BuildError
 from trtllm_images.files import write_atomic
+from trtllm_images.kserve_options import KServeOptions
 from trtllm_images.plan import make_plan as make_build_plan
 
 if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry
 
-CONTAINER = "kserve-container"            # KServe refuses a runtime without a container of this name
-MODEL_FORMAT = "tensorrt-llm"             # our own format, so auto-selection never competes with kserve-tritonserver
+CONTAINER = "kserve-container"  # KServe refuses a runtime without a container of this name
+MODEL_FORMAT = "tensorrt-llm"  # our own format, so auto-selection never competes with kserve-tritonserver
 PROTOCOLS = ("v2", "grpc-v2")
 KNOWN_PROTOCOLS = {"v1", "v2", "grpc-v1", "grpc-v2"}
-HTTP_PORT, GRPC_PORT = 8080, 9000         # KServe's HTTP default; gRPC as its stock Triton runtime
+HTTP_PORT, GRPC_PORT = 8080, 9000  # KServe's HTTP default; gRPC as its stock Triton runtime
 GPU = "nvidia.com/gpu"
-STARTUP_BUDGET_SECONDS = 2 * 3600         # a cold engine build of a large model
+STARTUP_BUDGET_SECONDS = 2 * 3600  # a cold engine build of a large model
 STARTUP_PERIOD_SECONDS = 30
 CACHE_VOLUME, SHM_VOLUME, MODELS_VOLUME = "trtllm-cache", "devshm", "models"
 TOKEN_KEY = "token"
-ADMIN_KEY_KEY = "key"                     # key of the admin-key Secret (Triton's restricted APIs, README "Security")
-CACHE_MODES = ("emptydir", "pvc")
-ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
+ADMIN_KEY_KEY = "key"  # key of the admin-key Secret (Triton's restricted APIs, README "Security")
 PART_OF = {"app.kubernetes.io/part-of": "trtllm-images"}
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|KEY)", re.IGNORECASE)
 _TOKEN_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{20,}")
-
-
-@dataclass(frozen=True)
-class KServeOptions:
-    tag: str
-    image: str | None = None            # full image ref; default: the server image build.py makes for the tag
-    registry: str | None = None         # prefix for the default image ref
-    model_id: str | None = None         # hub id; None -> the model that storage_uri puts at /mnt/models
-    model_revision: str | None = None
-    storage_uri: str | None = None
-    tp_size: int = 1
-    pp_size: int = 1
-    namespace: str = "default"
-    name: str = "llm"
-    cache: str = "emptydir"             # "emptydir" | "pvc"
-    pvc_name: str | None = None         # default "<name>-trtllm-cache"
-    pvc_size: str = "100Gi"
-    pvc_access_mode: str = "ReadWriteOnce"
-    namespaced_runtime: bool = False
-    warm_job: bool = False
-    hf_token_secret: str | None = "hf-token"  # Secret with key "token"; optional, so public models need none
-    # Secret with key "key"; optional: without it the restricted Triton APIs stay closed to everyone.
-    admin_key_secret: str | None = "triton-admin-key"
-    storage_readonly: bool = True       # the entrypoint never writes below /mnt/models
-
-    def __post_init__(self) -> None:
-        problems = _problems(self)
-        if problems:
-            raise UsageError("invalid KServe options: " + "; ".join(problems),
-                             "see `python build.py kserve --help` and docs/kserve.md")
-
-    @property
-    def gpus(self) -> int:
-        return self.tp_size * self.pp_size
-
-    @property
-    def claim(self) -> str:
-        return self.pvc_name or f"{self.name}-trtllm-cache"
-
-
-def _problems(o: KServeOptions) -> list[str]:
-    problems = []
-    for label, value in (("name", o.name), ("namespace", o.namespace), ("pvc name", o.claim),
-                         ("hf token secret", o.hf_token_secret or "x"),
-                         ("admin key secret", o.admin_key_secret or "x")):
-        if len(value) > 63 or not _DNS_LABEL.match(value):
-            problems.append(f"{label} {value!r} must be a DNS label (lowercase letters, digits, '-', at most 63)")
-    if len(o.name) > 45:  # KServe and the warm Job append suffixes such as "-predictor" to it
-        problems.append(f"name {o.name!r} is longer than 45 characters")
-    if o.name in ("preprocessing", "postprocessing"):  # the served model takes the service's name
-        problems.append(f"name {o.name!r} clashes with a model inside the Triton repository")
-    if (o.model_id is None) == (o.storage_uri is None):
-        problems.append("give exactly one of model_id (a hub id) and storage_uri (KServe puts it at /mnt/models)")
-    if o.storage_uri is not None and "://" not in o.storage_uri:
-        problems.append(f"storage_uri {o.storage_uri!r} needs a scheme such as hf://, s3://, gs://, pvc://")
-    for label, size in (("tp_size", o.tp_size), ("pp_size", o.pp_size)):
-        if not isinstance(size, int) or size < 1:
-            problems.append(f"{label} must be a positive integer, got {size!r}")
-    if o.cache not in CACHE_MODES:
-        problems.append(f"cache {o.cache!r} is not one of {', '.join(CACHE_MODES)}")
-    if o.pvc_access_mode not in ACCESS_MODES:
-        problems.append(f"pvc_access_mode {o.pvc_access_mode!r} is not one of {', '.join(ACCESS_MODES)}")
-    if not _QUANTITY.match(o.pvc_size):
-        problems.append(f"pvc_size {o.pvc_size!r} is not a Kubernetes quantity such as 100Gi")
-    if o.image and o.registry:
-        problems.append("image and registry exclude each other (registry only prefixes the default image)")
-    if o.warm_job and o.cache != "pvc":
-        problems.append("warm_job needs cache='pvc': an emptyDir dies with the Job's pod")
-    if o.warm_job and o.storage_uri and not o.storage_uri.startswith("pvc://"):
-        problems.append("warm_job can only read a model given as a hub id or a pvc:// storage_uri "
-                        "(the storage initializer runs for InferenceServices only)")
-    return problems
 
 
 def server_image(entry: MatrixEntry, registry: str | None = None) -> str:
@@ -127,8 +52,9 @@ def runtime_name(tag: str) -> str:
 @dataclass(frozen=True)
 class KServePlan:
     """Everything `build.py kserve` outputs, decided once: printing and writing files both render this value."""
+
     documents: tuple[dict, ...]  # runtime, [PVC], InferenceService, [warm Job]: the order `kubectl apply` needs
-    header: str                  # stamped into every output: the command that regenerates it
+    header: str  # stamped into every output: the command that regenerates it
 
 
 def make_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
@@ -145,8 +71,10 @@ def make_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
     # An image given with --image is the user's own; only the default one must be an image build.py makes.
     problems = semantic_findings(documents, None if options.image else matrix)
     if problems:  # what KServe's webhooks would reject later, refused before anything is written
-        raise BuildError("the manifests break KServe's rules: " + "; ".join(problems),
-                         "a combination of options this generator does not handle: please report it")
+        raise BuildError(
+            "the manifests break KServe's rules: " + "; ".join(problems),
+            "a combination of options this generator does not handle: please report it",
+        )
     header = f"Generated by: {command_line(options)}\nDo not edit; change the options and regenerate."
     return KServePlan(documents=tuple(documents), header=header)
 
@@ -165,13 +93,23 @@ def _gpu_resources(gpus: int, **more: str) -> dict:
 
 
 def _security_context() -> dict:
-    return {"runAsNonRoot": True, "runAsUser": UID, "allowPrivilegeEscalation": False, "privileged": False,
-            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": UID,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def _probe(path: str, period: int, failures: int) -> dict:
-    return {"httpGet": {"path": path, "port": HTTP_PORT}, "periodSeconds": period, "timeoutSeconds": 5,
-            "failureThreshold": failures}
+    return {
+        "httpGet": {"path": path, "port": HTTP_PORT},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
 
 
 def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
@@ -179,14 +117,23 @@ def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
         "name": CONTAINER,
         "image": image,
         # No args: the image's ENTRYPOINT + CMD ["serve"] start Triton; ports and names come from the environment.
-        "env": _env({"HTTP_PORT": HTTP_PORT, "GRPC_PORT": GRPC_PORT, "METRICS_PORT": METRICS_PORT,
-                     "CACHE_DIR": CACHE_DIR, "SERVED_MODEL_NAME": "{{.Name}}",
-                     "TP_SIZE": o.tp_size, "PP_SIZE": o.pp_size}),
+        "env": _env(
+            {
+                "HTTP_PORT": HTTP_PORT,
+                "GRPC_PORT": GRPC_PORT,
+                "METRICS_PORT": METRICS_PORT,
+                "CACHE_DIR": CACHE_DIR,
+                "SERVED_MODEL_NAME": "{{.Name}}",
+                "TP_SIZE": o.tp_size,
+                "PP_SIZE": o.pp_size,
+            }
+        ),
         # One port only: Knative rejects more, and KServe's Service sends port 80 to the first one.
         "ports": [{"name": "http1", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": _gpu_resources(o.gpus, cpu="4", memory="32Gi"),
-        "startupProbe": _probe("/v2/health/ready", STARTUP_PERIOD_SECONDS,
-                               STARTUP_BUDGET_SECONDS // STARTUP_PERIOD_SECONDS),
+        "startupProbe": _probe(
+            "/v2/health/ready", STARTUP_PERIOD_SECONDS, STARTUP_BUDGET_SECONDS // STARTUP_PERIOD_SECONDS
+        ),
         "readinessProbe": _probe("/v2/health/ready", 10, 3),
         "livenessProbe": _probe("/v2/health/live", 30, 4),
         "securityContext": _security_context(),
@@ -194,25 +141,40 @@ def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
     }
     spec = {
         "annotations": {"prometheus.kserve.io/port": str(METRICS_PORT), "prometheus.kserve.io/path": "/metrics"},
-        "supportedModelFormats": [{"name": MODEL_FORMAT, "version": entry.tensorrt_llm, "autoSelect": True,
-                                   "priority": 1}],
+        "supportedModelFormats": [
+            {"name": MODEL_FORMAT, "version": entry.tensorrt_llm, "autoSelect": True, "priority": 1}
+        ],
         "protocolVersions": list(PROTOCOLS),
         "containers": [container],
         "volumes": [_shm_volume()],
     }
     kind = "ServingRuntime" if o.namespaced_runtime else "ClusterServingRuntime"
-    return {"apiVersion": "serving.kserve.io/v1alpha1", "kind": kind,
-            "metadata": _meta(runtime_name(o.tag), o.namespace if o.namespaced_runtime else None),
-            "spec": spec}
+    return {
+        "apiVersion": "serving.kserve.io/v1alpha1",
+        "kind": kind,
+        "metadata": _meta(runtime_name(o.tag), o.namespace if o.namespaced_runtime else None),
+        "spec": spec,
+    }
 
 
 def _model_env(o: KServeOptions) -> list[dict]:
     """What decides the engine: shared by the service and the warm Job, so both compute the same cache key."""
-    env = _env({"MODEL_ID": o.model_id, "MODEL_REVISION": o.model_revision, "CACHE_DIR": CACHE_DIR,
-                "TP_SIZE": o.tp_size, "PP_SIZE": o.pp_size})
+    env = _env(
+        {
+            "MODEL_ID": o.model_id,
+            "MODEL_REVISION": o.model_revision,
+            "CACHE_DIR": CACHE_DIR,
+            "TP_SIZE": o.tp_size,
+            "PP_SIZE": o.pp_size,
+        }
+    )
     if o.model_id and o.hf_token_secret:
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-            "name": o.hf_token_secret, "key": TOKEN_KEY, "optional": True}}})
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": o.hf_token_secret, "key": TOKEN_KEY, "optional": True}},
+            }
+        )
     return env
 
 
@@ -220,8 +182,12 @@ def _admin_key_env(o: KServeOptions) -> list[dict]:
     """Only the serving pod opens Triton's restricted APIs; the warm Job's `prepare` needs no key."""
     if not o.admin_key_secret:
         return []
-    return [{"name": "TRITON_ADMIN_KEY", "valueFrom": {"secretKeyRef": {
-        "name": o.admin_key_secret, "key": ADMIN_KEY_KEY, "optional": True}}}]
+    return [
+        {
+            "name": "TRITON_ADMIN_KEY",
+            "valueFrom": {"secretKeyRef": {"name": o.admin_key_secret, "key": ADMIN_KEY_KEY, "optional": True}},
+        }
+    ]
 
 
 def _shm_volume() -> dict:
@@ -236,51 +202,87 @@ def _cache_volume(o: KServeOptions) -> dict:
 
 def _inference_service(o: KServeOptions) -> dict:
     annotations = {"serving.kserve.io/deploymentMode": "RawDeployment"}  # Standard from 0.16; this spelling: all
-    model: dict[str, Any] = {"modelFormat": {"name": MODEL_FORMAT}, "protocolVersion": "v2",
-                             "runtime": runtime_name(o.tag)}
+    model: dict[str, Any] = {
+        "modelFormat": {"name": MODEL_FORMAT},
+        "protocolVersion": "v2",
+        "runtime": runtime_name(o.tag),
+    }
     if o.storage_uri:
         model["storageUri"] = o.storage_uri
         annotations["storage.kserve.io/readonly"] = "true" if o.storage_readonly else "false"
-    model.update({
-        "env": _model_env(o) + _admin_key_env(o),
-        # Both ports, HTTP first: raw deployments expose every declared port, the first one as the Service's port 80.
-        "ports": [{"name": "http1", "containerPort": HTTP_PORT, "protocol": "TCP"},
-                  {"name": "grpc-v2", "containerPort": GRPC_PORT, "protocol": "TCP"}],
-        "resources": _gpu_resources(o.gpus),
-        "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": CACHE_DIR}],
-    })
-    predictor = {"minReplicas": 1, "terminationGracePeriodSeconds": 60,  # Triton drains for 30 s on SIGTERM
-                 "securityContext": {"fsGroup": UID}, "model": model, "volumes": [_cache_volume(o)]}
-    return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
-            "metadata": _meta(o.name, o.namespace, annotations), "spec": {"predictor": predictor}}
+    model.update(
+        {
+            "env": _model_env(o) + _admin_key_env(o),
+            # Both ports, HTTP first: raw deployments expose every declared port, the first one as the Service's
+            # port 80.
+            "ports": [
+                {"name": "http1", "containerPort": HTTP_PORT, "protocol": "TCP"},
+                {"name": "grpc-v2", "containerPort": GRPC_PORT, "protocol": "TCP"},
+            ],
+            "resources": _gpu_resources(o.gpus),
+            "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": CACHE_DIR}],
+        }
+    )
+    predictor = {
+        "minReplicas": 1,
+        "terminationGracePeriodSeconds": 60,  # Triton drains for 30 s on SIGTERM
+        "securityContext": {"fsGroup": UID},
+        "model": model,
+        "volumes": [_cache_volume(o)],
+    }
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": _meta(o.name, o.namespace, annotations),
+        "spec": {"predictor": predictor},
+    }
 
 
 def _pvc(o: KServeOptions) -> dict:
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(o.claim, o.namespace),
-            "spec": {"accessModes": [o.pvc_access_mode], "resources": {"requests": {"storage": o.pvc_size}}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(o.claim, o.namespace),
+        "spec": {"accessModes": [o.pvc_access_mode], "resources": {"requests": {"storage": o.pvc_size}}},
+    }
 
 
 def _warm_job(o: KServeOptions, image: str) -> dict:
-    mounts: list[dict[str, Any]] = [{"name": CACHE_VOLUME, "mountPath": CACHE_DIR},
-                                    {"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+    mounts: list[dict[str, Any]] = [
+        {"name": CACHE_VOLUME, "mountPath": CACHE_DIR},
+        {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+    ]
     volumes = [_cache_volume(o), _shm_volume()]
     if o.storage_uri:  # validated: pvc://<claim>[/<path>]
-        claim, _, sub_path = o.storage_uri[len("pvc://"):].partition("/")
+        claim, _, sub_path = o.storage_uri[len("pvc://") :].partition("/")
         mount = {"name": MODELS_VOLUME, "mountPath": KSERVE_MODEL_DIR, "readOnly": True}
         if sub_path:
             mount["subPath"] = sub_path
         mounts.append(mount)
         volumes.append({"name": MODELS_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
-    container = {"name": "prepare", "image": image, "args": ["prepare"], "env": _model_env(o),
-                 # Building an engine needs the same GPUs (and GPU model) as serving it.
-                 "resources": _gpu_resources(o.gpus, cpu="4", memory="32Gi"),
-                 "securityContext": _security_context(), "volumeMounts": mounts}
-    pod = {"restartPolicy": "Never", "securityContext": {"fsGroup": UID}, "containers": [container],
-           "volumes": volumes}
-    spec = {"backoffLimit": 1, "activeDeadlineSeconds": STARTUP_BUDGET_SECONDS, "ttlSecondsAfterFinished": 86400,
-            "template": {"metadata": {"labels": dict(PART_OF)}, "spec": pod}}
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": _meta(f"{o.name}-warm-cache", o.namespace),
-            "spec": spec}
+    container = {
+        "name": "prepare",
+        "image": image,
+        "args": ["prepare"],
+        "env": _model_env(o),
+        # Building an engine needs the same GPUs (and GPU model) as serving it.
+        "resources": _gpu_resources(o.gpus, cpu="4", memory="32Gi"),
+        "securityContext": _security_context(),
+        "volumeMounts": mounts,
+    }
+    pod = {"restartPolicy": "Never", "securityContext": {"fsGroup": UID}, "containers": [container], "volumes": volumes}
+    spec = {
+        "backoffLimit": 1,
+        "activeDeadlineSeconds": STARTUP_BUDGET_SECONDS,
+        "ttlSecondsAfterFinished": 86400,
+        "template": {"metadata": {"labels": dict(PART_OF)}, "spec": pod},
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(f"{o.name}-warm-cache", o.namespace),
+        "spec": spec,
+    }
 
 
 def command_line(options: KServeOptions) -> str:
@@ -305,13 +307,18 @@ def command_line(options: KServeOptions) -> str:
 
 def dump_yaml(docs: Iterable[dict], header: str = "") -> str:
     comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
-    return comment + yaml.safe_dump_all(list(docs), sort_keys=False, default_flow_style=False, width=120,
-                                        explicit_start=True)
+    return comment + yaml.safe_dump_all(
+        list(docs), sort_keys=False, default_flow_style=False, width=120, explicit_start=True
+    )
 
 
-FILE_NAMES = {"ClusterServingRuntime": "runtime.yaml", "ServingRuntime": "runtime.yaml",
-              "PersistentVolumeClaim": "cache-pvc.yaml", "InferenceService": "inferenceservice.yaml",
-              "Job": "warm-cache-job.yaml"}
+FILE_NAMES = {
+    "ClusterServingRuntime": "runtime.yaml",
+    "ServingRuntime": "runtime.yaml",
+    "PersistentVolumeClaim": "cache-pvc.yaml",
+    "InferenceService": "inferenceservice.yaml",
+    "Job": "warm-cache-job.yaml",
+}
 
 
 def render(plan: KServePlan) -> str:
@@ -372,8 +379,10 @@ def _priority_findings(runtimes: Iterable[dict]) -> list[str]:
             key = (fmt.get("name"), fmt.get("version"), fmt.get("priority"))
             name = runtime["metadata"]["name"]
             if key in seen:
-                findings.append(f"{name}: format {key[0]} {key[1]} has priority {key[2]} like {seen[key]}; "
-                                "KServe then picks a runtime at random")
+                findings.append(
+                    f"{name}: format {key[0]} {key[1]} has priority {key[2]} like {seen[key]}; "
+                    "KServe then picks a runtime at random"
+                )
             seen[key] = name
     return findings
 

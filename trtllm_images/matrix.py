@@ -147,6 +147,10 @@ def read_yaml(path: Path, what: str, missing_hint: str) -> object:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UsageError(f"{what} {path} does not exist", missing_hint) from None
+    except OSError as exc:
+        raise UsageError(f"{what} {path} cannot be read: {exc.strerror}", missing_hint) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{what} {path} is not UTF-8 text (byte {exc.start})", f"give a YAML {what}") from None
     try:
         data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from trtllm_entrypoint.engine_cache import check_engine_version
+from trtllm_entrypoint.engine_config import check_engine_version
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.models import Converter
 

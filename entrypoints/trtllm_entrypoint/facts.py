@@ -49,7 +49,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
     for piece in version.split("."):
         digits = ""
         for ch in piece:
-            if not ch.isdigit():
+            if not "0" <= ch <= "9":
                 break
             digits += ch
         if not digits:

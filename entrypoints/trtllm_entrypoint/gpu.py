@@ -49,7 +49,7 @@ class GpuInfo:
 
 def _mib(text: str) -> int:
     number = text.split()[0] if text.split() else ""
-    return int(number) if number.isdigit() else 0  # "[N/A]" on some virtual GPUs
+    return int(number) if number.isascii() and number.isdigit() else 0  # "[N/A]" on some virtual GPUs
 
 
 def parse_nvidia_smi(csv_text: str) -> GpuInfo:
@@ -59,7 +59,7 @@ def parse_nvidia_smi(csv_text: str) -> GpuInfo:
     for row in csv.reader(csv_text.splitlines(), skipinitialspace=True):
         if not row or not "".join(row).strip():
             continue
-        if len(row) not in (5, 6) or not row[0].strip().isdigit():
+        if len(row) not in (5, 6) or not (row[0].strip().isascii() and row[0].strip().isdigit()):
             raise EntrypointError(f"could not parse this nvidia-smi line: {', '.join(row)!r}",
                                   "run `nvidia-smi` in the container to see whether the driver works")
         cells = [c.strip() for c in row]
@@ -71,7 +71,7 @@ def parse_nvidia_smi(csv_text: str) -> GpuInfo:
 
 def _pick(gpus: tuple[Gpu, ...], entry: str) -> Gpu | None:
     """The GPU an entry of a visible-devices list names: an index, or a UUID (or its unique prefix, as CUDA allows)."""
-    if entry.isdigit():
+    if entry.isascii() and entry.isdigit():  # str.isdigit() alone accepts "²", which int() refuses
         return next((g for g in gpus if g.index == int(entry)), None)
     matches = [g for g in gpus if g.uuid and entry.startswith("GPU-") and g.uuid.startswith(entry)]
     return matches[0] if len(matches) == 1 else None

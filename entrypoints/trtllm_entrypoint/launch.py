@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING, Mapping, NoReturn, Sequence
 
 from trtllm_entrypoint import contract, security
 from trtllm_entrypoint.errors import EntrypointError, UsageError
+from trtllm_entrypoint.server_args import PORT_FLAGS, REPOSITORY_FLAGS, SHM_PREFIX
 
 if TYPE_CHECKING:
     from trtllm_entrypoint.facts import ImageFacts
     from trtllm_entrypoint.settings import Settings
 
-REPOSITORY_FLAGS = ("--model-repository", "--model-store")
-PORT_FLAGS = {"--http-port": "http_port", "--grpc-port": "grpc_port", "--metrics-port": "metrics_port"}
 # The model that ranks other than 0 load: the C++ backend runs the engine on every rank, everything else on rank 0.
 RANK_MODEL = "tensorrt_llm"
 
@@ -31,7 +30,7 @@ def _common(settings: Settings, repository: Path, rank: int, auto_complete: bool
     if not auto_complete:
         argv.append("--disable-auto-complete-config")
     # Each rank's Python models need their own shared-memory regions.
-    argv.append(f"--backend-config=python,shm-region-prefix-name=prefix{rank}_")
+    argv.append(f"--backend-config={SHM_PREFIX}=prefix{rank}_")
     return argv
 
 
@@ -139,7 +138,7 @@ def parse_passthrough(argv: Sequence[str]) -> Passthrough:
         if flag in REPOSITORY_FLAGS:
             repositories.append(Path(value))
         elif flag in PORT_FLAGS:
-            if not value.isdigit() or not 0 < int(value) < 65536:
+            if not (value.isascii() and value.isdigit()) or not 0 < int(value) < 65536:
                 raise UsageError(f"{flag}={value!r} is not a port number", "give a number from 1 to 65535")
             ports[PORT_FLAGS[flag]] = int(value)
         else:

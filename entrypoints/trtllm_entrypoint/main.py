@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, NoReturn, Sequence
 
-from trtllm_entrypoint import (contract, engine_build, engine_cache, flagcheck, gpu, launch, models, probe,
-                               repository, security, served_code, sources)
+from trtllm_entrypoint import (contract, engine_build, engine_cache, engine_config, fill, flagcheck, gpu, launch,
+                               models, preflight, probe, repository, security, sources)
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, load_facts
 from trtllm_entrypoint.log import Log
@@ -99,12 +99,13 @@ def run(args: list[str], env: dict[str, str]) -> int:
         print(json.dumps(flagcheck.report(facts, flagcheck.check(uses)), indent=2))
         return 0
     if command == "build-engine":
-        source = resolve_model(settings, facts, env, log)
+        source = checked_model(settings, facts, env, log)
         engine_dir, _ = ensure_engine(settings, facts, env, log, source, lambda: gpu.detect_gpus(env))
         print(json.dumps({"engine_dir": str(engine_dir)}))
         return 0
     prepared = prepare(settings, facts, env, log, need_gpu=command == "serve")
     if command == "prepare":
+        log.info("launch command", argv=" ".join(prepared.argv))  # the log masks the admin key
         # Job logs keep this output, so the admin key is left out; the printed command then fails closed if run
         # as is (Triton refuses an empty key, where a mask such as *** would become a key anyone can guess).
         print(prepared.to_json().replace(settings.admin_key, ""))
@@ -126,11 +127,20 @@ def _facts_or_none(env: Mapping[str, str]) -> ImageFacts | None:
         return None
 
 
-def resolve_model(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log) -> sources.ModelSource:
+def locate_model(settings: Settings, env: Mapping[str, str], log: Log) -> sources.ModelSource:
+    """What the model is, from names and files only: nothing is downloaded or written yet."""
     with log.phase("resolve") as extra:
         source = sources.resolve(settings, env)
         extra.update(kind=source.kind, model=source.repo_id or source.path)
+    return source
+
+
+def checked_model(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log,
+                  source: sources.ModelSource | None = None) -> sources.ModelSource:
+    """The model, after every check that needs no download: the first write or download comes after them."""
+    source = source or locate_model(settings, env, log)
     check_model(source, settings, facts, env)
+    preflight.check(settings, facts, source)
     return fetch_model(source, settings, log)
 
 
@@ -149,7 +159,7 @@ def fetch_model(source: sources.ModelSource, settings: Settings, log: Log) -> so
 
 def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log, *, need_gpu: bool,
             source: sources.ModelSource | None = None) -> Prepared:
-    source = source or resolve_model(settings, facts, env, log)
+    source = checked_model(settings, facts, env, log, source)
     gpus = functools.lru_cache(maxsize=None)(lambda: gpu.detect_gpus(env))  # nvidia-smi once per start, if at all
     if source.kind == "repository":
         log.info("model is a complete Triton model repository; serving it as given (its code is yours, not "
@@ -167,10 +177,13 @@ def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: 
         world_size = settings.world_size
     else:
         engine_dir, source = ensure_engine(settings, facts, env, log, source, gpus)
-        world_size = engine_cache.engine_world_size(engine_dir)
+        world_size = engine_config.engine_world_size(engine_dir)
+        settings, taken = engine_config.serving_settings(settings, engine_dir)
+        if taken:
+            log.info("serving the limits the engine was built with", **taken)
     if need_gpu:
         gpu.require_gpus(gpus(), world_size, "to serve the model")
-    tokenizer = tokenizer_location(source, engine_dir)
+    tokenizer = preflight.tokenizer_dir(settings, source, engine_dir)
     with log.phase("fill"):
         repo = write_repository(settings, facts, log, source, engine_dir, tokenizer)
     return finish(settings, facts, log, repo=repo, engine_dir=engine_dir, world_size=world_size, tokenizer=tokenizer)
@@ -181,7 +194,6 @@ def finish(settings: Settings, facts: ImageFacts, log: Log, *, repo: Path, engin
     argv = launch.server_argv(settings, facts, repo, world_size, tokenizer=tokenizer)
     for warning in security.start_warnings(settings, facts):
         log.warn(warning)
-    log.info("launch command", argv=" ".join(argv))  # the log masks the admin key
     return Prepared(argv=argv, repository=repo, engine_dir=engine_dir,
                     health_url=health_url(settings.http_port),
                     env=launch.server_env(settings))
@@ -194,7 +206,7 @@ def ensure_engine(settings: Settings, facts: ImageFacts, env: Mapping[str, str],
     source it came from (the checkpoint when a prebuilt engine of another version was rebuilt)."""
     if source.kind == "engine":
         try:
-            engine_cache.check_engine_version(source.path, facts.tensorrt_llm)
+            engine_config.check_engine_version(source.path, facts.tensorrt_llm)
             log.info("using the prebuilt engine", engine_dir=source.path)
             return source.path, source
         except EntrypointError as exc:
@@ -224,46 +236,23 @@ def ensure_engine(settings: Settings, facts: ImageFacts, env: Mapping[str, str],
 
 def write_repository(settings: Settings, facts: ImageFacts, log: Log, source: sources.ModelSource,
                      engine_dir: Path | None, tokenizer_dir: Path) -> Path:
-    values = repository.fill_values(settings, facts, engine_dir, tokenizer_dir)
-    plan = repository.plan_fill(settings.templates_dir, values, settings=settings, model_path=source.path)
+    values = fill.fill_values(settings, facts, engine_dir, tokenizer_dir)
+    plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=source.path)
     log.info("optional template parameters", **dict(sorted(plan.effective.items())))
     if settings.repository_dir:
-        repository.write_repository(plan, settings.repository_dir, settings.templates_dir, log=log)
+        # The returned lock descriptor stays open on purpose: the exec'd server inherits it and holds it while serving.
+        repository.write_named(plan, settings.repository_dir, settings.templates_dir, log,
+                               timeout_s=settings.lock_timeout_secs)
         return settings.repository_dir
     # Named by its content: a restart with the same settings finds it valid and skips the write.
-    dest = settings.cache_dir / "repositories" / repository.plan_digest(plan, settings.templates_dir)
-    if not repository.write_repository(plan, dest, settings.templates_dir, log=log, replace=False,
-                                       reuse=functools.partial(image_code_only, plan, settings.templates_dir, log)):
-        log.info("model repository up to date", repository=dest)
+    dest, _ = repository.write_cached(plan, settings.cache_dir / "repositories", settings.templates_dir, log,
+                                      timeout_s=settings.lock_timeout_secs)
     return dest
-
-
-def image_code_only(plan: repository.FillPlan, templates_dir: Path, log: Log, cached: Path) -> bool:
-    """Whether a cached repository holds exactly what this image would write (see served_code); its bytecode is
-    dropped so that the checked sources are what runs."""
-    changed = served_code.changed_files(plan, templates_dir, cached)
-    if changed:
-        log.warn("the cached model repository differs from this image's templates; rebuilding it from the image",
-                 repository=cached, files=", ".join(changed))
-        return False
-    served_code.drop_bytecode(cached)
-    return True
-
-
-def tokenizer_location(source: sources.ModelSource, engine_dir: Path | None) -> Path:
-    """The preprocessing and postprocessing models need the Hugging Face tokenizer files."""
-    candidates = [p for p in (source.path, engine_dir) if p is not None]
-    for path in candidates:
-        if any((path / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-            return path
-    raise UsageError(f"no tokenizer files (tokenizer.json, tokenizer_config.json or tokenizer.model) in "
-                     f"{', '.join(map(str, candidates))}",
-                     "set MODEL_ID to the Hugging Face checkpoint, or copy the tokenizer files beside the engine")
 
 
 def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoReturn:
     record_health_url(prepared.health_url)
-    log.info("starting the server", program=prepared.argv[0])
+    log.info("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
     launch.exec_argv(prepared.argv, {**env, **prepared.env})
 
 
@@ -367,9 +356,10 @@ def compatibility_problems(facts: ImageFacts, settings: Settings, gpus: gpu.GpuI
     if facts.installed and facts.tensorrt_llm != facts.matrix_tensorrt_llm:
         problems.append(f"installed TensorRT-LLM {facts.tensorrt_llm} differs from {facts.matrix_tensorrt_llm} that "
                         f"the matrix gives for {facts.tag}")
-    needed = "inflight_batcher_llm" if settings.workflow == "engine" else "llmapi"
-    if not (settings.templates_dir / needed).is_dir():
-        problems.append(f"no {needed} templates under {settings.templates_dir} for WORKFLOW={settings.workflow}")
+    try:
+        fill.workflow_templates(settings.templates_dir, settings.workflow)
+    except UsageError as exc:
+        problems.append(exc.message)
     if gpus.count < settings.world_size:
         problems.append(f"TP_SIZE x PP_SIZE = {settings.world_size} needs {settings.world_size} GPUs, "
                         f"{gpus.count} visible")

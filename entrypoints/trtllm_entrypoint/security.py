@@ -71,15 +71,6 @@ def flags_in(args: Sequence[str]) -> list[str]:
     return [flag for flag in (arg.split("=", 1)[0] for arg in args) if flag in FLAGS]
 
 
-def check_triton_args(args: Sequence[str]) -> None:
-    """TRITON_ARGS must not change what is restricted (a second group for an API even stops Triton)."""
-    found = flags_in(args)
-    if found:
-        raise UsageError(f"TRITON_ARGS may not contain {found[0]}: the entrypoint sets it",
-                         "choose the APIs with RESTRICTED_APIS (or RESTRICTED_APIS=none) and the key with "
-                         "TRITON_ADMIN_KEY or TRITON_ADMIN_KEY_FILE")
-
-
 def check_relations(apis: tuple[str, ...], key_generated: bool) -> None:
     closed = [api for api in apis if api in CLIENT_APIS]
     if closed and key_generated:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trtllm_entrypoint.repository import FillPlan
+    from trtllm_entrypoint.fill import FillPlan
 
 BYTECODE_DIR = "__pycache__"
 NOT_A_FILE = "not a regular file"  # what a symlink, device or FIFO "hashes" to: never what a plan writes
@@ -63,8 +63,10 @@ def differences(expected: dict[str, str], actual: dict[str, str]) -> list[str]:
     return sorted(path for path in expected.keys() | actual.keys() if expected.get(path) != actual.get(path))
 
 
-def changed_files(plan: FillPlan, template_root: Path, root: Path) -> list[str]:
-    return differences(expected_files(plan, template_root), actual_files(root))
+def changed_files(plan: FillPlan, template_root: Path, root: Path, ignore: tuple[str, ...] = ()) -> list[str]:
+    """What differs between `root` and what the plan writes; `ignore`: our own bookkeeping files (the stamp)."""
+    actual = {path: digest for path, digest in actual_files(root).items() if path not in ignore}
+    return differences(expected_files(plan, template_root), actual)
 
 
 def drop_bytecode(root: Path) -> None:

@@ -18,8 +18,10 @@ from typing import Mapping
 
 from trtllm_entrypoint import contract, security
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.fill import INNER_MODELS
+from trtllm_entrypoint.paths import under_model_dir
+from trtllm_entrypoint.server_args import check_extra_arguments
 
 DTYPES = ("auto", "float16", "bfloat16", "float32")
 QUANTIZATIONS = ("none", "fp8", "int8_sq", "int4_awq", "w4a8_awq", "int8_wo", "int4_wo", "nvfp4")
@@ -28,6 +30,9 @@ LOG_FORMATS = ("text", "json")
 TRUE_WORDS = ("true", "1", "yes", "on")
 FALSE_WORDS = ("false", "0", "no", "off")
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64)
+WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+TOKEN = re.compile(r"[!-~]+")  # printable ASCII without spaces: it goes into an HTTP header
 MAX_TOKENS = 1 << 20  # 1M tokens: above any context length TensorRT-LLM serves today
 # Usable as a Triton model name and as a directory name.
 SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -69,6 +74,9 @@ class Settings:
     restricted_apis: tuple[str, ...]            # closed to clients without the admin key (RESTRICTED_APIS)
     admin_key: str = field(repr=False, compare=False)  # TRITON_ADMIN_KEY(_FILE), or random per start
     admin_key_generated: bool                   # no key given: nobody can call the restricted APIs
+    enable_bls: bool = False
+    # The fields whose variable was set (the others hold defaults): a prebuilt engine's own limits replace defaults.
+    explicit: frozenset[str] = frozenset()
     # Set when CACHE_DIR was not given and the default was not writable; the orchestrator logs it as a warning.
     cache_fallback_reason: str | None = None
 
@@ -82,7 +90,7 @@ class Settings:
         values = {**_model_values(env, facts), **_limit_values(env), **_server_values(env, facts),
                   **_admin_values(env)}
         values["cache_dir"], values["cache_fallback_reason"] = _cache_dir(env)
-        settings = cls(**values)
+        settings = cls(**values, explicit=frozenset(name.lower() for name in env.given))
         _check_relations(settings)
         return settings
 
@@ -95,6 +103,8 @@ class Settings:
                 value = "***" if value else None
             elif isinstance(value, Path):
                 value = str(value)
+            elif isinstance(value, frozenset):
+                value = sorted(value)
             elif isinstance(value, tuple):
                 value = list(value)
             out[f.name] = value
@@ -113,9 +123,12 @@ class _Env:
 
     def __init__(self, environ: Mapping[str, str]):
         self.environ = environ
+        self.given: set[str] = set()  # names read that had a value
 
     def text(self, name: str) -> str | None:
         value = self.environ.get(name, "").strip()
+        if value:
+            self.given.add(name)
         return value or None
 
     def integer(self, name: str, default: int, low: int, high: int) -> int:
@@ -123,10 +136,9 @@ class _Env:
         if raw is None:
             return default
         allowed = f"a whole number from {low} to {high}"
-        try:
-            value = int(raw, 10)
-        except ValueError:
-            raise bad(name, raw, allowed) from None
+        if not WHOLE_NUMBER.fullmatch(raw):  # int() alone takes "٨", and str.isdigit() takes "²"
+            raise bad(name, raw, allowed)
+        value = int(raw)
         if not low <= value <= high:
             raise bad(name, raw, allowed)
         return value
@@ -142,10 +154,9 @@ class _Env:
         if raw is None:
             return default
         allowed = "a number greater than 0 and at most 1 (e.g. 0.9)"
-        try:
-            value = float(raw)
-        except ValueError:
-            raise bad(name, raw, allowed) from None
+        if not DECIMAL.fullmatch(raw):
+            raise bad(name, raw, allowed)
+        value = float(raw)
         if math.isnan(value) or not 0 < value <= 1:
             raise bad(name, raw, allowed)
         return value
@@ -168,8 +179,15 @@ class _Env:
             raise bad(name, raw, "one of " + ", ".join(allowed))
         return raw.lower()
 
-    def path(self, name: str) -> Path | None:
+    def template_safe(self, name: str) -> str | None:
+        """A value that lands in the generated config.pbtxt files, where `${` would read as an unfilled placeholder."""
         raw = self.text(name)
+        if raw is not None and "${" in raw:
+            raise bad(name, raw, "a value without '${' (it would read as an unfilled template placeholder)")
+        return raw
+
+    def path(self, name: str) -> Path | None:
+        raw = self.template_safe(name)
         return None if raw is None else Path(os.path.abspath(raw))
 
 
@@ -204,9 +222,9 @@ def _read_secret_file(variable: str, path: str) -> str:
     if len(data) > SECRET_FILE_LIMIT:
         raise bad(variable, path, f"a file of at most {SECRET_FILE_LIMIT} bytes holding the secret")
     try:
-        secret = data.decode("utf-8").strip()
+        secret = data.decode("ascii").strip()  # tokens and keys go into HTTP headers
     except UnicodeDecodeError:
-        raise bad(variable, path, "a UTF-8 text file holding the secret") from None
+        raise bad(variable, path, "a file holding the secret as ASCII text (it holds other bytes)") from None
     if not secret:
         raise bad(variable, path, "a file holding the secret, but the file is empty")
     return secret
@@ -224,6 +242,15 @@ def _secret(env: _Env, variables: tuple[str, ...], file_variable: str) -> str | 
     return _read_secret_file(file_variable, path)
 
 
+def _hf_token(env: _Env) -> str | None:
+    token = _secret(env, *SECRETS[0])
+    source = "HF_TOKEN_FILE" if env.text("HF_TOKEN_FILE") is not None else "HF_TOKEN"
+    if token is not None and not TOKEN.fullmatch(token):  # never shown: it may be a real token with a typo
+        raise UsageError(f"{source} is not allowed: expected a Hugging Face token (printable ASCII, no spaces)",
+                         "copy the token again from https://huggingface.co/settings/tokens")
+    return token
+
+
 def _model_values(env: _Env, facts: ImageFacts) -> dict:
     workflows = facts.workflows
     workflow = env.text("WORKFLOW")
@@ -235,9 +262,9 @@ def _model_values(env: _Env, facts: ImageFacts) -> dict:
     # A prebuilt engine can only be served by the engine workflow, whatever this image defaults to.
     default_workflow = "engine" if engine_dir is not None and "engine" in workflows else facts.default_workflow
     return {
-        "model_id": env.text("MODEL_ID"),
+        "model_id": env.template_safe("MODEL_ID"),
         "model_revision": env.text("MODEL_REVISION"),
-        "hf_token": _secret(env, *SECRETS[0]),
+        "hf_token": _hf_token(env),
         "engine_dir": engine_dir,
         "templates_dir": templates_dir,
         "repository_dir": env.path("REPOSITORY_DIR"),
@@ -259,6 +286,7 @@ def _limit_values(env: _Env) -> dict:
         "kv_cache_free_gpu_mem_fraction": env.fraction("KV_CACHE_FREE_GPU_MEM_FRACTION", 0.9),
         "enable_kv_cache_reuse": env.boolean("ENABLE_KV_CACHE_REUSE", False),
         "decoupled": env.boolean("DECOUPLED", False),
+        "enable_bls": env.boolean("ENABLE_BLS", False),
         "exit_timeout_secs": env.integer("EXIT_TIMEOUT_SECS", 30, 0, 3600),
         "lock_timeout_secs": env.integer("LOCK_TIMEOUT_SECS", 3600, 0, 86400),
     }
@@ -277,7 +305,7 @@ def _server_values(env: _Env, facts: ImageFacts) -> dict:
         triton_args = tuple(shlex.split(raw_args))
     except ValueError as exc:
         raise bad("TRITON_ARGS", raw_args, f"arguments in shell quoting ({exc})") from None
-    security.check_triton_args(triton_args)
+    check_extra_arguments(triton_args)
     return {
         "http_port": env.integer("HTTP_PORT", contract.DEFAULT_HTTP_PORT, 1, 65535),
         "grpc_port": env.integer("GRPC_PORT", contract.DEFAULT_GRPC_PORT, 1, 65535),
@@ -335,6 +363,10 @@ def _check_relations(s: Settings) -> None:
         if port in seen:
             raise bad(name, port, f"a port different from {seen[port]}={port} (the ports in use must be distinct)")
         seen[port] = name
+    inner = INNER_MODELS[s.workflow]
+    if s.served_model_name in inner:
+        raise bad("SERVED_MODEL_NAME", s.served_model_name,
+                  f"a name other than {', '.join(inner)} (the repository's own models have them)")
     if s.workflow == "llmapi" and s.quantization != "none":
         raise bad("QUANTIZATION", s.quantization,
                   "none with WORKFLOW=llmapi (it serves the checkpoint as is: use a pre-quantized checkpoint)")

@@ -16,13 +16,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
-from trtllm_entrypoint import contract, repository
+from trtllm_entrypoint import contract, fill
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.log import Log
 
-# Hub ids are "org/name": letters, digits, '-', '_', '.' (the hub's own rule, minus its length limit).
-HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+# Hub ids are "org/name" by the hub's rules: letters, digits, '-', '_', '.', each part starting and ending with a
+# letter, digit or '_', the name at most 96 characters, no '--' or '..' anywhere, no '.git' at the end.
+_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
+HUB_ID = re.compile(rf"(?:[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?)/{_HUB_PART}")
+HUB_ID_RULE = ("a Hugging Face id (org/name: letters, digits, '-', '_' and '.', each part starting and ending with a "
+               "letter, digit or '_', the name at most 96 characters, no '--' or '..')")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 LOOKED_FOR = ("a prebuilt engine (config.json with build_config, and rank*.engine files)",
               "a Triton model repository (<model>/config.pbtxt with every ${...} filled in)",
               "a Hugging Face checkpoint (config.json with architectures or model_type)")
@@ -60,7 +65,7 @@ def classify_dir(path: Path) -> str:
         return "engine"
     pbtxts = sorted(path.glob("*/config.pbtxt"))
     if pbtxts:
-        unfilled = [p.parent.name for p in pbtxts if any(repository.unfilled(p.read_text(errors="replace")))]
+        unfilled = [p.parent.name for p in pbtxts if any(fill.unfilled(p.read_text(errors="replace")))]
         if unfilled:
             raise UsageError(f"{path} is a repository template: ${{...}} placeholders are left in "
                              f"{', '.join(unfilled)}/config.pbtxt",
@@ -95,11 +100,15 @@ def resolve_model(settings, environ: Mapping[str, str], exists: Callable[[str], 
     if model_id.startswith(("/", "./", "../", "~")):
         raise UsageError(f"MODEL_ID={model_id!r} is not allowed: the path does not exist",
                          "mount the model directory into the container at that path")
-    if HUB_ID.fullmatch(model_id) and ".." not in model_id and "--" not in model_id:
+    if is_hub_id(model_id):
         return ModelSource(kind="hub", path=None, repo_id=model_id, revision=settings.model_revision,
                            read_only=False)
-    raise UsageError(f"MODEL_ID={model_id!r} is not allowed: expected a Hugging Face id (org/name) "
-                     "or the path of an existing directory")
+    raise UsageError(f"MODEL_ID={model_id!r} is not allowed: expected {HUB_ID_RULE}, or the path of an existing "
+                     "directory")
+
+
+def is_hub_id(text: str) -> bool:
+    return bool(HUB_ID.fullmatch(text)) and ".." not in text and "--" not in text and not text.endswith(".git")
 
 
 def resolve(settings, environ: Mapping[str, str], exists: Callable[[str], bool] = os.path.exists) -> ModelSource:
@@ -215,6 +224,10 @@ def _hub_error(exc: Exception, source: ModelSource) -> EntrypointError | None:
     if isinstance(exc, (ConnectionError, TimeoutError)) or names & {"ConnectionError", "ConnectError",
                                                                     "TransportError", "Timeout", "TimeoutException"}:
         return EntrypointError(f"the Hugging Face hub cannot be reached to fetch {repo}", offline_hint)
+    if isinstance(exc, ValueError) and "JSONDecodeError" in names:  # e.g. a proxy's HTML page instead of the API
+        return EntrypointError(f"the Hugging Face hub's answer about {repo} is not JSON",
+                               "check the network path to the hub (a proxy or captive portal in between?) and "
+                               "HF_ENDPOINT if set")
     if isinstance(exc, errors.HfHubHTTPError):
         # Only the status: the client's message may quote request details.
         status = getattr(getattr(exc, "response", None), "status_code", "unknown")
@@ -239,6 +252,9 @@ def _fetch(source: ModelSource, settings, cache_dir: Path) -> tuple[str, str]:
     if not any(p.endswith((".safetensors", ".bin")) for p in patterns):
         raise UsageError(f"{source.repo_id} has no *.safetensors or *.bin weights at its top level",
                          "choose a repository with Hugging Face weights (GGUF and ONNX files cannot be built)")
+    if not set(TOKENIZER_FILES) & {s.rfilename for s in info.siblings or ()}:
+        raise UsageError(f"{source.repo_id} has no tokenizer files ({', '.join(TOKENIZER_FILES)}) at its top level",
+                         "choose a repository with the Hugging Face tokenizer; the pre/postprocessing models need it")
     path = huggingface_hub.snapshot_download(**{**common, "revision": info.sha}, allow_patterns=patterns)
     return path, info.sha
 

@@ -245,6 +245,23 @@ def test_malformed_matrix_exits_2_naming_the_file(tmp_path):
     assert result.stderr.count("\nhint: ") == 1
 
 
+def test_a_binary_matrix_file_is_one_line_not_a_traceback(tmp_path):
+    binary = tmp_path / "matrix.bin"
+    binary.write_bytes(b"\x00\xff\xfe\x00")
+    result = run("list", "--matrix", str(binary))
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.splitlines()[0] == f"error: matrix file {binary} is not UTF-8 text (byte 1)"
+
+
+def test_an_unwritable_out_is_one_line_not_a_traceback(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    out = tmp_path / "a-file" / "out"
+    result = run("render", "--tag", "25.01", "--out", str(out))  # its templates ship in the image: nothing to fetch
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert result.stderr.splitlines()[0].startswith("error: ") and "Not a directory" in result.stderr
+    assert "--out" in result.stderr.splitlines()[-1]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

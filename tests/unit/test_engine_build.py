@@ -244,7 +244,7 @@ def test_engine_builder_publishes_only_the_engine(doubles):
     (build_call,) = read_records(doubles.records, "trtllm-build")
     # Built in the cache's temp dir (renamed to the entry afterwards), checkpoint inside it.
     tmp = Path(convert_call["argv"][convert_call["argv"].index("--output_dir") + 1]).parent
-    assert tmp.parent == entry.parent and tmp.name.startswith(".tmp-" + "k" * 20)
+    assert tmp.parent == entry.parent and tmp.name.startswith("." + "k" * 20 + ".new-")
     convert, trtllm_build = build_commands(doubles.facts, chosen, doubles.model, tmp, tmp / "checkpoint", llama)
     assert convert_call["argv"] == list(convert.argv[2:]) and build_call["argv"] == list(trtllm_build.argv[1:])
     assert "$ python3 " in (entry / "build.log").read_text()
@@ -258,7 +258,7 @@ def test_engine_builder_failure_publishes_nothing(doubles):
         doubles.cache.ensure("k" * 20, {}, build, timeout_s=5, log=Log(stream=io.StringIO()))
     assert "build failed" in caught.value.message, "the error carries the tail of the program's output"
     kept = doubles.cache.root / f"{'k' * 20}.failed-{os.getpid()}.log"
-    assert sorted(p.name for p in doubles.cache.root.iterdir()) == [kept.name, "k" * 20 + ".lock"]
+    assert sorted(p.name for p in doubles.cache.root.iterdir()) == ["." + "k" * 20 + ".lock", kept.name]
     assert str(kept) in caught.value.hint
 
 

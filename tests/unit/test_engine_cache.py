@@ -18,14 +18,14 @@ import pytest
 from trtllm_entrypoint.engine_cache import (
     EngineCache,
     cache_key,
-    check_engine_version,
-    engine_world_size,
     key_inputs,
     stamp_inputs,
 )
-from trtllm_entrypoint.errors import EntrypointError
+from trtllm_entrypoint.engine_config import built_limits, check_engine_version, engine_world_size, serving_settings
+from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.log import Log
+from trtllm_entrypoint.settings import Settings
 
 KEY = "0123456789abcdef0123"
 TOKEN = "hf_NotARealTokenButSecret"
@@ -171,6 +171,53 @@ def test_check_engine_version_names_both_versions_and_how_to_fix(tmp_path, built
         assert "same release" not in caught.value.message
 
 
+def from_env(tmp_path, **env):
+    return Settings.from_env({"CACHE_DIR": str(tmp_path / "cache"), **env}, FACTS)
+
+
+def engine_with_build_config(path: Path, build_config: dict) -> Path:
+    (path / "config.json").write_text(json.dumps({"version": "0.17.0", "build_config": build_config}))
+    return path
+
+
+def test_built_limits_come_from_build_config_and_old_engines_sum_input_and_output(tmp_path):
+    new = engine_with_build_config(tmp_path, {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024,
+                                              "max_beam_width": 2, "max_num_tokens": 2048, "strongly_typed": True})
+    assert built_limits(new) == {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024,
+                                 "max_beam_width": 2, "max_num_tokens": 2048}
+    old = engine_with_build_config(tmp_path, {"max_batch_size": 4, "max_input_len": 100, "max_output_len": 50})
+    assert built_limits(old) == {"max_batch_size": 4, "max_input_len": 100, "max_seq_len": 150}
+
+
+def test_a_prebuilt_engine_s_limits_replace_defaults_but_not_values_the_user_set(tmp_path):
+    engine = engine_with_build_config(tmp_path, {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024,
+                                                 "max_num_tokens": 1024})
+    served, taken = serving_settings(from_env(tmp_path), engine)
+    assert (served.max_batch_size, served.max_input_len, served.max_seq_len, served.max_num_tokens) == \
+        (8, 512, 1024, 1024)
+    assert taken == {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 1024}
+    mine, taken = serving_settings(from_env(tmp_path, MAX_BATCH_SIZE="4"), engine)
+    assert mine.max_batch_size == 4 and "max_batch_size" not in taken
+
+
+def test_a_prebuilt_engine_s_parallelism_must_match_a_value_the_user_set(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"version": "0.17.0", "build_config": {},
+                                                      "pretrained_config": {"mapping": {"tp_size": 2, "pp_size": 1}}}))
+    served, taken = serving_settings(from_env(tmp_path), tmp_path)
+    assert (served.tp_size, served.pp_size, served.world_size) == (2, 1, 2) and taken == {"tp_size": 2}
+    assert serving_settings(from_env(tmp_path, TP_SIZE="2"), tmp_path)[0].tp_size == 2
+    with pytest.raises(UsageError, match=r"^TP_SIZE=4 is not allowed: expected 2, what the engine in"):
+        serving_settings(from_env(tmp_path, TP_SIZE="4"), tmp_path)
+
+
+def test_a_value_the_engine_cannot_honour_is_refused(tmp_path):
+    engine = engine_with_build_config(tmp_path, {"max_batch_size": 8})
+    with pytest.raises(UsageError) as info:
+        serving_settings(from_env(tmp_path, MAX_BATCH_SIZE="64"), engine)
+    assert info.value.message.startswith("MAX_BATCH_SIZE=64 is not allowed: expected at most 8")
+    assert "unset MAX_BATCH_SIZE" in info.value.hint
+
+
 # --- publish and lookup -----------------------------------------------------------------------------------------
 
 def test_ensure_builds_once_then_hits_and_writes_a_complete_stamp(tmp_path):
@@ -184,13 +231,13 @@ def test_ensure_builds_once_then_hits_and_writes_a_complete_stamp(tmp_path):
     stamp = json.loads((path / "stamp.json").read_text())
     assert stamp["key"] == KEY and stamp["inputs"] == json.loads(json.dumps(inputs))
     assert stamp["builder"]["pid"] == os.getpid() and set(stamp["durations"]) == {"lock_wait_s", "build_s"}
-    assert stamp["created"].endswith("Z") and stamp["files"]["rank0.engine"] == len(b"engine-bytes-0")
+    assert stamp["created"].endswith("Z") and stamp["files"]["rank0.engine"]["size"] == len(b"engine-bytes-0")
     assert TOKEN not in (path / "stamp.json").read_text()
 
     def must_not_build(out_dir, log_path):
         raise AssertionError("cache hit expected")
     assert cache.ensure(KEY, inputs, must_not_build, timeout_s=5, log=quiet_log()) == (path, False)
-    assert not list((tmp_path / "engines").glob(".tmp-*"))
+    assert not list((tmp_path / "engines").glob(f".{KEY}.new-*"))
 
 
 def _drop(name):
@@ -204,6 +251,16 @@ def _second_rank_missing(entry):
 
 def _truncate_engine(entry):
     (entry / "rank0.engine").write_bytes(b"short")
+
+
+def _edit_config(entry):
+    config = json.loads((entry / "config.json").read_text())
+    (entry / "config.json").write_text(json.dumps({**config, "version": "0.17.1"}))
+
+
+def _stamp_without_files(entry):
+    stamp = json.loads((entry / "stamp.json").read_text())
+    (entry / "stamp.json").write_text(json.dumps({**stamp, "files": []}))
 
 
 def _foreign_stamp(entry):
@@ -221,6 +278,8 @@ def _garbled_stamp(entry):
     (_drop("config.json"), "config.json does not exist"),
     (_second_rank_missing, "missing rank1.engine"),
     (_truncate_engine, "rank0.engine is missing or does not have the size"),
+    (_edit_config, "config.json differs from the content recorded"),
+    (_stamp_without_files, "stamp.json records no files"),
 ])
 def test_lookup_treats_incomplete_entries_as_absent_and_says_why(tmp_path, damage, reason):
     cache = EngineCache(tmp_path)
@@ -242,7 +301,7 @@ def test_a_failing_build_leaves_no_temp_dir_and_no_entry_but_keeps_its_log(tmp_p
     with pytest.raises(EntrypointError, match="exited with code 1"):
         cache.ensure(KEY, {}, failing, timeout_s=5, log=quiet_log())
     kept = f"{KEY}.failed-{os.getpid()}.log"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [kept, f"{KEY}.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".{KEY}.lock", kept]
     assert "out of memory" in (tmp_path / kept).read_text()
     assert cache.lookup(KEY) is None
 
@@ -261,22 +320,21 @@ def test_the_error_of_a_failed_build_points_at_the_kept_log(tmp_path):
     assert kept.read_text() == "boom\n"
 
 
-def test_an_invalid_published_dir_is_moved_aside_and_rebuilt(tmp_path):
+def test_an_invalid_published_dir_is_rebuilt_and_not_kept_as_a_copy(tmp_path):
     foreign = tmp_path / KEY
     foreign.mkdir()
     (foreign / "config.json").write_text("{}")  # e.g. half of an rsync: no stamp, no engines
     stream = io.StringIO()
     path, built = EngineCache(tmp_path).ensure(KEY, {}, engine_build, timeout_s=5, log=Log(stream=stream))
     assert built and (path / "stamp.json").is_file()
-    aside = list(tmp_path.glob(f"{KEY}.invalid-*"))
-    assert len(aside) == 1 and (aside[0] / "config.json").read_text() == "{}"
-    assert "moving an invalid engine cache entry aside" in stream.getvalue()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".{KEY}.lock", KEY]
+    assert "removing a copy published earlier" in stream.getvalue() and "stamp.json is missing" in stream.getvalue()
 
 
 def test_lock_timeout_names_the_lock_and_its_holder(tmp_path):
     cache = EngineCache(tmp_path)
     tmp_path.mkdir(exist_ok=True)
-    holder = os.open(tmp_path / f"{KEY}.lock", os.O_RDWR | os.O_CREAT)
+    holder = os.open(tmp_path / f".{KEY}.lock", os.O_RDWR | os.O_CREAT)
     try:
         os.write(holder, json.dumps({"pid": 4242, "host": "builder-0", "since": "2025-01-01T00:00:00Z"}).encode())
         fcntl.flock(holder, fcntl.LOCK_EX)  # a second open file description conflicts even within one process
@@ -285,7 +343,7 @@ def test_lock_timeout_names_the_lock_and_its_holder(tmp_path):
             cache.ensure(KEY, {}, engine_build, timeout_s=0.5, log=Log(stream=stream))
     finally:
         os.close(holder)
-    assert f"{KEY}.lock" in caught.value.message and "pid 4242 on builder-0" in caught.value.message
+    assert f".{KEY}.lock" in caught.value.message and "pid 4242 on builder-0" in caught.value.message
     assert "LOCK_TIMEOUT_SECS" in caught.value.hint
     assert stream.getvalue().count(f"waiting for another process building {KEY}") == 1
     assert not (tmp_path / KEY).exists()
@@ -349,10 +407,10 @@ def test_a_killed_builder_leaves_no_entry_and_the_next_start_rebuilds_and_cleans
     os.kill(proc.pid, signal.SIGKILL)
     proc.join(30)
     assert proc.exitcode == -signal.SIGKILL
-    assert not (root / KEY).exists() and len(list(root.glob(f".tmp-{KEY}-{proc.pid}-*"))) == 1
+    assert not (root / KEY).exists() and len(list(root.glob(f".{KEY}.new-*"))) == 1
 
     stream = io.StringIO()
     path, built = EngineCache(root).ensure(KEY, {}, engine_build, timeout_s=5, log=Log(stream=stream))
     assert built and (path / "rank0.engine").read_bytes() == b"engine-bytes-0"
-    assert not list(root.glob(".tmp-*"))
-    assert "removing the leftovers of an interrupted engine build" in stream.getvalue()
+    assert not list(root.glob(f".{KEY}.new-*"))
+    assert "removing the leftovers of an interrupted run" in stream.getvalue()

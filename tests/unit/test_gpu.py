@@ -61,6 +61,8 @@ def test_mixed_compute_capabilities_are_refused():
     ({"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}, [0, 1, 2, 3]),
     ({"NVIDIA_VISIBLE_DEVICES": "1,2,3", "CUDA_VISIBLE_DEVICES": "3,1"}, [3, 1]),
     ({"NVIDIA_VISIBLE_DEVICES": "1,2", "CUDA_VISIBLE_DEVICES": "0"}, []),
+    ({"CUDA_VISIBLE_DEVICES": "²"}, []),                   # str.isdigit() is true, int() fails: names no device
+    ({"NVIDIA_VISIBLE_DEVICES": "1,²"}, [0, 1, 2, 3]),
 ])
 def test_visible_devices_filtering(env, expected):
     info = visible(parse_nvidia_smi(FOUR), env)

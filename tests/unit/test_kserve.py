@@ -16,7 +16,7 @@ import yaml
 
 from tests.image_data import write_image_data
 from tests.upstream_files import upstream_path
-from trtllm_images import kserve, matrix
+from trtllm_images import kserve, kserve_options, matrix
 from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.plan import make_plan
 
@@ -92,7 +92,7 @@ def grid():
     sources = {"hub": {"model_id": HUB_MODEL}, "pvc-storage": {"storage_uri": "pvc://models/llama-8b"},
                "s3-storage": {"storage_uri": "s3://bucket/llama-8b"}}
     for cache, namespaced, warm, (source, kwargs), tp in itertools.product(
-            kserve.CACHE_MODES, (False, True), (False, True), sources.items(), (1, 2, 4)):
+            kserve_options.CACHE_MODES, (False, True), (False, True), sources.items(), (1, 2, 4)):
         if warm and (cache != "pvc" or source == "s3-storage"):
             continue
         options = kserve.KServeOptions(tag="25.01", cache=cache, namespaced_runtime=namespaced, warm_job=warm,
@@ -257,11 +257,51 @@ def test_explicit_image_and_registry(entry):
     ({"model_id": HUB_MODEL, "warm_job": True}, "warm_job needs cache='pvc'"),
     ({"storage_uri": "s3://b/m", "cache": "pvc", "warm_job": True}, "pvc:// storage_uri"),
     ({"model_id": HUB_MODEL, "hf_token_secret": "HF"}, "hf token secret 'HF'"),
+    # what the entrypoint or the cluster refused later, after exit 0
+    ({"model_id": HUB_MODEL, "tp_size": 3}, "tp_size must be a power of two"),
+    ({"model_id": HUB_MODEL, "tp_size": 128}, "tp_size must be a power of two"),
+    ({"model_id": HUB_MODEL, "pp_size": 65}, "pp_size must be at most 64"),
+    ({"model_id": HUB_MODEL, "name": "1abc"}, "must start with a lowercase letter"),
+    ({"model_id": HUB_MODEL, "cache": "pvc", "pvc_size": "0"}, "pvc_size '0' is not a Kubernetes quantity above zero"),
+    ({"model_id": HUB_MODEL, "cache": "pvc", "pvc_size": "0Gi"}, "above zero"),
+    ({"storage_uri": "pvc://"}, "must name a PersistentVolumeClaim"),
+    ({"storage_uri": "pvc://claim/../etc"}, "may not leave the claim"),
+    ({"storage_uri": "pvc://Claim_1/model"}, "must name a PersistentVolumeClaim"),
+    ({"model_id": HUB_MODEL, "image": "Bad Image"}, "image 'Bad Image' is not an image reference"),
+    ({"model_id": HUB_MODEL, "image": "ghcr.io/Org/x:1"}, "is not an image reference"),
+    ({"model_id": HUB_MODEL, "registry": "ghcr.io/my org"}, "registry 'ghcr.io/my org' is not an image reference"),
 ])
 def test_bad_options_are_usage_errors(kwargs, message):
     with pytest.raises(UsageError) as info:
         kserve.KServeOptions(tag="25.01", **kwargs)
     assert message in info.value.message and info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("image", ["nvcr.io/nvidia/tritonserver:25.01-trtllm-python-py3", "localhost:5000/a/b",
+                                   "registry.example.com/team/llm-server:prod", "x@sha256:" + "a" * 64])
+def test_good_image_references_are_accepted(image):
+    assert kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, image=image).image == image
+
+
+def test_parallelism_limits_agree_with_the_entrypoint():
+    from trtllm_entrypoint import settings
+
+    assert kserve_options.TP_SIZES == settings.POWERS_OF_TWO
+    assert kserve_options.MAX_PP_SIZE == 64 and "PP_SIZE\", 1, 1, 64)" in Path(settings.__file__).read_text()
+
+
+@pytest.mark.parametrize("args", [["--tp-size", "3"], ["--name", "1abc"], ["--pvc-size", "0", "--cache", "pvc"],
+                                  ["--image", "Bad Image"]])
+def test_kserve_command_refuses_bad_options_with_one_line_and_writes_nothing(tmp_path, args):
+    from click.testing import CliRunner
+
+    from trtllm_images.cli import cli
+
+    result = CliRunner().invoke(cli, ["kserve", "--tag", "25.01", "--model-id", HUB_MODEL, "--out",
+                                      str(tmp_path / "out"), *args])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: invalid KServe options: ") and result.stderr.count("\n") == 2
+    assert not (tmp_path / "out").exists()
 
 
 def test_unsupported_tag_is_refused(the_matrix):

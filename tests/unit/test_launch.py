@@ -126,6 +126,12 @@ def test_passthrough_with_several_or_no_repositories_has_none():
     assert launch.parse_passthrough(["tritonserver", "--help"]).repository is None
 
 
+@pytest.mark.parametrize("port", ["²", "٨٠٠٠"])
+def test_passthrough_port_of_non_ascii_digits_is_a_usage_error_not_a_traceback(port):
+    with pytest.raises(UsageError, match="is not a port number"):
+        launch.parse_passthrough(["tritonserver", f"--http-port={port}"])
+
+
 def test_passthrough_bad_port_is_a_usage_error():
     with pytest.raises(UsageError, match="--http-port='80a'"):
         launch.parse_passthrough(["tritonserver", "--http-port=80a"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from tests.image_data import write_image_data
 from tests.tiny_checkpoint import tiny_llama
 from tests.upstream_files import upstream_path
 from trtllm_entrypoint import contract
-from trtllm_entrypoint.repository import structural_placeholders
+from trtllm_entrypoint.fill import structural_placeholders
 from trtllm_images import matrix
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,6 +58,7 @@ class Image:
         self.model = tiny_llama(root / "models" / "tiny")
         self.cache = root / "cache"
         self.repo = root / "repository"
+        self.templates = self.paths["app"] / "all_models"
         env = double_environ(self.paths, self.records)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "entrypoints"), env["PYTHONPATH"]])
         for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_FILE", "MODEL_ID", "ENGINE_DIR", "CACHE_DIR",
@@ -74,6 +76,19 @@ class Image:
     def run(self, *args: str, **overrides: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "trtllm_entrypoint", *args], env={**self.env, **overrides},
                               capture_output=True, text=True, timeout=120)
+
+    def prebuilt(self, world_size: int = 1) -> Path:
+        """An engine of this image's TensorRT-LLM under root/engines/prebuilt, with the tokenizer beside it."""
+        engine = self.root / "engines" / "prebuilt"
+        engine.mkdir(parents=True, exist_ok=True)
+        config = {"version": matrix.load().get(self.tag).tensorrt_llm, "build_config": {"max_batch_size": 8},
+                  "pretrained_config": {"mapping": {"world_size": world_size}}}
+        (engine / "config.json").write_text(json.dumps(config))
+        for rank in range(world_size):
+            (engine / f"rank{rank}.engine").write_bytes(b"engine")
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            (engine / name).write_bytes((self.model / name).read_bytes())
+        return engine
 
     def builds(self) -> int:
         return len(records(self.records, "trtllm-build"))
@@ -182,7 +197,7 @@ def test_build_killed_midway_is_never_loaded_and_the_next_start_rebuilds(image):
     assert result.returncode == 0, result.stderr
     assert image.builds() == 2
     assert len(image.published()) == 1
-    leftovers = [p.name for p in (image.cache / "engines").iterdir() if p.name.startswith(".tmp-")]
+    leftovers = [p.name for p in (image.cache / "engines").iterdir() if ".new-" in p.name]
     assert leftovers == []
 
 
@@ -219,6 +234,18 @@ BAD_INPUT = [
     ({"TRITON_ARGS": "--http-restricted-api=logging:k=v"}, "TRITON_ARGS"),
     ({"TRITON_ADMIN_KEY": "short"}, "TRITON_ADMIN_KEY"),
     ({"TRITON_ADMIN_KEY_FILE": "/does/not/exist"}, "TRITON_ADMIN_KEY_FILE"),
+    # once refused only after the engine build, or with a traceback
+    ({"SERVED_MODEL_NAME": "tensorrt_llm"}, "SERVED_MODEL_NAME"),
+    ({"MODEL_ID": "/models/${MODEL}"}, "MODEL_ID"),
+    ({"TP_SIZE": "²"}, "TP_SIZE"),
+    ({"PP_SIZE": "٨"}, "PP_SIZE"),
+    ({"HF_TOKEN_FILE": "/dev/zero"}, "HF_TOKEN_FILE"),
+    ({"HF_TOKEN": "hf_schlüssel"}, "HF_TOKEN"),
+    ({"MODEL_ID": "org/name-"}, "MODEL_ID"),
+    ({"MODEL_ID": "org/name."}, "MODEL_ID"),
+    ({"MODEL_ID": "org/" + "n" * 97}, "MODEL_ID"),
+    ({"TRITON_ARGS": "--http-port=9999"}, "TRITON_ARGS"),
+    ({"TRITON_ARGS": "--model-repository=/elsewhere"}, "TRITON_ARGS"),
 ]
 
 
@@ -230,6 +257,26 @@ def test_bad_input_exits_2_naming_the_variable_and_writes_nothing(image, overrid
     assert first_line.startswith("error: ") and variable in first_line, result.stderr
     assert not image.cache.exists() and not image.repo.exists()
     assert image.builds() == 0
+
+
+def without_tokenizer(model: Path) -> Path:
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (model / name).unlink()
+    return model
+
+
+def test_late_bad_input_is_refused_before_the_engine_build(image, tmp_path):
+    cases = {
+        "TEMPLATES_DIR": {"TEMPLATES_DIR": str(tmp_path / "no-templates")},
+        "tokenizer": {"MODEL_ID": str(without_tokenizer(tiny_llama(tmp_path / "bare")))},
+    }
+    for named, overrides in cases.items():
+        result = image.run("prepare", **overrides)
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+        assert named in error, error
+        assert image.builds() == 0 and not image.cache.exists() and not image.repo.exists()
 
 
 def test_token_never_appears_in_output_or_files(image):
@@ -316,8 +363,13 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, o
             assert len(set(arg.rsplit("=", 1)[1] for arg in argv[4:])) == 1 and argv[4].rsplit("=", 1)[1]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0
+    # The log shows the command that was exec'd, with the filled repository in place of the engine (and the admin
+    # key masked).
+    logged = " ".join(argv) if own else " ".join(arg.rsplit("=", 1)[0] + "=***" if "restricted" in arg else arg
+                                                  for arg in argv)
+    assert f"starting the server argv=tritonserver {logged}\n" in stderr
 
 
 def test_default_repository_is_content_addressed_and_reused(image):
@@ -606,3 +658,170 @@ def test_a_tampered_cached_model_py_is_replaced_from_the_image(image):
     assert model_py.read_bytes() == original == template.read_bytes() and not planted.exists()
     third = image.run("prepare", REPOSITORY_DIR="")
     assert "model repository up to date" in third.stderr and "differs" not in third.stderr
+
+
+def snapshot(root: Path) -> dict:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# Each names a directory that holds something of the user's, or that we write: all refused before any write.
+OVERLAPS = {
+    "REPOSITORY_DIR is the checkpoint": lambda img: {"REPOSITORY_DIR": str(img.model)},
+    "REPOSITORY_DIR is the checkpoint's parent": lambda img: {"REPOSITORY_DIR": str(img.model.parent)},
+    "REPOSITORY_DIR is CACHE_DIR": lambda img: {"REPOSITORY_DIR": str(img.cache)},
+    "REPOSITORY_DIR inside the templates": lambda img: {"REPOSITORY_DIR": str(img.templates / "inflight_batcher_llm")},
+    "REPOSITORY_DIR holds the engine": lambda img: {"ENGINE_DIR": str(img.prebuilt()),
+                                                    "REPOSITORY_DIR": str(img.root / "engines")},
+    "CACHE_DIR is the templates": lambda img: {"CACHE_DIR": str(img.templates)},
+    "CACHE_DIR is the checkpoint": lambda img: {"CACHE_DIR": str(img.model)},
+    "CACHE_DIR inside the checkpoint": lambda img: {"CACHE_DIR": str(img.model / "cache")},
+    "REPOSITORY_DIR under a link to the checkpoint": lambda img: {"REPOSITORY_DIR": str(link(img.root / "link",
+                                                                                           img.model) / "repo")},
+}
+
+
+def link(path: Path, target: Path) -> Path:
+    path.symlink_to(target)
+    return path
+
+
+@pytest.mark.parametrize("case", OVERLAPS)
+def test_overlapping_directories_are_refused_before_any_write(image, case):
+    overrides = OVERLAPS[case](image)
+    before = snapshot(image.root / "models"), snapshot(image.templates)
+    result = image.run("prepare", **overrides)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "is not allowed" in error and "apart from" in error
+    assert (snapshot(image.root / "models"), snapshot(image.templates)) == before
+    assert image.builds() == 0 and not (image.cache / "engines").exists()
+
+
+def test_a_repository_dir_we_did_not_write_is_refused_and_kept(image, tmp_path):
+    mine = tmp_path / "mine"
+    (mine / "notes").mkdir(parents=True)
+    (mine / "notes" / "todo.txt").write_text("keep me")
+    result = image.run("prepare", REPOSITORY_DIR=str(mine))
+    assert result.returncode == 2, result.stderr
+    assert "was not written by trtllm-entrypoint" in result.stderr
+    assert snapshot(mine) == {"notes/todo.txt": b"keep me"} and image.builds() == 0
+
+
+def test_an_engine_published_by_the_cache_may_be_served_from_it(image):
+    engine_dir = json.loads(image.run("build-engine").stdout)["engine_dir"]
+    assert Path(engine_dir).parent == image.cache / "engines"
+    result = image.run("prepare", ENGINE_DIR=engine_dir)  # inside CACHE_DIR, which build-engine prints: allowed
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["engine_dir"] == engine_dir and image.builds() == 1
+
+
+def test_a_prebuilt_engine_missing_a_rank_is_refused_before_anything_runs(image):
+    engine = image.prebuilt(world_size=2)
+    (engine / "rank1.engine").unlink()
+    result = image.run("prepare", ENGINE_DIR=str(engine), MODEL_ID="")
+    assert result.returncode == 2, result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "built for 2 ranks" in error and "rank1.engine" in error
+    assert not image.repo.exists() and not records(image.records, "mpirun")
+
+
+def test_seeds_layout_engine_dir_with_model_id_takes_the_tokenizer_from_the_checkpoint(image):
+    engine = without_tokenizer(image.prebuilt())
+    result = image.run("prepare", ENGINE_DIR=str(engine))  # MODEL_ID is the checkpoint (fixture)
+    assert result.returncode == 0, result.stderr
+    assert f'"{image.model}"' in (image.repo / "preprocessing" / "config.pbtxt").read_text()
+    assert f'"{engine}"' in (image.repo / "tensorrt_llm" / "config.pbtxt").read_text()
+
+
+def test_missing_tokenizer_hint_does_not_ask_for_model_id_when_it_is_set(image, tmp_path):
+    engine = without_tokenizer(image.prebuilt())
+    without_tokenizer(image.model)
+    result = image.run("prepare", ENGINE_DIR=str(engine))
+    assert result.returncode == 2, result.stderr
+    hint = result.stderr.splitlines()[-1]
+    assert hint.startswith("hint: ") and "set MODEL_ID" not in hint and "beside the engine" in hint
+    assert image.builds() == 0 and not image.repo.exists()
+
+
+def test_a_damaged_cached_repository_is_rewritten_not_served(image):
+    first = image.run("prepare", REPOSITORY_DIR="")
+    repo = Path(json.loads(first.stdout)["repository"])
+    config = repo / "ensemble" / "config.pbtxt"
+    good = config.read_text()
+    config.write_text(good[: len(good) // 2])
+    second = image.run("prepare", REPOSITORY_DIR="")
+    assert second.returncode == 0, second.stderr
+    assert "model repository up to date" not in second.stderr
+    # Every file is compared with what the image writes (served_code) before the stamp is trusted.
+    assert "removing a copy published earlier" in second.stderr
+    assert "differs from this image's templates" in second.stderr and "files=ensemble/config.pbtxt" in second.stderr
+    assert config.read_text() == good
+    (repo / "preprocessing" / "config.pbtxt").unlink()
+    assert image.run("prepare", REPOSITORY_DIR="").returncode == 0
+    assert (repo / "preprocessing" / "config.pbtxt").is_file()
+
+
+def test_leftovers_of_a_killed_fill_are_removed_at_the_next_start(image):
+    for leftover in (".repository.new-abc123", ".repository.old-def456"):
+        (image.root / leftover / "ensemble").mkdir(parents=True)
+    result = image.run("prepare")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in image.root.iterdir() if p.name.startswith(".repository")) == [".repository.lock"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_replicas_sharing_a_repository_dir_with_different_settings_fail_loudly(image):
+    engine = image.prebuilt()  # served through the stock KServe command line: it fills REPOSITORY_DIR, then execs
+    server = image.start("tritonserver", f"--model-store={engine}", f"--http-port={free_port()}",
+                         f"--grpc-port={free_port()}", f"--metrics-port={free_port()}", MODEL_ID="")
+    try:
+        deadline = time.monotonic() + 60
+        while not records(image.records, "tritonserver"):
+            assert time.monotonic() < deadline and server.poll() is None, server.communicate()[1]
+            time.sleep(0.1)
+        same = image.run("prepare", ENGINE_DIR=str(engine), MODEL_ID="")
+        assert same.returncode == 0, same.stderr
+        other = image.run("prepare", ENGINE_DIR=str(engine), MODEL_ID="", DECOUPLED="true")
+        assert other.returncode == 1, other.stderr
+        (error,) = [line for line in other.stderr.splitlines() if line.startswith("error: ")]
+        assert "is served by another server" in error and "differs from what these settings write" in error
+        assert "decoupled: false" in (image.repo / "tensorrt_llm" / "config.pbtxt").read_text()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    # a restart with new settings rewrites it
+    alone = image.run("prepare", ENGINE_DIR=str(engine), MODEL_ID="", DECOUPLED="true")
+    assert alone.returncode == 0, alone.stderr
+    assert "decoupled: true" in (image.repo / "tensorrt_llm" / "config.pbtxt").read_text()
+
+
+def test_a_prebuilt_engine_is_served_with_the_limits_it_was_built_with(image):
+    engine = image.prebuilt()  # built for max_batch_size 8
+    result = image.run("prepare", ENGINE_DIR=str(engine), MODEL_ID="")
+    assert result.returncode == 0, result.stderr
+    for model in ("tensorrt_llm", "ensemble", "preprocessing"):
+        assert "max_batch_size: 8\n" in (image.repo / model / "config.pbtxt").read_text(), model
+    assert "serving the limits the engine was built with max_batch_size=8" in result.stderr
+
+
+@pytest.mark.parametrize("with_checkpoint", [False, True], ids=["engine alone", "engine and MODEL_ID"])
+def test_a_limit_above_the_prebuilt_engine_s_is_refused_before_anything_is_written(image, with_checkpoint):
+    model_id = str(image.model) if with_checkpoint else ""
+    result = image.run("prepare", ENGINE_DIR=str(image.prebuilt()), MODEL_ID=model_id, MAX_BATCH_SIZE="64")
+    assert result.returncode == 2, result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "MAX_BATCH_SIZE=64 is not allowed: expected at most 8" in error
+    assert not image.repo.exists() and not image.cache.exists()
+
+
+def test_templates_dir_may_name_the_inflight_batcher_llm_folder_the_seeds_copy(image):
+    result = image.run("prepare", TEMPLATES_DIR=str(image.templates / "inflight_batcher_llm"))
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in image.repo.iterdir() if p.is_dir()) == \
+        ["ensemble", "postprocessing", "preprocessing", "tensorrt_llm"]  # and no BLS model unless ENABLE_BLS=true

@@ -1,3 +1,4 @@
+import fcntl
 import importlib.util
 import io
 import os
@@ -9,11 +10,12 @@ import pytest
 import yaml
 
 from tests.upstream_files import upstream_path
-from trtllm_entrypoint import repository
+from trtllm_entrypoint import fill as filling
+from trtllm_entrypoint import repository, repository_check
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.fill import UNSET
 from trtllm_entrypoint.log import Log
-from trtllm_entrypoint.repository import UNSET
 from trtllm_entrypoint.settings import Settings
 
 BACKEND_VERSIONS = ("v0.7.0", "v0.8.0", "v0.12.0", "v0.13.0", "v0.17.0", "v0.19.0")
@@ -37,9 +39,9 @@ def need(root: str) -> Path:
 
 def fill(root, dest, settings=None, engine_dir=ENGINE, log=None):
     settings = settings or make_settings()
-    values = repository.fill_values(settings, FACTS, engine_dir, TOKENIZER)
-    plan = repository.plan_fill(root, values, settings=settings, model_path=TOKENIZER)
-    repository.write_repository(plan, dest, root, log=log)
+    values = filling.fill_values(settings, FACTS, engine_dir, TOKENIZER)
+    plan = filling.plan_fill(root, values, settings=settings, model_path=TOKENIZER)
+    os.close(repository.write_named(plan, dest, root, log or Log(stream=io.StringIO()), timeout_s=5))
     return plan
 
 
@@ -56,16 +58,16 @@ def test_every_upstream_version_fills_parses_and_is_wired(root, tmp_path):
     root = need(root)
     dest = tmp_path / "repo"
     plan = fill(root, dest)
-    models = sorted(p.name for p in dest.iterdir())
+    models = sorted(p.name for p in dest.iterdir() if p.is_dir())
     assert models == sorted(m.name for m in plan.models)
     assert {"ensemble", "preprocessing", "postprocessing", "tensorrt_llm"} <= set(models)
     for config_path in dest.glob("*/config.pbtxt"):
         text = config_path.read_text()
-        assert repository.structural_placeholders(text) == set(), config_path
+        assert filling.structural_placeholders(text) == set(), config_path
         config = text_format.Parse(text, model_config_pb2.ModelConfig())
         assert config.name == config_path.parent.name
         assert config.max_batch_size == 64
-    repository.validate_repository(dest)
+    repository_check.validate_repository(dest)
     trtllm = parameters(dest / "tensorrt_llm" / "config.pbtxt")
     assert trtllm["gpt_model_path"] == str(ENGINE)
     assert trtllm["kv_cache_free_gpu_mem_fraction"] == "0.9"
@@ -78,14 +80,14 @@ def test_effective_values_cover_every_optional_parameter(root, tmp_path):
     root = need(root)
     plan = fill(root, tmp_path / "repo")
     texts = [(tmp_path / "repo" / m.name / "config.pbtxt").read_text() for m in plan.models]
-    optional = set().union(*(repository.placeholders(t) for t in
+    optional = set().union(*(filling.placeholders(t) for t in
                              ((root / "inflight_batcher_llm" / m / "config.pbtxt").read_text()
-                              for m in repository.ENGINE_MODELS
+                              for m in filling.ENGINE_MODELS
                               if (root / "inflight_batcher_llm" / m / "config.pbtxt").exists())))
     for name, value in plan.effective.items():
         assert name in optional
         if value == UNSET:
-            assert name in repository.INTENTIONALLY_UNSET
+            assert name in filling.INTENTIONALLY_UNSET
             assert any(f"${{{name}}}" in t for t in texts)  # left for the backend to default
     assert plan.effective["engine_dir"] == str(ENGINE)
     assert plan.effective["batching_strategy"] == "inflight_fused_batching"
@@ -94,7 +96,7 @@ def test_effective_values_cover_every_optional_parameter(root, tmp_path):
 def test_decoupled_and_batch_values_follow_settings(tmp_path):
     root = need(TRTLLM_ROOT)
     settings = make_settings(DECOUPLED="true", MAX_BATCH_SIZE="8", ENABLE_KV_CACHE_REUSE="1",
-                             KV_CACHE_FREE_GPU_MEM_FRACTION="0.5", MAX_BEAM_WIDTH="2")
+                             KV_CACHE_FREE_GPU_MEM_FRACTION="0.5", MAX_BEAM_WIDTH="2", ENABLE_BLS="true")
     fill(root, tmp_path / "repo", settings)
     text = (tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt").read_text()
     assert "decoupled: true" in text and "max_batch_size: 8" in text
@@ -121,7 +123,7 @@ def test_unknown_structural_placeholder_fails_naming_it(tmp_path):
     path.write_text(path.read_text() + "\nversion_policy: { latest: { num_versions: ${brand_new_knob} } }\n")
     settings = make_settings()
     with pytest.raises(EntrypointError) as info:
-        repository.plan_fill(root, repository.fill_values(settings, FACTS, ENGINE, TOKENIZER), settings=settings)
+        filling.plan_fill(root, filling.fill_values(settings, FACTS, ENGINE, TOKENIZER), settings=settings)
     assert "brand_new_knob" in info.value.message and str(path) in info.value.message
     assert not (tmp_path / "repo").exists()
 
@@ -132,28 +134,28 @@ def test_unknown_parameter_placeholder_fails_naming_it(tmp_path):
     path.write_text(path.read_text() + '\nparameters: { key: "k" value: { string_value: "${mystery}" } }\n')
     settings = make_settings()
     with pytest.raises(EntrypointError, match="mystery"):
-        repository.plan_fill(root, repository.fill_values(settings, FACTS, ENGINE, TOKENIZER), settings=settings)
+        filling.plan_fill(root, filling.fill_values(settings, FACTS, ENGINE, TOKENIZER), settings=settings)
 
 
 def test_missing_engine_dir_is_reported_not_left_as_placeholder(tmp_path):
     root = copy_templates(tmp_path)
     settings = make_settings()
     with pytest.raises(EntrypointError, match="engine_dir"):
-        repository.plan_fill(root, repository.fill_values(settings, FACTS, None, TOKENIZER), settings=settings)
+        filling.plan_fill(root, filling.fill_values(settings, FACTS, None, TOKENIZER), settings=settings)
 
 
 def test_placeholder_classification():
     text = ('backend: "${triton_backend}"\nmax_batch_size: ${mbs}\n'
             'parameters { key: "e" value { string_value: "${engine_dir}" } }\n'
             '#   string_value: "${enable_trt_overlap}"\n# count: ${commented}\n')
-    assert repository.placeholders(text) == {"triton_backend", "mbs", "engine_dir", "enable_trt_overlap",
+    assert filling.placeholders(text) == {"triton_backend", "mbs", "engine_dir", "enable_trt_overlap",
                                              "commented"}
-    assert repository.structural_placeholders(text) == {"triton_backend", "mbs"}
+    assert filling.structural_placeholders(text) == {"triton_backend", "mbs"}
 
 
 def test_values_are_escaped_inside_strings():
     text = 'parameters { key: "t" value { string_value: "${tokenizer_dir}" } }'
-    rendered = repository.render(text, {"tokenizer_dir": 'C:\\dir "x"'})
+    rendered = filling.render(text, {"tokenizer_dir": 'C:\\dir "x"'})
     assert parameters_from_text(rendered)["t"] == 'C:\\dir "x"'
 
 
@@ -164,12 +166,38 @@ def parameters_from_text(text):
 
 def test_served_model_name_renames_the_ensemble_only(tmp_path):
     root = need(TRTLLM_ROOT)
-    fill(root, tmp_path / "repo", make_settings(SERVED_MODEL_NAME="llama-3"))
-    names = sorted(p.name for p in (tmp_path / "repo").iterdir())
+    fill(root, tmp_path / "repo", make_settings(SERVED_MODEL_NAME="llama-3", ENABLE_BLS="yes"))
+    names = sorted(p.name for p in (tmp_path / "repo").iterdir() if p.is_dir())
     assert names == ["llama-3", "postprocessing", "preprocessing", "tensorrt_llm", "tensorrt_llm_bls"]
     assert '\nname: "llama-3"' in (tmp_path / "repo" / "llama-3" / "config.pbtxt").read_text()
     assert parameters(tmp_path / "repo" / "tensorrt_llm_bls" / "config.pbtxt")["tensorrt_llm_model_name"] == \
         "tensorrt_llm"
+
+
+def test_the_bls_model_is_written_only_when_asked_for(tmp_path):
+    root = need(TRTLLM_ROOT)
+    fill(root, tmp_path / "repo")
+    assert sorted(p.name for p in (tmp_path / "repo").iterdir() if p.is_dir()) == \
+        ["ensemble", "postprocessing", "preprocessing", "tensorrt_llm"]
+    fill(root, tmp_path / "repo", make_settings(ENABLE_BLS="true"))
+    assert (tmp_path / "repo" / "tensorrt_llm_bls" / "config.pbtxt").is_file()
+
+
+def test_templates_dir_may_name_all_models_or_the_seeds_folder(tmp_path):
+    root = copy_templates(tmp_path)
+    (root / "inflight_batcher_llm" / "preprocessing" / "1").mkdir(parents=True, exist_ok=True)
+    (root / "inflight_batcher_llm" / "preprocessing" / "1" / "model.py").write_text("# tokenizer model\n")
+    whole = fill(root, tmp_path / "repo-a")
+    folder = fill(root / "inflight_batcher_llm", tmp_path / "repo-b")
+    assert [m.files for m in whole.models] == [m.files for m in folder.models]
+    assert (tmp_path / "repo-b" / "preprocessing" / "1" / "model.py").read_text() == "# tokenizer model\n"
+
+
+@pytest.mark.parametrize("where,found", [("missing", "does not exist"), ("empty", "has neither")])
+def test_templates_dir_without_templates_is_bad_input(tmp_path, where, found):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match=f"TEMPLATES_DIR=.*{found}"):
+        filling.workflow_templates(tmp_path / where, "engine")
 
 
 def test_served_model_name_may_not_take_an_inner_name(tmp_path):
@@ -192,7 +220,7 @@ def test_llmapi_writes_model_yaml_from_settings(tmp_path):
                              SERVED_MODEL_NAME="chat")
     plan = fill(root, tmp_path / "repo", settings, engine_dir=None)
     model_dir = tmp_path / "repo" / "chat"
-    assert sorted(p.name for p in (tmp_path / "repo").iterdir()) == ["chat"]
+    assert sorted(p.name for p in (tmp_path / "repo").iterdir() if p.is_dir()) == ["chat"]
     assert (model_dir / "1" / "model.py").read_text() == "# the backend's model\n"
     assert yaml.safe_load((model_dir / "1" / "model.yaml").read_text()) == {
         "model": str(TOKENIZER), "backend": "pytorch", "tensor_parallel_size": 2, "pipeline_parallel_size": 1,
@@ -206,17 +234,70 @@ def test_llmapi_writes_model_yaml_from_settings(tmp_path):
 
 
 def test_yaml_strings_are_quoted_safely():
-    text = repository.to_yaml({"model": 'a: "b" # c\n', "n": {"x": False}})
+    text = filling.to_yaml({"model": 'a: "b" # c\n', "n": {"x": False}})
     assert yaml.safe_load(text) == {"model": 'a: "b" # c\n', "n": {"x": False}}
 
 
-def test_existing_repository_is_replaced(tmp_path):
+def test_a_repository_we_wrote_is_replaced_when_the_settings_change(tmp_path):
     root = need(TRTLLM_ROOT)
     dest = tmp_path / "repo"
-    (dest / "stale_model").mkdir(parents=True)
     fill(root, dest)
-    assert not (dest / "stale_model").exists() and (dest / "ensemble" / "config.pbtxt").is_file()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]  # no staging or old copies left
+    fill(root, dest, make_settings(MAX_BATCH_SIZE="2"))
+    assert "max_batch_size: 2" in (dest / "ensemble" / "config.pbtxt").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".repo.lock", "repo"]  # no staging or old copies left
+
+
+def test_a_cached_repository_waits_for_the_lock_only_so_long_and_names_the_holder(tmp_path):
+    root = need(TRTLLM_ROOT)
+    settings = make_settings()
+    plan = filling.plan_fill(root, filling.fill_values(settings, FACTS, ENGINE, TOKENIZER), settings=settings)
+    cache = tmp_path / "repositories"
+    cache.mkdir()
+    digest = repository.plan_digest(plan, Path(os.path.abspath(root)))
+    holder = os.open(cache / f".{digest}.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(holder, b'{"pid": 4242, "host": "replica-1", "since": "2025-01-01T00:00:00Z"}')
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(EntrypointError) as caught:
+            repository.write_cached(plan, cache, root, Log(stream=io.StringIO()), timeout_s=0.3)
+    finally:
+        os.close(holder)
+    assert "gave up after 0.3s" in caught.value.message and "pid 4242 on replica-1" in caught.value.message
+    assert "LOCK_TIMEOUT_SECS" in caught.value.hint
+    path, written = repository.write_cached(plan, cache, root, Log(stream=io.StringIO()), timeout_s=5)
+    assert written and (path / repository.STAMP).is_file()
+
+
+def test_a_mount_point_as_repository_dir_is_refused_up_front(tmp_path, monkeypatch):
+    from trtllm_entrypoint import preflight
+
+    (tmp_path / "volume").mkdir()
+    monkeypatch.setattr(os.path, "ismount", lambda path: str(path) == str(tmp_path / "volume"))
+    with pytest.raises(UsageError, match="not itself a mount point"):
+        preflight.check_repository_dir(tmp_path / "volume")
+    preflight.check_repository_dir(tmp_path / "volume" / "repo")
+
+
+def test_an_empty_directory_is_filled_in_place(tmp_path):
+    dest = tmp_path / "repo"
+    dest.mkdir()
+    fill(need(TRTLLM_ROOT), dest)
+    assert (dest / "ensemble" / "config.pbtxt").is_file() and (dest / repository.STAMP).is_file()
+
+
+@pytest.mark.parametrize("layout", ["a user's file", "a checkpoint", "a repository without our stamp"])
+def test_a_directory_we_did_not_write_is_refused_and_left_untouched(tmp_path, layout):
+    dest = tmp_path / "repo"
+    files = {"a user's file": {"notes.txt": "mine"},
+             "a checkpoint": {"config.json": "{}", "model.safetensors": "weights"},
+             "a repository without our stamp": {"ensemble/config.pbtxt": 'name: "ensemble"'}}[layout]
+    for name, text in files.items():
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        (dest / name).write_text(text)
+    with pytest.raises(UsageError, match="not written by trtllm-entrypoint"):
+        fill(need(TRTLLM_ROOT), dest)
+    assert {p.relative_to(dest).as_posix(): p.read_text() for p in dest.rglob("*") if p.is_file()} == files
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".repo.lock", "repo"]
 
 
 def test_failed_validation_keeps_the_earlier_repository(tmp_path, monkeypatch):
@@ -232,7 +313,7 @@ def test_failed_validation_keeps_the_earlier_repository(tmp_path, monkeypatch):
     with pytest.raises(EntrypointError):
         fill(root, dest, make_settings(MAX_BATCH_SIZE="2"))
     assert (dest / "ensemble" / "config.pbtxt").read_text() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".repo.lock", "repo"]
 
 
 def test_read_only_templates_are_copied_writable(tmp_path):
@@ -253,17 +334,17 @@ def test_read_only_templates_are_copied_writable(tmp_path):
 def test_refuses_kserve_model_mount(dest, tmp_path):
     root = need(TRTLLM_ROOT)
     settings = make_settings()
-    plan = repository.plan_fill(root, repository.fill_values(settings, FACTS, ENGINE, TOKENIZER), settings=settings)
+    plan = filling.plan_fill(root, filling.fill_values(settings, FACTS, ENGINE, TOKENIZER), settings=settings)
     with pytest.raises(UsageError, match="/mnt/models"):
-        repository.write_repository(plan, Path(dest), root)
+        repository.write_named(plan, Path(dest), root, Log(stream=io.StringIO()), timeout_s=5)
 
 
 def test_refuses_a_destination_overlapping_the_templates(tmp_path):
     root = copy_templates(tmp_path)
     settings = make_settings()
-    plan = repository.plan_fill(root, repository.fill_values(settings, FACTS, ENGINE, TOKENIZER), settings=settings)
+    plan = filling.plan_fill(root, filling.fill_values(settings, FACTS, ENGINE, TOKENIZER), settings=settings)
     with pytest.raises(UsageError, match="overlaps"):
-        repository.write_repository(plan, root / "inflight_batcher_llm", root)
+        repository.write_named(plan, root / "inflight_batcher_llm", root, Log(stream=io.StringIO()), timeout_s=5)
     assert (root / "inflight_batcher_llm" / "ensemble" / "config.pbtxt").is_file()
 
 
@@ -285,7 +366,7 @@ def small_repository(tmp_path, step="m", key="IN", extra_input=""):
 
 
 def test_wiring_holds_for_a_correct_ensemble(tmp_path):
-    repository.validate_repository(small_repository(tmp_path))
+    repository_check.validate_repository(small_repository(tmp_path))
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -295,7 +376,7 @@ def test_wiring_holds_for_a_correct_ensemble(tmp_path):
 ])
 def test_wiring_errors_are_named(tmp_path, kwargs, message):
     with pytest.raises(EntrypointError) as info:
-        repository.validate_repository(small_repository(tmp_path, **kwargs))
+        repository_check.validate_repository(small_repository(tmp_path, **kwargs))
     assert message in info.value.message
 
 
@@ -303,10 +384,10 @@ def test_validation_rejects_leftover_structural_placeholders_and_bad_names(tmp_p
     root = small_repository(tmp_path)
     (root / "m" / "config.pbtxt").write_text(MODEL.format(name="m") + "max_batch_size: ${triton_max_batch_size}\n")
     with pytest.raises(EntrypointError, match="triton_max_batch_size"):
-        repository.validate_repository(root)
+        repository_check.validate_repository(root)
     (root / "m" / "config.pbtxt").write_text(MODEL.format(name="other"))
     with pytest.raises(EntrypointError, match="differs from its directory"):
-        repository.validate_repository(root)
+        repository_check.validate_repository(root)
 
 
 def test_protobuf_check_is_skipped_and_logged_without_tritonclient(tmp_path, monkeypatch):
@@ -314,7 +395,7 @@ def test_protobuf_check_is_skipped_and_logged_without_tritonclient(tmp_path, mon
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name.startswith("tritonclient") else real_find_spec(name, *a))
     stream = io.StringIO()
-    repository.validate_repository(small_repository(tmp_path), log=Log(stream=stream))
+    repository_check.validate_repository(small_repository(tmp_path), log=Log(stream=stream))
     assert "protobuf check skipped" in stream.getvalue()
 
 
@@ -323,4 +404,4 @@ def test_protobuf_check_catches_what_the_small_parser_accepts(tmp_path):
     root = small_repository(tmp_path)
     (root / "m" / "config.pbtxt").write_text(MODEL.format(name="m") + "no_such_field: 1\n")
     with pytest.raises(EntrypointError, match="not a valid Triton ModelConfig"):
-        repository.validate_repository(root)
+        repository_check.validate_repository(root)

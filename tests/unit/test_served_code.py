@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from trtllm_entrypoint import repository, served_code
+from trtllm_entrypoint import fill, repository, served_code
 
-PLAN = repository.FillPlan("engine", (
-    repository.ModelFill("inflight_batcher_llm/preprocessing", "preprocessing",
+PLAN = fill.FillPlan("engine", (
+    fill.ModelFill("inflight_batcher_llm/preprocessing", "preprocessing",
                          {"config.pbtxt": 'name: "preprocessing"\n'}),
-    repository.ModelFill("inflight_batcher_llm/ensemble", "chat", {"config.pbtxt": 'name: "chat"\n'}),
+    fill.ModelFill("inflight_batcher_llm/ensemble", "chat", {"config.pbtxt": 'name: "chat"\n'}),
 ))
 
 

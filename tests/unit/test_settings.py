@@ -103,6 +103,22 @@ BAD = [
     ({"ENGINE_DIR": "/engines/x", "WORKFLOW": "llmapi"}, "ENGINE_DIR='/engines/x'", "unset with WORKFLOW=llmapi"),
     ({"CACHE_DIR": "/mnt/models/cache"}, "CACHE_DIR='/mnt/models/cache'", "a writable directory outside /mnt/models"),
     ({"REPOSITORY_DIR": "/mnt/models"}, "REPOSITORY_DIR='/mnt/models'", "a writable directory outside /mnt/models"),
+    # str.isdigit() accepts these and int() then fails (or, for "٨", silently reads 8): refused as not ASCII digits
+    ({"TP_SIZE": "²"}, "TP_SIZE='²'", "a whole number from 1 to 64"),
+    ({"PP_SIZE": "٨"}, "PP_SIZE='٨'", "a whole number from 1 to 64"),
+    ({"MAX_BATCH_SIZE": "６４"}, "MAX_BATCH_SIZE='６４'", "a whole number from 1 to 4096"),
+    ({"KV_CACHE_FREE_GPU_MEM_FRACTION": "٠.٥"}, "KV_CACHE_FREE_GPU_MEM_FRACTION='٠.٥'",
+     "a number greater than 0 and at most 1"),
+    ({"HTTP_PORT": "8_000"}, "HTTP_PORT='8_000'", "a whole number from 1 to 65535"),
+    # names the repository's own models have
+    ({"SERVED_MODEL_NAME": "tensorrt_llm"}, "SERVED_MODEL_NAME='tensorrt_llm'", "a name other than preprocessing"),
+    ({"SERVED_MODEL_NAME": "preprocessing"}, "SERVED_MODEL_NAME='preprocessing'", "a name other than"),
+    ({"SERVED_MODEL_NAME": "tensorrt_llm_bls"}, "SERVED_MODEL_NAME='tensorrt_llm_bls'", "a name other than"),
+    # values that land in config.pbtxt, where `${` reads as an unfilled placeholder
+    ({"MODEL_ID": "/models/${NAME}"}, "MODEL_ID='/models/${NAME}'", "a value without '${'"),
+    ({"ENGINE_DIR": "/e/${x}"}, "ENGINE_DIR='/e/${x}'", "a value without '${'"),
+    ({"CACHE_DIR": "/c/${x}"}, "CACHE_DIR='/c/${x}'", "a value without '${'"),
+    ({"TEMPLATES_DIR": "/t/${x}"}, "TEMPLATES_DIR='/t/${x}'", "a value without '${'"),
 ]
 
 
@@ -115,6 +131,30 @@ def test_bad_values_name_the_variable_and_what_is_allowed(env, named, allowed):
     assert allowed in message
     assert "\n" not in message
     assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("args, variable", [
+    ("--http-port=9000", "HTTP_PORT"),
+    ("--log-verbose=1 --grpc-port 9001", "GRPC_PORT"),
+    ("--metrics-port=1", "METRICS_PORT"),
+    ("--http-p=9000", "HTTP_PORT"),  # tritonserver's getopt takes unique prefixes
+    ("--model-repository=/other", "REPOSITORY_DIR"),
+    ("--model-store /other", "REPOSITORY_DIR"),
+    ("--openai-port=1234", "OPENAI_PORT"),
+    ("--backend-config=python,shm-region-prefix-name=mine_", "nothing: each rank gets its own"),
+    ("--backend-config python,shm-region-prefix-name=mine_", "nothing: each rank gets its own"),
+])
+def test_triton_args_may_not_set_what_the_entrypoint_sets(args, variable):
+    with pytest.raises(UsageError) as info:
+        load(TRITON_ARGS=args)
+    assert info.value.message.startswith("TRITON_ARGS may not contain '--")
+    assert info.value.hint.startswith(f"set {variable}")
+
+
+def test_triton_args_keep_everything_else():
+    args = "--log-verbose=1 --backend-config=python,shm-default-byte-size=1048576 --model-control-mode explicit"
+    assert load(TRITON_ARGS=args).triton_args[:3] == (
+        "--log-verbose=1", "--backend-config=python,shm-default-byte-size=1048576", "--model-control-mode")
 
 
 def test_image_capabilities_limit_workflow_and_frontend():
@@ -152,6 +192,38 @@ def test_token_errors_never_show_the_token(tmp_path):
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(UsageError, match=r"HF_TOKEN_FILE=.* the file is empty"):
         load(HF_TOKEN_FILE=str(tmp_path / "empty"))
+
+
+def test_token_files_are_read_bounded_and_strictly(tmp_path):
+    with pytest.raises(UsageError, match=r"HF_TOKEN_FILE='/dev/zero' is not allowed: expected a regular file"):
+        load(HF_TOKEN_FILE="/dev/zero")  # a device never ends: refused before any read
+    (tmp_path / "huge").write_bytes(b"hf_" + b"x" * (64 * 1024))
+    with pytest.raises(UsageError, match=r"HF_TOKEN_FILE=.* expected a file of at most 65536 bytes"):
+        load(HF_TOKEN_FILE=str(tmp_path / "huge"))
+    (tmp_path / "binary").write_bytes(b"hf_\xff\xfe\x00token")
+    with pytest.raises(UsageError, match=r"HF_TOKEN_FILE=.* as ASCII text"):
+        load(HF_TOKEN_FILE=str(tmp_path / "binary"))
+    (tmp_path / "latin").write_bytes("hf_tökén".encode())
+    with pytest.raises(UsageError, match=r"HF_TOKEN_FILE=.* as ASCII text"):
+        load(HF_TOKEN_FILE=str(tmp_path / "latin"))
+
+
+@pytest.mark.parametrize("token", ["hf_tökén_secret", "hf_two words", "hf_line\nbreak"])
+def test_a_token_that_cannot_go_into_an_http_header_is_refused_without_showing_it(token):
+    with pytest.raises(UsageError) as info:
+        load(HF_TOKEN=token)
+    assert info.value.message.startswith("HF_TOKEN is not allowed: expected a Hugging Face token")
+    assert token.split()[0][3:] not in str(info.value)
+
+
+def test_settings_know_which_values_were_set():
+    s = load(MAX_BATCH_SIZE="8", DECOUPLED="", TP_SIZE=" 2 ")
+    assert {"max_batch_size", "tp_size"} <= s.explicit and "decoupled" not in s.explicit
+    assert "max_seq_len" not in s.explicit
+
+
+def test_the_llmapi_model_may_keep_its_own_name():
+    assert load(WORKFLOW="llmapi", SERVED_MODEL_NAME="tensorrt_llm").served_model_name == "tensorrt_llm"
 
 
 def test_token_is_hidden_in_repr_and_describe():

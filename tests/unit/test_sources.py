@@ -118,10 +118,16 @@ def test_resolve_hub_id(tmp_path):
 
 
 @pytest.mark.parametrize("model_id, message", [
-    ("llama", "expected a Hugging Face id (org/name) or the path of an existing directory"),
+    ("llama", "or the path of an existing directory"),
     ("a/b/c", "expected a Hugging Face id"),
     ("org/na me", "expected a Hugging Face id"),
     ("org/..", "expected a Hugging Face id"),
+    ("org/name-", "expected a Hugging Face id"),
+    ("org/name.", "expected a Hugging Face id"),
+    ("org/-name", "expected a Hugging Face id"),
+    ("org/" + "n" * 97, "the name at most 96 characters"),
+    ("org/name.git", "expected a Hugging Face id"),
+    ("org/na--me", "expected a Hugging Face id"),
     ("/models/missing", "the path does not exist"),
     ("./missing", "the path does not exist"),
 ])
@@ -130,6 +136,24 @@ def test_resolve_bad_model_ids(tmp_path, model_id, message):
         sources.resolve(make_settings(tmp_path, MODEL_ID=model_id), {}, exists=lambda p: False)
     assert err.value.message.startswith(f"MODEL_ID='{model_id}' is not allowed: ")
     assert message in err.value.message
+
+
+HUB_IDS = ["org/name", "org/name-", "org/name.", "org/_x_", "org/" + "n" * 96, "org/" + "n" * 97, "org/a.b-c_d",
+           "org/a..b", "org/a--b", "org/x.git", "o-r.g/x", "-org/x", "org/-x", "org/x y", "org/é"]
+
+
+@pytest.mark.parametrize("repo_id", HUB_IDS)
+def test_hub_ids_follow_the_hubs_own_rule(repo_id):
+    validators = pytest.importorskip("huggingface_hub.utils")
+    try:
+        validators.validate_repo_id(repo_id)
+        valid = True
+    except validators.HFValidationError:
+        valid = False
+    if repo_id.isascii():  # the hub also takes non-ASCII letters; MODEL_ID keeps to ASCII
+        assert sources.is_hub_id(repo_id) == valid
+    else:
+        assert not sources.is_hub_id(repo_id)
 
 
 def test_resolve_kserve_mount_is_read_only(tmp_path, monkeypatch):
@@ -330,12 +354,21 @@ def test_download_refuses_a_repo_without_weights_before_fetching(tmp_path):
     fetch.assert_not_called()
 
 
+def test_download_refuses_a_repo_without_a_tokenizer_before_fetching(tmp_path):
+    with mock.patch("huggingface_hub.HfApi") as api, mock.patch("huggingface_hub.snapshot_download") as fetch, \
+            mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
+        api.return_value.model_info.return_value = model_info(["config.json", "model.safetensors"])
+        with pytest.raises(UsageError, match=r"^org/model has no tokenizer files"):
+            sources.download(hub_source(), make_settings(tmp_path, MODEL_ID="org/model"), Log(stream=io.StringIO()))
+    fetch.assert_not_called()
+
+
 def test_download_of_a_snapshot_without_a_checkpoint_says_so(tmp_path):
     snapshot = write(tmp_path / "snap" / "model.safetensors", "x").parent
     with mock.patch("huggingface_hub.HfApi") as api, \
             mock.patch("huggingface_hub.snapshot_download", return_value=str(snapshot)), \
             mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
-        api.return_value.model_info.return_value = model_info(["model.safetensors"])
+        api.return_value.model_info.return_value = model_info(["model.safetensors", "tokenizer.json"])
         with pytest.raises(UsageError, match="holds no model that can be served"):
             sources.download(hub_source(), make_settings(tmp_path, MODEL_ID="org/model"), Log(stream=io.StringIO()))
 
@@ -377,8 +410,11 @@ def _http_error(cls, status):
     (lambda: ConnectionError("connection refused"), "the Hugging Face hub cannot be reached", "HF_HUB_OFFLINE=1"),
     (lambda: hub_errors.OfflineModeIsEnabled("offline"), "the Hugging Face hub cannot be reached",
      "HF_HUB_OFFLINE=1"),
+    (lambda: json.JSONDecodeError("Expecting value", "<html>proxy login</html>", 0),
+     "the Hugging Face hub's answer about org/model is not JSON", "a proxy or captive portal"),
     (lambda: _http_error(hub_errors.HfHubHTTPError, 500),
-     "the Hugging Face hub refused to serve org/model: HTTP status 500", "check MODEL_ID, MODEL_REVISION and HF_TOKEN"),
+     "the Hugging Face hub refused to serve org/model: HTTP status 500",
+     "check MODEL_ID, MODEL_REVISION and HF_TOKEN"),
 ])
 def test_hub_errors_become_one_line_errors_without_the_token(tmp_path, make_error, message, hint):
     settings = make_settings(tmp_path, HF_TOKEN=TOKEN, MODEL_ID="org/model")

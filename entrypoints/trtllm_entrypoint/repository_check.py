@@ -1,0 +1,101 @@
+"""Checking a filled model repository before it is served: no required placeholder left, every config parses
+(with Triton's own protobuf where tritonclient is installed), and every ensemble is wired."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+from trtllm_entrypoint import pbtxt
+from trtllm_entrypoint.errors import EntrypointError
+from trtllm_entrypoint.fill import structural_placeholders
+
+if TYPE_CHECKING:
+    from trtllm_entrypoint.log import Log
+
+
+def _load_configs(root: Path) -> dict[str, tuple[Path, str, dict]]:
+    configs = {}
+    for path in sorted(root.glob("*/config.pbtxt")):
+        text = path.read_text()
+        stuck = structural_placeholders(text)
+        if stuck:
+            raise EntrypointError(f"{path}: unfilled required placeholder(s) {', '.join(sorted(stuck))}",
+                                  "fill them (see the backend's docs/model_config.md) before serving")
+        parsed = pbtxt.parse(text, str(path))
+        if parsed.get("name", path.parent.name) != path.parent.name:
+            raise EntrypointError(f"{path}: name {parsed.get('name')!r} differs from its directory "
+                                  f"{path.parent.name!r}", "Triton requires them to match")
+        configs[path.parent.name] = (path, text, parsed)
+    if not configs:
+        raise EntrypointError(f"{root} holds no model (no */config.pbtxt)")
+    return configs
+
+
+def _model_config_class():
+    """Triton's ModelConfig message from tritonclient, or None where it is not installed.
+
+    Loaded from its file: importing `tritonclient.grpc` would import grpc too, which costs more than the check."""
+    try:
+        spec = importlib.util.find_spec("tritonclient")
+        protobuf = importlib.util.find_spec("google.protobuf")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or protobuf is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "grpc" / "model_config_pb2.py"
+    name = "tritonclient.grpc.model_config_pb2"
+    module = sys.modules.get(name)
+    if module is None and path.is_file():
+        loader = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(loader)
+        loader.loader.exec_module(module)
+        sys.modules[name] = module
+    return getattr(module, "ModelConfig", None)
+
+
+def _check_protobuf(configs: Mapping[str, tuple[Path, str, dict]], log: Log | None) -> None:
+    model_config = _model_config_class()
+    if model_config is None:
+        if log is not None:
+            log.info("protobuf check skipped: tritonclient is not installed")
+        return
+    from google.protobuf import text_format
+    for path, text, _ in configs.values():
+        try:
+            text_format.Parse(text, model_config())
+        except text_format.ParseError as exc:
+            raise EntrypointError(f"{path}: not a valid Triton ModelConfig: {exc}") from None
+
+
+def _check_ensemble(name: str, parsed: dict, configs: Mapping[str, tuple[Path, str, dict]]) -> None:
+    used_inputs, produced = set(), set()
+    for step in parsed.get("ensemble_scheduling", {}).get("step", []):
+        model = step.get("model_name")
+        if model not in configs:
+            raise EntrypointError(f"ensemble {name!r} has a step for model {model!r}, which is not in the repository")
+        step_config = configs[model][2]
+        for kind, tensors, declared in (("input", step.get("input_map"), step_config.get("input")),
+                                        ("output", step.get("output_map"), step_config.get("output"))):
+            mapping = pbtxt.map_entries(tensors)
+            wrong = set(mapping) - set(pbtxt.names(declared))
+            if wrong:
+                raise EntrypointError(f"ensemble {name!r} maps {kind}(s) {', '.join(sorted(wrong))} of model "
+                                      f"{model!r}, which declares no such {kind}")
+            (used_inputs if kind == "input" else produced).update(mapping.values())
+    unused = set(pbtxt.names(parsed.get("input"))) - used_inputs
+    unproduced = set(pbtxt.names(parsed.get("output"))) - produced
+    if unused or unproduced:
+        raise EntrypointError(f"ensemble {name!r} wiring is incomplete: inputs never used "
+                              f"{sorted(unused)}, outputs never produced {sorted(unproduced)}")
+
+
+def validate_repository(root: Path, log: Log | None = None) -> None:
+    """No required placeholder left, every config parses (with protobuf when installed), ensembles are wired."""
+    configs = _load_configs(Path(root))
+    _check_protobuf(configs, log)
+    for name, (_, _, parsed) in configs.items():
+        if parsed.get("platform") == "ensemble":
+            _check_ensemble(name, parsed, configs)

@@ -10,6 +10,7 @@ upstream templates do not include.
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 
 import pytest
@@ -28,13 +29,18 @@ def call(server: realtriton.RunningServer, route: str, body: dict) -> object:
         return json.loads(response.read())
 
 
+def prepared(img: Image, **env: str) -> list[str]:
+    """`prepare` on free ports; the launch command it prints."""
+    ports = {name: str(realtriton.free_port()) for name in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT")}
+    result = img.run("prepare", WORKFLOW="engine", **ports, **env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["argv"]
+
+
 @pytest.mark.parametrize("templates,tag", TEMPLATE_SETS)
 def test_prepared_repository_loads_and_generates_in_real_triton(tmp_path, real_triton, templates, tag):
     img = Image(tmp_path, tag, templates_for(templates))
-    ports = {name: str(realtriton.free_port()) for name in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT")}
-    result = img.run("prepare", WORKFLOW="engine", **ports)
-    assert result.returncode == 0, result.stderr
-    argv = json.loads(result.stdout)["argv"]
+    argv = prepared(img)
     models = sorted(config.parent.name for config in img.repo.glob("*/config.pbtxt"))
 
     # Our command line as it is (only the program path and the backend directory differ from the image's).
@@ -56,10 +62,7 @@ def test_prepared_repository_loads_and_generates_in_real_triton(tmp_path, real_t
 
 def test_decoupled_repository_streams_one_event_per_token(tmp_path, real_triton):
     img = Image(tmp_path, "25.01", templates_for("v0.17.0"))
-    ports = {name: str(realtriton.free_port()) for name in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT")}
-    result = img.run("prepare", WORKFLOW="engine", DECOUPLED="true", **ports)
-    assert result.returncode == 0, result.stderr
-    with realtriton.start(real_triton, json.loads(result.stdout)["argv"], log_dir=tmp_path) as server:
+    with realtriton.start(real_triton, prepared(img, DECOUPLED="true"), log_dir=tmp_path) as server:
         body = {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "bad_words": "", "stop_words": "", "stream": True}
         request = urllib.request.Request(f"{server.http_url}/v2/models/ensemble/generate_stream",
                                          data=json.dumps(body).encode())
@@ -67,3 +70,14 @@ def test_decoupled_repository_streams_one_event_per_token(tmp_path, real_triton)
             events = [json.loads(line[len(b"data: "):]) for line in response if line.startswith(b"data: ")]
     pieces = [event["text_output"] for event in events]
     assert len(pieces) == MAX_TOKENS and set(pieces) <= set(PROMPT_WORDS), events
+
+
+def test_prompt_longer_than_max_input_len_gets_an_error_and_the_server_keeps_serving(tmp_path, real_triton):
+    img = Image(tmp_path, "25.01", templates_for("v0.17.0"))
+    short = " ".join(PROMPT_WORDS[:3])
+    with realtriton.start(real_triton, prepared(img, MAX_INPUT_LEN="3", MAX_SEQ_LEN="16"), log_dir=tmp_path) as server:
+        with pytest.raises(urllib.error.HTTPError) as rejected:
+            call(server, "/v2/models/ensemble/generate", {"text_input": PROMPT, "max_tokens": MAX_TOKENS})
+        answer = call(server, "/v2/models/ensemble/generate", {"text_input": short, "max_tokens": MAX_TOKENS})
+    assert rejected.value.code == 400 and "max_input_len" in rejected.value.read().decode()
+    assert set(answer["text_output"].split()) <= set(PROMPT_WORDS[:3])

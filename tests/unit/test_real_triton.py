@@ -3,8 +3,8 @@
 The server is Triton 2.51.0 (NGC 24.10's core, from PyPI's nvidia-pytriton wheel) for every template set, whatever
 tag the set belongs to. Real: tritonserver and its flags, its config parser, the Python backend, the ensemble
 scheduler, and our entrypoint's repository and command line. Doubles (tests/doubles): the engine, served by a
-Python-based `tensorrtllm` backend, and the preprocessing/postprocessing/BLS model.py files, which the stored
-upstream templates do not include.
+Python-based `tensorrtllm` backend, and the preprocessing/postprocessing/BLS and LLM-API model.py files, which the
+stored upstream templates do not include.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def call(server: realtriton.RunningServer, route: str, body: dict) -> object:
 def prepared(img: Image, **env: str) -> list[str]:
     """`prepare` on free ports; the launch command it prints."""
     ports = {name: str(realtriton.free_port()) for name in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT")}
-    result = img.run("prepare", WORKFLOW="engine", **ports, **env)
+    result = img.run("prepare", **{"WORKFLOW": "engine", **ports, **env})
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)["argv"]
 
@@ -81,3 +81,14 @@ def test_prompt_longer_than_max_input_len_gets_an_error_and_the_server_keeps_ser
         answer = call(server, "/v2/models/ensemble/generate", {"text_input": short, "max_tokens": MAX_TOKENS})
     assert rejected.value.code == 400 and "max_input_len" in rejected.value.read().decode()
     assert set(answer["text_output"].split()) <= set(PROMPT_WORDS[:3])
+
+
+def test_llmapi_repository_loads_through_auto_complete_and_generates(tmp_path, real_triton):
+    img = Image(tmp_path, "26.07", templates_for("triton_backend"))
+    with realtriton.start(real_triton, prepared(img, WORKFLOW="llmapi"), log_dir=tmp_path) as server:
+        states = {m["name"]: m.get("state") for m in call(server, "/v2/repository/index", {})}
+        answer = call(server, "/v2/models/tensorrt_llm/generate",
+                      {"text_input": PROMPT, "sampling_param_max_tokens": MAX_TOKENS})
+    assert states == {"tensorrt_llm": "READY"}
+    words = answer["text_output"].split()
+    assert len(words) == MAX_TOKENS and set(words) <= set(PROMPT_WORDS), answer

@@ -48,16 +48,20 @@ def test_prepared_repository_loads_and_generates_in_real_triton(tmp_path, real_t
         with urllib.request.urlopen(f"{server.http_url}/v2", timeout=10) as response:
             version = json.loads(response.read())["version"]
         states = {m["name"]: m.get("state") for m in call(server, "/v2/repository/index", {})}
-        answer = call(server, "/v2/models/ensemble/generate",
-                      {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "bad_words": "", "stop_words": ""})
+        request = {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "bad_words": "", "stop_words": ""}
+        answers = [call(server, f"/v2/models/{model}/generate", request)
+                   for model in ("ensemble", "tensorrt_llm_bls") if model in models]
         assert server.stop() == 0, server.log()[-3000:]
 
     assert version == realtriton.TRITON_VERSION
     assert states == dict.fromkeys(models, "READY")
-    # Tokenized, generated and detokenized by the real pipeline: MAX_TOKENS words, all from the prompt.
-    words = answer["text_output"].split()
-    assert len(words) == MAX_TOKENS and set(words) <= set(PROMPT_WORDS), answer
-    print(f"{templates} on Triton {realtriton.TRITON_VERSION}: {PROMPT!r} -> {answer['text_output']!r}")
+    # Tokenized, generated and detokenized by the real pipeline (ensemble, and BLS where written): MAX_TOKENS
+    # words, all from the prompt.
+    for answer in answers:
+        words = answer["text_output"].split()
+        assert len(words) == MAX_TOKENS and set(words) <= set(PROMPT_WORDS), answer
+        print(f"{templates} on Triton {realtriton.TRITON_VERSION}: {answer['model_name']} {PROMPT!r} -> "
+              f"{answer['text_output']!r}")
 
 
 def test_decoupled_repository_streams_one_event_per_token(tmp_path, real_triton):

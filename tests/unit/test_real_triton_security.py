@@ -66,7 +66,8 @@ def generate(server: realtriton.RunningServer) -> list[str]:
 def prepared_argv(img: Image, key: str | None = None, **env: str) -> list[str]:
     """prepare's command line, with the key it leaves out put back (what `serve` execs)."""
     ports = {name: str(realtriton.free_port()) for name in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT")}
-    result = img.run("prepare", WORKFLOW="engine", **({"TRITON_ADMIN_KEY": key} if key else {}), **ports, **env)
+    keyed = {"TRITON_ADMIN_KEY": key} if key else {}
+    result = img.run("prepare", **{"WORKFLOW": "engine", **keyed, **ports, **env})
     assert result.returncode == 0, result.stderr
     argv = json.loads(result.stdout)["argv"]
     return [arg + key if key and arg.endswith(f":{HEADER}=") else arg for arg in argv]

@@ -139,6 +139,12 @@ def _entry_findings(entry: MatrixEntry, capabilities: Capabilities) -> list[Find
         f"openai_frontend is {entry.openai_frontend}",
         feature_hint("openai_frontend"),
     )
+    expect(
+        "restricted-apis",
+        entry.restricted_apis == ("restricted_apis" in features),
+        f"restricted_apis is {entry.restricted_apis}",
+        feature_hint("restricted_apis"),
+    )
     if entry.python:
         allowed = ((3, 10), (3, 12)) if "python_3_12_wheels" in features else ((3, 10),)
         expect(

@@ -17,7 +17,8 @@ GOOD = MatrixEntry(
     tag="24.12", status="supported", note="", triton="2.53.0", tensorrt_llm="0.16.0", tensorrt="10.7.0",
     cuda="12.6.3", python="3.12.3", pytorch="2.6.0a0", ubuntu="24.04",
     backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.16.0", "", False), workflows=("engine",),
-    engine_deprecated=False, openai_frontend=True, uncertain=MappingProxyType({}), sources=("test",))
+    engine_deprecated=False, openai_frontend=True, restricted_apis=True, uncertain=MappingProxyType({}),
+    sources=("test",))
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,7 @@ def test_a_consistent_entry_has_no_findings():
     ({"workflows": ()}, "workflows"),
     ({"engine_deprecated": True}, "engine-deprecated"),
     ({"openai_frontend": False}, "openai-frontend"),
+    ({"restricted_apis": False}, "restricted-apis"),
     ({"python": "3.11.4"}, "python-version"),
     ({"tensorrt_llm": None}, "no-tensorrt-llm"),
 ])

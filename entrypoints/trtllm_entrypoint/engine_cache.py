@@ -117,17 +117,15 @@ class EngineCache:
             lock_wait = round(time.monotonic() - waited_since, 3)
             return self._build(key, stamp_inputs, build, lock_wait, log), True
 
-    def _keep_failed_log(self, key: str, log_path: Path, log, error: BaseException) -> None:
-        """Moves the output out of the temp dir before it is removed, and points the error at the new place."""
+    def _keep_failed_log(self, key: str, log_path: Path, log) -> Path | None:
+        """Moves the output out of the temp dir before it is removed; where it went, or None when none was written."""
         kept = self.root / f"{key}.failed-{os.getpid()}.log"
         try:
             os.replace(log_path, kept)
         except OSError:
-            return  # nothing was written yet
+            return None
         log.error("the failed build's output is kept", path=str(kept))
-        if isinstance(error, EntrypointError):
-            error.message = error.message.replace(str(log_path), str(kept))
-            error.hint = error.hint.replace(str(log_path), str(kept))
+        return kept
 
     def _build(self, key: str, stamp_inputs: dict, build: Callable[[Path, Path], None], lock_wait: float,
                log) -> Path:
@@ -140,7 +138,17 @@ class EngineCache:
 
         stamp = {"schema": SCHEMA, "key": key, "inputs": stamp_inputs,
                  "builder": {"host": socket.gethostname(), "pid": os.getpid()}}
-        final = publish.publish(self.entry(key), fill, stamp, STAMP, log,
-                                on_failure=lambda tmp, error: self._keep_failed_log(key, tmp / BUILD_LOG, log, error))
+        kept: list[Path] = []
+
+        def keep_log(tmp: Path, _error: BaseException) -> None:
+            kept.extend(path for path in [self._keep_failed_log(key, tmp / BUILD_LOG, log)] if path)
+
+        try:
+            final = publish.publish(self.entry(key), fill, stamp, STAMP, log, on_failure=keep_log)
+        except EntrypointError as exc:
+            if not kept:
+                raise
+            # The builder's message stands; where its full output now is, only the cache knows.
+            raise type(exc)(exc.message, f"the full output is in {kept[0]}") from None
         log.info("engine published", key=key, path=str(final))
         return final

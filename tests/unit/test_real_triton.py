@@ -84,7 +84,7 @@ def test_prompt_longer_than_max_input_len_gets_an_error_and_the_server_keeps_ser
 def test_llmapi_repository_loads_through_auto_complete_and_generates(tmp_path, real_triton):
     img = Image(tmp_path, "26.07", templates_for("triton_backend"))
     with realtriton.start(real_triton, prepared_argv(img, KEY, WORKFLOW="llmapi"), log_dir=tmp_path) as server:
-        states = {m["name"]: m.get("state") for m in call(server, "/v2/repository/index", {})}
+        states = {m["name"]: m.get("state") for m in call(server, "/v2/repository/index", {}, {HEADER: KEY})}
         answer = call(server, "/v2/models/tensorrt_llm/generate",
                       {"text_input": PROMPT, "sampling_param_max_tokens": MAX_TOKENS})
     assert states == {"tensorrt_llm": "READY"}

@@ -55,15 +55,8 @@ class Converter:
         return cls(folder, tuple(arg for rule in engine["args"] if facts.tag in rule["tags"] for arg in rule["args"]))
 
 
-def models_file(environ: Mapping[str, str]) -> Path:
-    """Next to the matrix file: TRTLLM_MATRIX_FILE's directory, or the image's contract.MODELS_FILE."""
-    if environ.get("TRTLLM_MATRIX_FILE"):
-        return Path(environ["TRTLLM_MATRIX_FILE"]).with_name(Path(contract.MODELS_FILE).name)
-    return Path(contract.MODELS_FILE)
-
-
-def load(environ: Mapping[str, str]) -> ModelTable:
-    path = models_file(environ)
+def load(path: Path) -> ModelTable:
+    """The model list at `path` (ImageFacts.models_file)."""
     try:
         data = json.loads(path.read_text())
         return ModelTable(tuple(data["models"]), tuple(data["tags"]))

@@ -14,12 +14,15 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable
 
 from trtllm_entrypoint import contract, fill
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.log import Log
+
+if TYPE_CHECKING:
+    from trtllm_entrypoint.settings import Settings
 
 # Hub ids are "org/name" by the hub's rules: letters, digits, '-', '_', '.', each part starting and ending with a
 # letter, digit or '_', the name at most 96 characters, no '--' or '..' anywhere, no '.git' at the end.
@@ -83,15 +86,14 @@ def _local(path: Path) -> ModelSource:
                        read_only=under_model_dir(path))
 
 
-def resolve_model(settings, environ: Mapping[str, str], exists: Callable[[str], bool] = os.path.exists
-                  ) -> ModelSource:
+def resolve_model(settings: Settings, exists: Callable[[str], bool] = os.path.exists) -> ModelSource:
     """The model named by MODEL_ID, or /mnt/models when MODEL_ID is unset; ENGINE_DIR is not considered."""
     model_id = settings.model_id
     if model_id is None:
         if exists(contract.KSERVE_MODEL_DIR):
             return _local(Path(contract.KSERVE_MODEL_DIR))
         late = " (MODEL_INIT_MODE=async: the modelcar has not put it there yet)" \
-            if environ.get("MODEL_INIT_MODE") == "async" else ""
+            if settings.model_init_async else ""
         raise UsageError(f"MODEL_ID is not set and {contract.KSERVE_MODEL_DIR} does not exist{late}",
                          "set MODEL_ID to a Hugging Face id (org/name) or a local path, "
                          f"or mount the model at {contract.KSERVE_MODEL_DIR}")
@@ -111,10 +113,10 @@ def is_hub_id(text: str) -> bool:
     return bool(HUB_ID.fullmatch(text)) and ".." not in text and "--" not in text and not text.endswith(".git")
 
 
-def resolve(settings, environ: Mapping[str, str], exists: Callable[[str], bool] = os.path.exists) -> ModelSource:
+def resolve(settings: Settings, exists: Callable[[str], bool] = os.path.exists) -> ModelSource:
     """What to serve: ENGINE_DIR when set (it must hold an engine), else the model of resolve_model()."""
     if settings.engine_dir is None:
-        return resolve_model(settings, environ, exists)
+        return resolve_model(settings, exists)
     if not exists(str(settings.engine_dir)):
         raise UsageError(f"ENGINE_DIR={str(settings.engine_dir)!r} is not allowed: the directory does not exist")
     source = _local(settings.engine_dir)

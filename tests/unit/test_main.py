@@ -372,6 +372,29 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, o
     assert f"starting the server argv=tritonserver {logged}\n" in stderr
 
 
+def test_arguments_starting_with_a_dash_are_appended_to_the_served_command_line(image):
+    # Two ranks, so that the server is started through `mpirun` from PATH, whose double records and exits
+    # (MPIRUN_DOUBLE_EXEC=0): the one-rank tritonserver path exists only in images.
+    two_gpus = "NVIDIA H100 80GB HBM3|9.0|81559;NVIDIA H100 80GB HBM3|9.0|81559"
+    result = image.run("--log-verbose=1", "--log-info", "true", TP_SIZE="2", TRITON_ARGS="--exit-on-error=false",
+                       NVIDIA_SMI_DOUBLE_GPUS=two_gpus, MPIRUN_DOUBLE_EXEC="0")
+    assert result.returncode == 0, result.stderr
+    assert image.builds() == 1, "served as usual: the engine was built and the repository filled"
+    (mpirun,) = records(image.records, "mpirun")
+    rank0, rank1 = " ".join(mpirun["argv"]).split(" : ")
+    assert f"--model-repository={image.repo}" in rank0.split()
+    assert rank0.endswith(" --exit-on-error=false --log-verbose=1 --log-info true"), rank0
+    assert "--log-verbose" not in rank1, "like TRITON_ARGS, they go to the rank that serves the endpoints"
+
+
+def test_a_dash_argument_that_sets_what_the_entrypoint_sets_is_refused(image):
+    result = image.run("--http-port=9999")
+    assert result.returncode == 2
+    assert "error: the command line may not contain '--http-port=9999'" in result.stderr
+    assert "set HTTP_PORT instead" in result.stderr
+    assert not image.cache.exists() and not image.repo.exists(), "refused before anything is written"
+
+
 def test_default_repository_is_content_addressed_and_reused(image):
     first = image.run("prepare", REPOSITORY_DIR="")
     second = image.run("prepare", REPOSITORY_DIR="")

@@ -13,9 +13,9 @@ import shutil
 import subprocess
 import time
 from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from trtllm_entrypoint.engine_config import check_engine_version
 from trtllm_entrypoint.errors import EntrypointError, UsageError

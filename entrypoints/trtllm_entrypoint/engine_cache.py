@@ -16,8 +16,8 @@ import json
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from trtllm_entrypoint import publish
 from trtllm_entrypoint.engine_config import engine_world_size, missing_ranks

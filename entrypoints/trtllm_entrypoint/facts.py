@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Mapping
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import UsageError

@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import re
 import subprocess
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from trtllm_entrypoint import contract, engine_build, launch
 from trtllm_entrypoint.models import Converter, ModelTable

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import csv
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from trtllm_entrypoint.errors import EntrypointError
 
@@ -53,7 +53,7 @@ def _mib(text: str) -> int:
 
 
 def parse_nvidia_smi(csv_text: str) -> GpuInfo:
-    """Parse `nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version[,uuid] --format=csv,noheader`."""
+    """Parse the output of NVIDIA_SMI_ARGV: index, name, compute_cap, memory.total, driver_version[, uuid] per line."""
     gpus: list[Gpu] = []
     drivers: list[str] = []
     for row in csv.reader(csv_text.splitlines(), skipinitialspace=True):

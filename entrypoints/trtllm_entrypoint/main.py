@@ -12,12 +12,28 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, NoReturn, Sequence
+from typing import NoReturn
 
-from trtllm_entrypoint import (contract, engine_build, engine_cache, engine_config, fill, flagcheck, gpu, launch,
-                               models, preflight, probe, repository, security, serve_plan, sources)
+from trtllm_entrypoint import (
+    contract,
+    engine_build,
+    engine_cache,
+    engine_config,
+    fill,
+    flagcheck,
+    gpu,
+    launch,
+    models,
+    preflight,
+    probe,
+    repository,
+    security,
+    serve_plan,
+    sources,
+)
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, installation, load_facts
 from trtllm_entrypoint.log import Log

@@ -8,11 +8,11 @@ the converter arguments per tag, so nothing here compares versions.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
-from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import UsageError
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class Converter:
         return app_dir / "examples" / self.folder / "convert_checkpoint.py"
 
     @classmethod
-    def for_record(cls, record: Mapping, facts: ImageFacts) -> "Converter":
+    def for_record(cls, record: Mapping, facts: ImageFacts) -> Converter:
         """A model's converter in this image's examples layout, with the arguments this tag needs."""
         engine = record["engine"]
         folder = engine["folder"][facts.examples_layout]

@@ -8,8 +8,9 @@ any field written twice or as a `[...]` list) are lists.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from trtllm_entrypoint.errors import EntrypointError
 

@@ -26,10 +26,10 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
 
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.paths import open_lock, shared_dir

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from trtllm_entrypoint import pbtxt
 from trtllm_entrypoint.errors import EntrypointError

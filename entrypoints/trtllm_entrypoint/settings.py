@@ -6,21 +6,22 @@ and an empty value counts as unset. Tokens never appear in messages or in `descr
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 import shlex
 import stat
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Mapping
 
 from trtllm_entrypoint import contract, security
-from trtllm_entrypoint.gpu import Visibility
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.fill import INNER_MODELS
+from trtllm_entrypoint.gpu import Visibility
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.server_args import check_extra_arguments
 
@@ -224,10 +225,10 @@ def token_values(environ: Mapping[str, str]) -> tuple[str, ...]:
     env = _Env(environ)
     found = [env.text(name) for names, _ in SECRETS for name in names]
     for _, file_variable in SECRETS:
-        try:
-            found.append(_read_secret_file(file_variable, env.text(file_variable)) if env.text(file_variable) else None)
-        except UsageError:
-            pass
+        path = env.text(file_variable)
+        if path is not None:
+            with contextlib.suppress(UsageError):  # settings will report it; masking goes on with what there is
+                found.append(_read_secret_file(file_variable, path))
     return tuple(token for token in found if token)
 
 

@@ -12,14 +12,15 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from trtllm_entrypoint import contract, fill
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.log import Log
+from trtllm_entrypoint.paths import under_model_dir
 
 if TYPE_CHECKING:
     from trtllm_entrypoint.settings import Settings

@@ -65,7 +65,8 @@ def test_mixed_compute_capabilities_are_refused():
     ({"NVIDIA_VISIBLE_DEVICES": "1,²"}, [0, 1, 2, 3]),
 ])
 def test_visible_devices_filtering(env, expected):
-    info = visible(parse_nvidia_smi(FOUR), Visibility(env.get("NVIDIA_VISIBLE_DEVICES"), env.get("CUDA_VISIBLE_DEVICES")))
+    given = Visibility(env.get("NVIDIA_VISIBLE_DEVICES"), env.get("CUDA_VISIBLE_DEVICES"))
+    info = visible(parse_nvidia_smi(FOUR), given)
     assert [g.index for g in info.gpus] == expected
     assert info.driver == "550.54.15"
 

@@ -84,7 +84,8 @@ def test_probe_without_matrix_tag_or_image_files(image, monkeypatch):
 
 
 def test_app_dir_without_facts(image, monkeypatch):
-    assert probe(installation({"TRTLLM_APP_DIR": str(image.app), "MATRIX_TAG": "25.01"}, None))["app_dir"] == str(image.app)
+    given = {"TRTLLM_APP_DIR": str(image.app), "MATRIX_TAG": "25.01"}
+    assert probe(installation(given, None))["app_dir"] == str(image.app)
     assert probe(installation({"MATRIX_TAG": "25.01"}, None))["tag"] == "25.01"
     monkeypatch.setattr(probe_mod.contract, "NGC_APP_DIR", str(image.app))
     assert probe(installation({}, None))["app_dir"] == str(image.app)

@@ -18,8 +18,9 @@ FACTS = ImageFacts(tag="25.10", tensorrt_llm="1.0.0", tensorrt=None, triton=None
 CACHE = Path("/cache")
 
 
-def settings(command_line: CommandLine = CommandLine(), **env: str) -> Settings:
-    return Settings.from_env({"CACHE_DIR": str(CACHE), "TRITON_ADMIN_KEY": "k" * 16, **env}, FACTS, command_line)
+def settings(command_line: CommandLine | None = None, **env: str) -> Settings:
+    return Settings.from_env({"CACHE_DIR": str(CACHE), "TRITON_ADMIN_KEY": "k" * 16, **env}, FACTS,
+                             command_line or CommandLine())
 
 
 def model(kind: str, path: str | None = "/models/m") -> ModelSource:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import UsageError
@@ -111,7 +112,7 @@ def models_file(environ: Mapping[str, str]) -> Path:
     return Path(contract.MODELS_FILE)
 
 
-def load_entry(environ: Mapping[str, str]) -> dict:
+def load_entry(environ: Mapping[str, str]) -> dict[str, Any]:
     tag = environ.get("MATRIX_TAG", "")
     path = Path(environ.get("TRTLLM_MATRIX_FILE", contract.MATRIX_FILE))
     if not tag:
@@ -124,7 +125,7 @@ def load_entry(environ: Mapping[str, str]) -> dict:
                          "set TRTLLM_MATRIX_FILE to the output of `python build.py list --json`") from None
     except ValueError as exc:
         raise UsageError(f"matrix file {path} is not valid JSON: {exc}") from None
-    by_tag = {e["tag"]: e for e in entries}
+    by_tag: dict[str, dict[str, Any]] = {e["tag"]: e for e in entries}
     if tag not in by_tag:
         raise UsageError(f"MATRIX_TAG={tag!r} is not in {path}", "known tags: " + ", ".join(sorted(by_tag)))
     return by_tag[tag]

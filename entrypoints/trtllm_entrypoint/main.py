@@ -313,8 +313,9 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     if Path(args[0]).name != "tritonserver":
         launch.exec_argv(args, env)
     given = launch.parse_passthrough(args)
-    kind = sources.classify_dir(given.repository) if given.repository is not None else "repository"
-    if kind == "repository":
+    store = given.repository
+    kind = sources.classify_dir(store) if store is not None else "repository"
+    if store is None or kind == "repository":
         if given.http_port:
             record_health_url(health_url(given.http_port))
         launch.exec_argv(args, env)
@@ -324,9 +325,8 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     typed = CommandLine(server_args=given.others, ports=given.ports(), typed_server=True)
     settings = Settings.from_env(env, facts, typed)
     log = open_log(settings)
-    log.info("the model store is not a Triton model repository; preparing one from it", path=given.repository)
-    source = sources.ModelSource(kind=kind, path=given.repository, repo_id=None, revision=None,
-                                 read_only=under_model_dir(given.repository))
+    log.info("the model store is not a Triton model repository; preparing one from it", path=store)
+    source = sources.ModelSource(kind=kind, path=store, repo_id=None, revision=None, read_only=under_model_dir(store))
     plan = decide(settings, facts, log, given=source, typed_argv=tuple(args))
     return exec_server(prepare(plan, facts, env, log, need_gpu=True), env, log)
 
@@ -334,17 +334,18 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
 def check(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log) -> int:
     """Print what was detected and resolved; non-zero when the image and the matrix disagree."""
     gpus = gpu.detect_gpus(settings.gpu_visibility)
+    model = model_support(settings, facts)
     report = {
         "facts": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(facts).items()},
         "gpus": [dataclasses.asdict(g) for g in gpus.gpus],
         "settings": settings.describe(),
         "installed": probe.probe(installation(env, facts)),
-        "model": model_support(settings, facts),
+        "model": model,
     }
     print(json.dumps(report, indent=2, default=str))
     problems = compatibility_problems(facts, settings, gpus)
-    if report["model"] and report["model"]["problem"]:
-        problems.append(report["model"]["problem"])
+    if model is not None and isinstance(model["problem"], str):
+        problems.append(model["problem"])
     for problem in problems:
         log.error(problem)
     return 1 if problems else 0

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trtllm_entrypoint.errors import UsageError
 
@@ -21,10 +21,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ModelTable:
-    models: tuple[dict, ...]
+    models: tuple[dict[str, Any], ...]
     tags: tuple[str, ...]   # every tag the table was made for, oldest first
 
-    def lookup(self, hf_config: Mapping) -> dict | None:
+    def lookup(self, hf_config: Mapping[str, Any]) -> dict[str, Any] | None:
         """The record for config.json's model_type (or an alias), else for its first known architecture."""
         model_type = str(hf_config.get("model_type") or "")
         for record in self.models:
@@ -46,7 +46,7 @@ class Converter:
         return app_dir / "examples" / self.folder / "convert_checkpoint.py"
 
     @classmethod
-    def for_record(cls, record: Mapping, facts: ImageFacts) -> Converter:
+    def for_record(cls, record: Mapping[str, Any], facts: ImageFacts) -> Converter:
         """A model's converter in this image's examples layout, with the arguments this tag needs."""
         engine = record["engine"]
         folder = engine["folder"][facts.examples_layout]
@@ -68,7 +68,7 @@ def load(path: Path) -> ModelTable:
         raise UsageError(f"model list {path} is not what `python build.py models --json` writes: {exc}") from None
 
 
-def describe(hf_config: Mapping) -> str:
+def describe(hf_config: Mapping[str, Any]) -> str:
     """How the checkpoint names itself: 'Phi3ForCausalLM (model_type phi3)'."""
     archs = ", ".join(hf_config.get("architectures") or []) or "no architectures"
     return f"{archs} (model_type {hf_config.get('model_type') or 'unset'})"
@@ -80,7 +80,7 @@ def _tag_span(tags: list[str], all_tags: tuple[str, ...]) -> str:
     return "tags " + ", ".join(tags)
 
 
-def unsupported_reason(table: ModelTable, hf_config: Mapping, facts: ImageFacts, workflow: str) -> str | None:
+def unsupported_reason(table: ModelTable, hf_config: Mapping[str, Any], facts: ImageFacts, workflow: str) -> str | None:
     """None when this image serves the checkpoint with `workflow`; else one line saying what would."""
     record = table.lookup(hf_config)
     support = record[workflow] if record is not None else None
@@ -106,14 +106,17 @@ def unsupported_reason(table: ModelTable, hf_config: Mapping, facts: ImageFacts,
     return reason
 
 
-def require_support(table: ModelTable, hf_config: Mapping, facts: ImageFacts, workflow: str) -> None:
+def require_support(table: ModelTable, hf_config: Mapping[str, Any], facts: ImageFacts, workflow: str) -> None:
     reason = unsupported_reason(table, hf_config, facts, workflow)
     if reason is not None:
         raise UsageError(reason, "`python build.py models NAME` lists the tags that serve a model; or build the "
                                  "engine elsewhere and set ENGINE_DIR")
 
 
-def converter(table: ModelTable, hf_config: Mapping, facts: ImageFacts) -> Converter:
+def converter(table: ModelTable, hf_config: Mapping[str, Any], facts: ImageFacts) -> Converter:
     """The converter of this checkpoint in this image; UsageError when the image has none for it."""
     require_support(table, hf_config, facts, "engine")
-    return Converter.for_record(table.lookup(hf_config), facts)
+    record = table.lookup(hf_config)
+    if record is None:  # require_support refused it already; this keeps the types honest
+        raise UsageError(f"no converter for {describe(hf_config)} in image {facts.tag}")
+    return Converter.for_record(record, facts)

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from trtllm_entrypoint import contract, security
 from trtllm_entrypoint.errors import UsageError
@@ -114,9 +115,9 @@ class Settings:
         _check_relations(settings)
         return settings
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """Every resolved value, JSON-able, for `check` and the start-up log; the token only as set or not."""
-        out: dict = {}
+        out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in ("hf_token", "admin_key"):
@@ -273,7 +274,7 @@ def _hf_token(env: _Env) -> str | None:
     return token
 
 
-def _model_values(env: _Env, facts: ImageFacts) -> dict:
+def _model_values(env: _Env, facts: ImageFacts) -> dict[str, Any]:
     workflows = facts.workflows
     workflow = env.text("WORKFLOW")
     if workflow is not None and workflow.lower() not in workflows:
@@ -298,7 +299,7 @@ def _model_values(env: _Env, facts: ImageFacts) -> dict:
     }
 
 
-def _limit_values(env: _Env) -> dict:
+def _limit_values(env: _Env) -> dict[str, Any]:
     return {
         "max_batch_size": env.integer("MAX_BATCH_SIZE", 64, 1, 4096),
         "max_input_len": env.integer("MAX_INPUT_LEN", 2048, 1, MAX_TOKENS),
@@ -314,7 +315,7 @@ def _limit_values(env: _Env) -> dict:
     }
 
 
-def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> dict:
+def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> dict[str, Any]:
     frontend = "triton" if command_line.typed_server else env.choice("FRONTEND", "triton", FRONTENDS)
     if frontend == "openai" and not facts.openai_frontend:
         raise bad("FRONTEND", "openai", f"triton (image {facts.tag} has no OpenAI-compatible frontend)")
@@ -343,7 +344,7 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
     }
 
 
-def _admin_values(env: _Env, command_line: CommandLine) -> dict:
+def _admin_values(env: _Env, command_line: CommandLine) -> dict[str, Any]:
     apis = security.parse_apis(env.text("RESTRICTED_APIS"))
     if command_line.typed_server and security.flags_in(command_line.server_args):
         apis = ()  # the typed command restricts APIs itself: ours would clash

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trtllm_entrypoint import contract, fill
 from trtllm_entrypoint.errors import EntrypointError, UsageError
@@ -190,11 +190,11 @@ def hub_allow_patterns(files: list[str]) -> list[str]:
     return sorted(glob.escape(f) for f in set(weights) | set(metadata))
 
 
-def identity(source: ModelSource) -> dict:
+def identity(source: ModelSource) -> dict[str, Any]:
     """What the engine cache key records about the model: repo and resolved commit, or path and fingerprint."""
+    if source.kind == "hub" or source.path is None:
+        raise ValueError("identity() of a hub model needs download() first: the commit is resolved there")
     if source.repo_id is not None:
-        if source.kind == "hub":
-            raise ValueError("identity() of a hub model needs download() first: the commit is resolved there")
         return {"repo_id": source.repo_id, "revision": source.revision}
     return {"path": str(source.path), "fingerprint": fingerprint(source.path, mtimes=not source.read_only)}
 
@@ -239,18 +239,28 @@ def _hub_error(exc: Exception, source: ModelSource) -> EntrypointError | None:
     return None
 
 
-def _fetch(source: ModelSource, settings, cache_dir: Path) -> tuple[str, str]:
+def _repo_id(source: ModelSource) -> str:
+    if source.repo_id is None:
+        raise ValueError(f"the {source.kind} at {source.path} is not a hub model")
+    return source.repo_id
+
+
+def _fetch(source: ModelSource, settings: Settings, cache_dir: Path) -> tuple[str, str]:
     """(snapshot directory, resolved commit) from the hub, or from the local cache when HF_HUB_OFFLINE is set."""
     import huggingface_hub
 
-    common = {"repo_id": source.repo_id, "revision": source.revision, "token": settings.hf_token,
-              "cache_dir": str(cache_dir)}
+    repo_id = _repo_id(source)
+    common: dict[str, Any] = {"repo_id": repo_id, "revision": source.revision, "token": settings.hf_token,
+                              "cache_dir": str(cache_dir)}
     if _offline():
         # The file list needs the network; a cached snapshot is served as is, and its folder name is the commit.
         path = huggingface_hub.snapshot_download(**common)
-        return path, Path(path).name
-    info = huggingface_hub.HfApi().model_info(source.repo_id, revision=source.revision, token=settings.hf_token,
+        return str(path), Path(path).name
+    info = huggingface_hub.HfApi().model_info(repo_id, revision=source.revision, token=settings.hf_token,
                                               files_metadata=False)
+    if info.sha is None:  # the weights must be named by their commit in the engine cache key
+        raise EntrypointError(f"the Hugging Face hub did not say which commit of {repo_id} it serves",
+                              "try again, or set MODEL_REVISION to a commit")
     patterns = hub_allow_patterns([s.rfilename for s in info.siblings or ()])
     if not any(p.endswith((".safetensors", ".bin")) for p in patterns):
         raise UsageError(f"{source.repo_id} has no *.safetensors or *.bin weights at its top level",
@@ -259,18 +269,18 @@ def _fetch(source: ModelSource, settings, cache_dir: Path) -> tuple[str, str]:
         raise UsageError(f"{source.repo_id} has no tokenizer files ({', '.join(TOKENIZER_FILES)}) at its top level",
                          "choose a repository with the Hugging Face tokenizer; the pre/postprocessing models need it")
     path = huggingface_hub.snapshot_download(**{**common, "revision": info.sha}, allow_patterns=patterns)
-    return path, info.sha
+    return str(path), info.sha
 
 
-def read_config(source: ModelSource, settings) -> dict:
+def read_config(source: ModelSource, settings: Settings) -> dict[str, Any]:
     """config.json of a checkpoint: read from disk, or for a hub model fetched alone (into the same cache the full
     download uses), so that the model can be checked before its weights are downloaded."""
-    if source.kind != "hub":
-        path = source.path / "config.json"
+    if source.kind != "hub" and source.path is not None:
+        path: Path | str = source.path / "config.json"
     else:
         import huggingface_hub
         try:
-            path = huggingface_hub.hf_hub_download(source.repo_id, "config.json", revision=source.revision,
+            path = huggingface_hub.hf_hub_download(_repo_id(source), "config.json", revision=source.revision,
                                                    token=settings.hf_token,
                                                    cache_dir=str(settings.cache_dir / "models" / "hub"))
         except Exception as exc:
@@ -287,7 +297,7 @@ def read_config(source: ModelSource, settings) -> dict:
     return config
 
 
-def download(source: ModelSource, settings, log: Log) -> ModelSource:
+def download(source: ModelSource, settings: Settings, log: Log) -> ModelSource:
     """Fetch a hub model into CACHE_DIR/models/hub. The result is local (normally a checkpoint) and keeps repo_id,
     with the resolved commit as revision, so that identity() names the exact weights."""
     if source.kind != "hub":

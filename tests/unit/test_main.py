@@ -466,7 +466,9 @@ def test_prebuilt_engine_on_an_llmapi_default_image_uses_the_engine_workflow(tmp
         (engine_dir / name).write_bytes((img.model / name).read_bytes())
     served = img.run("prepare", MODEL_ID=str(engine_dir))
     assert served.returncode == 0, served.stderr
-    assert json.loads(served.stdout)["engine_dir"] == str(engine_dir)
+    printed = json.loads(served.stdout)
+    assert printed["engine_dir"] == str(engine_dir)
+    assert (printed["plan"]["workflow"], printed["plan"]["engine"]) == ("engine", "prebuilt"), "prepare prints the plan"
     assert (img.repo / "ensemble" / "config.pbtxt").exists()
     blank = img.run("prepare", MODEL_ID=str(engine_dir), WORKFLOW="  ")  # blank counts as unset
     assert blank.returncode == 0, blank.stderr

@@ -326,6 +326,15 @@ def test_engine_from_another_tensorrt_llm_is_refused(tmp_path, image):
     assert "0.16.0" in result.stderr and "0.17.0" in result.stderr
 
 
+def test_model_id_naming_an_engine_from_another_tensorrt_llm_is_refused_not_served(tmp_path, image):
+    other = Image(tmp_path / "other", "25.01", templates_for("v0.17.0"), trtllm_version="0.16.0")
+    engine_dir = json.loads(other.run("build-engine").stdout)["engine_dir"]
+    result = image.run("prepare", MODEL_ID=engine_dir)  # nothing else to rebuild it from
+    assert result.returncode == 1, result.stdout
+    assert "built with TensorRT-LLM 0.16.0, this image has 0.17.0" in result.stderr
+    assert image.builds() == 0 and not image.repo.exists()
+
+
 def test_check_reports_versions_and_fails_on_too_few_gpus(image):
     ok = image.run("check")
     assert ok.returncode == 0, ok.stderr

@@ -42,4 +42,4 @@ def image_facts(tag: str, app_dir: Path = Path("/app")):
 def model_table():
     """The container side's ModelTable from the real models.yaml."""
     from trtllm_entrypoint import models
-    return models.load({"TRTLLM_MATRIX_FILE": str(_data_dir() / "matrix.json")})
+    return models.load(_data_dir() / "models.json")

@@ -13,13 +13,19 @@ import shutil
 import subprocess
 import time
 from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from trtllm_entrypoint.engine_config import check_engine_version
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.models import Converter
+
+if TYPE_CHECKING:
+    from trtllm_entrypoint.facts import ImageFacts
+    from trtllm_entrypoint.log import Log
+    from trtllm_entrypoint.settings import Settings
 
 CHECKPOINT_DIR = "checkpoint"  # the converted checkpoint, inside the build dir until the engine is built
 TAIL_LINES = 20
@@ -31,22 +37,22 @@ class Command:
     name: str
 
 
-def convert_script(facts, converter: Converter, quantize: bool) -> Path:
+def convert_script(facts: ImageFacts, converter: Converter, quantize: bool) -> Path:
     if quantize:
         return facts.app_dir / "examples" / "quantization" / "quantize.py"
     return converter.script(facts.app_dir)
 
 
-def checkpoint_dtype(facts, dtype: str) -> str:
+def checkpoint_dtype(facts: ImageFacts, dtype: str) -> str:
     """Converters without automatic dtype (before 0.15) take 'auto' as float16."""
     return "float16" if dtype == "auto" and "converter_dtype_auto" not in facts.features else dtype
 
 
-def _has_max_seq_len(facts) -> bool:
+def _has_max_seq_len(facts: ImageFacts) -> bool:
     return "--max_seq_len" in facts.flags.get("trtllm-build", ())
 
 
-def build_notes(facts, settings) -> list[str]:
+def build_notes(facts: ImageFacts, settings: Settings) -> list[str]:
     """What the build does differently from what the settings literally say, for the log."""
     notes = []
     if checkpoint_dtype(facts, settings.dtype) != settings.dtype:
@@ -58,7 +64,7 @@ def build_notes(facts, settings) -> list[str]:
     return notes
 
 
-def build_commands(facts, settings, model_dir: Path, out_dir: Path, work_dir: Path,
+def build_commands(facts: ImageFacts, settings: Settings, model_dir: Path, out_dir: Path, work_dir: Path,
                    converter: Converter) -> list[Command]:
     if "engine_build" not in facts.features:
         raise UsageError(f"building engines needs TensorRT-LLM 0.9 or newer; this image has {facts.tensorrt_llm}",
@@ -73,7 +79,8 @@ def build_commands(facts, settings, model_dir: Path, out_dir: Path, work_dir: Pa
             Command(trtllm_build_argv(facts, settings, dtype, work_dir, out_dir), "trtllm-build")]
 
 
-def trtllm_build_argv(facts, settings, dtype: str, checkpoint_dir: Path, out_dir: Path) -> tuple[str, ...]:
+def trtllm_build_argv(facts: ImageFacts, settings: Settings, dtype: str, checkpoint_dir: Path,
+                      out_dir: Path) -> tuple[str, ...]:
     argv = ["trtllm-build", "--checkpoint_dir", str(checkpoint_dir), "--output_dir", str(out_dir),
             "--gemm_plugin", dtype,
             "--max_batch_size", str(settings.max_batch_size), "--max_input_len", str(settings.max_input_len)]
@@ -103,13 +110,13 @@ def resolve_script(path: Path, tensorrt_llm: str) -> Path:
                           "this tag, or set TRTLLM_APP_DIR to a directory with the examples/ of this version")
 
 
-def run_commands(commands: Sequence[Command], log_path: Path, log, environ: Mapping[str, str]) -> None:
+def run_commands(commands: Sequence[Command], log_path: Path, log: Log, environ: Mapping[str, str]) -> None:
     """Runs each command in turn, output appended (redacted) to `log_path`; stops at the first failure."""
     for command in commands:
         _run(command, log_path, log, environ)
 
 
-def _run(command: Command, log_path: Path, log, environ: Mapping[str, str]) -> None:
+def _run(command: Command, log_path: Path, log: Log, environ: Mapping[str, str]) -> None:
     line = shlex.join(command.argv)
     log.info("running", step=command.name, command=line)
     tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -125,7 +132,7 @@ def _run(command: Command, log_path: Path, log, environ: Mapping[str, str]) -> N
             raise EntrypointError(f"cannot run {command.name} ({command.argv[0]}): {exc.strerror}",
                                   "use the image built for this tag: it has the TensorRT-LLM tools") from None
         with proc:
-            for raw in proc.stdout:
+            for raw in proc.stdout or ():
                 text = log.redact(raw)
                 out.write(text)
                 tail.append(text.rstrip("\n"))
@@ -138,7 +145,7 @@ def _run(command: Command, log_path: Path, log, environ: Mapping[str, str]) -> N
     log.info("step done", step=command.name, seconds=seconds)
 
 
-def engine_builder(facts, settings, model_dir: Path, converter: Converter, log,
+def engine_builder(facts: ImageFacts, settings: Settings, model_dir: Path, converter: Converter, log: Log,
                    environ: Mapping[str, str]) -> Callable[[Path, Path], None]:
     """The `build` callable for EngineCache.ensure. The intermediate checkpoint goes to out_dir/checkpoint, so a
     killed build leaves it inside the cache's temp dir (cleaned with it); it is removed before publication."""

@@ -16,12 +16,19 @@ import json
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any
 
 from trtllm_entrypoint import publish
 from trtllm_entrypoint.engine_config import engine_world_size, missing_ranks
 from trtllm_entrypoint.errors import EntrypointError
+
+if TYPE_CHECKING:
+    from trtllm_entrypoint.facts import ImageFacts
+    from trtllm_entrypoint.gpu import GpuInfo
+    from trtllm_entrypoint.log import Log
+    from trtllm_entrypoint.settings import Settings
 
 # Bump when the layout, the stamp or the build commands change: old entries then no longer match any key.
 SCHEMA = 2
@@ -40,12 +47,13 @@ BUILD_SETTINGS = (
 )
 
 
-def cache_key(inputs: dict) -> str:
+def cache_key(inputs: dict[str, Any]) -> str:
     canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:KEY_LENGTH]
 
 
-def key_inputs(model_identity: dict, settings, facts, gpu_info) -> dict:
+def key_inputs(model_identity: dict[str, Any], settings: Settings, facts: ImageFacts,
+               gpu_info: GpuInfo) -> dict[str, Any]:
     """Everything an engine depends on. Engines are specific to the compute capability, not to the GPU count
     actually present (the mapping is fixed by tp/pp), so names and count go into the stamp only."""
     return {
@@ -58,7 +66,7 @@ def key_inputs(model_identity: dict, settings, facts, gpu_info) -> dict:
     }
 
 
-def stamp_inputs(inputs: dict, facts, gpu_info) -> dict:
+def stamp_inputs(inputs: dict[str, Any], facts: ImageFacts, gpu_info: GpuInfo) -> dict[str, Any]:
     """The key inputs plus what is worth knowing about the builder but must not split the cache."""
     return {**inputs, "image_tag": facts.tag, "gpus": {"count": gpu_info.count, "names": list(gpu_info.names)}}
 
@@ -84,7 +92,7 @@ class EngineCache:
     def entry(self, key: str) -> Path:
         return self.root / key
 
-    def lookup(self, key: str, log=None) -> Path | None:
+    def lookup(self, key: str, log: Log | None = None) -> Path | None:
         """The published entry for `key` if it is complete; an incomplete one counts as absent (and is logged)."""
         entry = self.entry(key)
         if not entry.exists():
@@ -96,8 +104,8 @@ class EngineCache:
             log.warn("ignoring invalid engine cache entry", path=str(entry), reason=problem)
         return None
 
-    def ensure(self, key: str, stamp_inputs: dict, build: Callable[[Path, Path], None], *,
-               timeout_s: float, log) -> tuple[Path, bool]:
+    def ensure(self, key: str, stamp_inputs: dict[str, Any], build: Callable[[Path, Path], None], *,
+               timeout_s: float, log: Log) -> tuple[Path, bool]:
         """The published entry for `key`, built by `build(tmp_dir, log_path)` unless it exists; (entry, built_now)."""
         found = self.lookup(key, log)
         if found is not None:
@@ -117,21 +125,19 @@ class EngineCache:
             lock_wait = round(time.monotonic() - waited_since, 3)
             return self._build(key, stamp_inputs, build, lock_wait, log), True
 
-    def _keep_failed_log(self, key: str, log_path: Path, log, error: BaseException) -> None:
-        """Moves the output out of the temp dir before it is removed, and points the error at the new place."""
+    def _keep_failed_log(self, key: str, log_path: Path, log: Log) -> Path | None:
+        """Moves the output out of the temp dir before it is removed; where it went, or None when none was written."""
         kept = self.root / f"{key}.failed-{os.getpid()}.log"
         try:
             os.replace(log_path, kept)
         except OSError:
-            return  # nothing was written yet
+            return None
         log.error("the failed build's output is kept", path=str(kept))
-        if isinstance(error, EntrypointError):
-            error.message = error.message.replace(str(log_path), str(kept))
-            error.hint = error.hint.replace(str(log_path), str(kept))
+        return kept
 
-    def _build(self, key: str, stamp_inputs: dict, build: Callable[[Path, Path], None], lock_wait: float,
-               log) -> Path:
-        def fill(tmp: Path) -> dict:
+    def _build(self, key: str, stamp_inputs: dict[str, Any], build: Callable[[Path, Path], None], lock_wait: float,
+               log: Log) -> Path:
+        def fill(tmp: Path) -> dict[str, Any]:
             # The log lives inside our own temp dir, so no other UID's file is ever truncated; published with it.
             started = time.monotonic()
             with log.phase("engine build", key=key, log_path=str(tmp / BUILD_LOG)):
@@ -140,7 +146,17 @@ class EngineCache:
 
         stamp = {"schema": SCHEMA, "key": key, "inputs": stamp_inputs,
                  "builder": {"host": socket.gethostname(), "pid": os.getpid()}}
-        final = publish.publish(self.entry(key), fill, stamp, STAMP, log,
-                                on_failure=lambda tmp, error: self._keep_failed_log(key, tmp / BUILD_LOG, log, error))
+        kept: list[Path] = []
+
+        def keep_log(tmp: Path, _error: BaseException) -> None:
+            kept.extend(path for path in [self._keep_failed_log(key, tmp / BUILD_LOG, log)] if path)
+
+        try:
+            final = publish.publish(self.entry(key), fill, stamp, STAMP, log, on_failure=keep_log)
+        except EntrypointError as exc:
+            if not kept:
+                raise
+            # The builder's message stands; where its full output now is, only the cache knows.
+            raise type(exc)(exc.message, f"the full output is in {kept[0]}") from None
         log.info("engine published", key=key, path=str(final))
         return final

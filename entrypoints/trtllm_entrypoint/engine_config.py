@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import version_tuple
@@ -20,7 +20,7 @@ LIMITS = ("max_batch_size", "max_input_len", "max_seq_len", "max_beam_width", "m
 PARALLELISM = ("tp_size", "pp_size")  # pretrained_config.mapping: fixed when the engine was built
 
 
-def _read_engine_config(engine_dir: Path) -> dict:
+def _read_engine_config(engine_dir: Path) -> dict[str, Any]:
     path = engine_dir / ENGINE_CONFIG
     try:
         config = json.loads(path.read_text())
@@ -34,7 +34,7 @@ def _read_engine_config(engine_dir: Path) -> dict:
     return config
 
 
-def _mapping(engine_dir: Path) -> dict:
+def _mapping(engine_dir: Path) -> dict[str, Any]:
     return (_read_engine_config(engine_dir).get("pretrained_config") or {}).get("mapping") or {}
 
 
@@ -99,4 +99,5 @@ def serving_settings(settings: Settings, engine_dir: Path) -> tuple[Settings, di
                              f"unset {name.upper()} to serve the engine's {value}, or rebuild the engine")
     taken = {name: value for name, value in built.items()
              if name not in settings.explicit and getattr(settings, name) != value}
-    return dataclasses.replace(settings, **taken), taken
+    changes: dict[str, Any] = dict(taken)
+    return dataclasses.replace(settings, **changes), taken

@@ -7,10 +7,12 @@ TensorRT-LLM to expect when `tensorrt_llm` is not importable.
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Mapping
+from typing import Any
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import UsageError
@@ -33,6 +35,7 @@ class ImageFacts:
     features: tuple[str, ...] = ()
     flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)  # program -> flags it takes
     restricted_apis: bool = False  # tritonserver takes --http-restricted-api and --grpc-restricted-protocol
+    models_file: Path = Path(contract.MODELS_FILE)  # the model list (`python build.py models --json`)
 
     @property
     def default_workflow(self) -> str:
@@ -85,7 +88,31 @@ def app_dir(environ: Mapping[str, str], in_image: bool | None) -> Path:
     return Path(contract.NGC_APP_DIR if in_image else contract.BUNDLED_APP_DIR)
 
 
-def load_entry(environ: Mapping[str, str]) -> dict:
+@dataclass(frozen=True)
+class Installation:
+    """What `probe` reports from the environment: it runs also where the matrix entry cannot be loaded."""
+
+    tag: str | None
+    app_dir: Path
+    triton_version: str | None  # TRITON_SERVER_VERSION, which NGC's images set
+    search_path: str            # PATH, where launch and the engine build look for programs
+
+
+def installation(environ: Mapping[str, str], facts: ImageFacts | None) -> Installation:
+    return Installation(tag=facts.tag if facts is not None else (environ.get("MATRIX_TAG") or None),
+                        app_dir=facts.app_dir if facts is not None else app_dir(environ, None),
+                        triton_version=environ.get("TRITON_SERVER_VERSION") or None,
+                        search_path=environ.get("PATH", os.defpath))
+
+
+def models_file(environ: Mapping[str, str]) -> Path:
+    """Next to the matrix file: TRTLLM_MATRIX_FILE's directory, or the image's contract.MODELS_FILE."""
+    if environ.get("TRTLLM_MATRIX_FILE"):
+        return Path(environ["TRTLLM_MATRIX_FILE"]).with_name(Path(contract.MODELS_FILE).name)
+    return Path(contract.MODELS_FILE)
+
+
+def load_entry(environ: Mapping[str, str]) -> dict[str, Any]:
     tag = environ.get("MATRIX_TAG", "")
     path = Path(environ.get("TRTLLM_MATRIX_FILE", contract.MATRIX_FILE))
     if not tag:
@@ -98,7 +125,7 @@ def load_entry(environ: Mapping[str, str]) -> dict:
                          "set TRTLLM_MATRIX_FILE to the output of `python build.py list --json`") from None
     except ValueError as exc:
         raise UsageError(f"matrix file {path} is not valid JSON: {exc}") from None
-    by_tag = {e["tag"]: e for e in entries}
+    by_tag: dict[str, dict[str, Any]] = {e["tag"]: e for e in entries}
     if tag not in by_tag:
         raise UsageError(f"MATRIX_TAG={tag!r} is not in {path}", "known tags: " + ", ".join(sorted(by_tag)))
     return by_tag[tag]
@@ -126,4 +153,5 @@ def load_facts(environ: Mapping[str, str]) -> ImageFacts:
         features=tuple(capabilities["features"]),
         flags={program: tuple(f) for program, f in capabilities["flags"].items()},
         restricted_apis=bool(entry["restricted_apis"]),
+        models_file=models_file(environ),
     )

@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 
@@ -226,7 +227,7 @@ def _engine_models(root: Path, values: Mapping[str, str], settings: Settings) ->
     return models, effective
 
 
-def llmapi_config(settings: Settings, model_path: Path | str) -> dict:
+def llmapi_config(settings: Settings, model_path: Path | str) -> dict[str, Any]:
     """model.yaml for the llmapi model: LLM() arguments, plus the `triton_config` its model.py reads."""
     return {
         "model": str(model_path),
@@ -279,7 +280,8 @@ def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
-def _llmapi_models(root: Path, settings: Settings, model_path: Path | str | None) -> tuple[list[ModelFill], dict]:
+def _llmapi_models(root: Path, settings: Settings,
+                   model_path: Path | str | None) -> tuple[list[ModelFill], dict[str, Any]]:
     config_path = root / "tensorrt_llm" / "config.pbtxt"
     if not config_path.is_file():
         raise EntrypointError(f"{root} has no tensorrt_llm/config.pbtxt", "set TEMPLATES_DIR to the backend's "

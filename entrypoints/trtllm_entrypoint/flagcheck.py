@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import re
 import subprocess
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from trtllm_entrypoint import contract, engine_build, launch
 from trtllm_entrypoint.models import Converter, ModelTable
@@ -42,7 +43,7 @@ class ProgramCheck:
     error: str | None = None       # the program is not in the image: the plans that run it would fail
     unverified: str | None = None  # it is there but printed no help (some import a GPU library even for --help)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"program": self.use.program, "help": list(self.use.help_argv), "flags": list(self.use.flags),
                 "missing": list(self.missing), "error": self.error, "unverified": self.unverified}
 
@@ -133,5 +134,5 @@ def check(uses: Sequence[ProgramUse], get_help: Callable[[Sequence[str]], str] =
         return list(pool.map(one, uses))
 
 
-def report(facts: ImageFacts, checks: Sequence[ProgramCheck]) -> dict:
+def report(facts: ImageFacts, checks: Sequence[ProgramCheck]) -> dict[str, Any]:
     return {"tag": facts.tag, "tensorrt_llm": facts.tensorrt_llm, "programs": [c.to_dict() for c in checks]}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import csv
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from trtllm_entrypoint.errors import EntrypointError
 
@@ -53,7 +53,7 @@ def _mib(text: str) -> int:
 
 
 def parse_nvidia_smi(csv_text: str) -> GpuInfo:
-    """Parse `nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version[,uuid] --format=csv,noheader`."""
+    """Parse the output of NVIDIA_SMI_ARGV: index, name, compute_cap, memory.total, driver_version[, uuid] per line."""
     gpus: list[Gpu] = []
     drivers: list[str] = []
     for row in csv.reader(csv_text.splitlines(), skipinitialspace=True):
@@ -103,18 +103,26 @@ def _apply_nvidia_visible(gpus: tuple[Gpu, ...], value: str) -> tuple[Gpu, ...]:
     return tuple(g for g in gpus if g in picked)
 
 
-def visible(info: GpuInfo, environ: Mapping[str, str]) -> GpuInfo:
+@dataclass(frozen=True)
+class Visibility:
+    """NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES as given (None: unset; an empty value hides every GPU)."""
+
+    nvidia: str | None = None
+    cuda: str | None = None
+
+
+def visible(info: GpuInfo, visibility: Visibility) -> GpuInfo:
     """Keep the GPUs that NVIDIA_VISIBLE_DEVICES and then CUDA_VISIBLE_DEVICES leave visible."""
     gpus = info.gpus
-    if "NVIDIA_VISIBLE_DEVICES" in environ:
-        gpus = _apply_nvidia_visible(gpus, environ["NVIDIA_VISIBLE_DEVICES"])
-    if "CUDA_VISIBLE_DEVICES" in environ:
-        gpus = _apply_cuda_visible(gpus, environ["CUDA_VISIBLE_DEVICES"])
+    if visibility.nvidia is not None:
+        gpus = _apply_nvidia_visible(gpus, visibility.nvidia)
+    if visibility.cuda is not None:
+        gpus = _apply_cuda_visible(gpus, visibility.cuda)
     return GpuInfo(gpus=gpus, driver=info.driver)
 
 
-def detect_gpus(environ: Mapping[str, str], run: Callable[..., subprocess.CompletedProcess] = subprocess.run
-                ) -> GpuInfo:
+def detect_gpus(visibility: Visibility,
+                run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> GpuInfo:
     """The usable GPUs; none when nvidia-smi is missing or finds no device (the image started without --gpus)."""
     try:
         done = run(list(NVIDIA_SMI_ARGV), capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_SECS,
@@ -126,7 +134,7 @@ def detect_gpus(environ: Mapping[str, str], run: Callable[..., subprocess.Comple
                               "the GPU driver may be stuck: check `nvidia-smi` on the host") from None
     if done.returncode != 0 or NO_DEVICES in (done.stdout or ""):
         return GpuInfo(gpus=(), driver=None)
-    return visible(parse_nvidia_smi(done.stdout), environ)
+    return visible(parse_nvidia_smi(done.stdout), visibility)
 
 
 def require_gpus(info: GpuInfo, needed: int, why: str) -> None:

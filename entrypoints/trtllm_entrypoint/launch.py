@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, NoReturn, Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 from trtllm_entrypoint import contract, security
 from trtllm_entrypoint.errors import EntrypointError, UsageError

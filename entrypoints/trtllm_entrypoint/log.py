@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Iterator
+from typing import IO
 
 from trtllm_entrypoint.errors import UsageError
 
@@ -44,9 +45,9 @@ class Log:
         self.event("error", message, **fields)
 
     @contextmanager
-    def phase(self, name: str, **fields: object) -> Iterator[dict]:
+    def phase(self, name: str, **fields: object) -> Iterator[dict[str, object]]:
         """Logs `phase done` with its duration; the body may add fields (e.g. cache=hit) to the yielded dict."""
-        extra: dict = {}
+        extra: dict[str, object] = {}
         start = time.monotonic()
         try:
             yield extra

@@ -12,17 +12,34 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, NoReturn, Sequence
+from typing import NoReturn
 
-from trtllm_entrypoint import (contract, engine_build, engine_cache, engine_config, fill, flagcheck, gpu, launch,
-                               models, preflight, probe, repository, security, sources)
+from trtllm_entrypoint import (
+    contract,
+    engine_build,
+    engine_cache,
+    engine_config,
+    fill,
+    flagcheck,
+    gpu,
+    launch,
+    models,
+    preflight,
+    probe,
+    repository,
+    security,
+    serve_plan,
+    sources,
+)
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.facts import ImageFacts, load_facts
+from trtllm_entrypoint.facts import ImageFacts, installation, load_facts
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.paths import under_model_dir
-from trtllm_entrypoint.settings import Settings, token_values
+from trtllm_entrypoint.serve_plan import ServePlan
+from trtllm_entrypoint.settings import CommandLine, Settings, token_values
 
 SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health", "flags")
 USAGE = (
@@ -33,19 +50,18 @@ USAGE = (
 
 @dataclass(frozen=True)
 class Prepared:
-    """Everything `serve` needs to exec the server; `prepare` prints it."""
+    """The plan, executed up to the exec: `serve` runs `argv`, `prepare` prints all of it."""
 
+    plan: ServePlan
     argv: list[str]
     repository: Path
     engine_dir: Path | None
-    health_url: str
-    env: dict[str, str]  # extra environment for the server (e.g. the OpenAI frontend's orchestrator mode)
 
     def to_json(self) -> str:
         return json.dumps(
             {"argv": self.argv, "repository": str(self.repository),
-             "engine_dir": str(self.engine_dir) if self.engine_dir else None, "health_url": self.health_url,
-             "env": self.env},
+             "engine_dir": str(self.engine_dir) if self.engine_dir else None,
+             "health_url": health_url(self.plan.health_port), "env": self.plan.env, "plan": self.plan.describe()},
             indent=2)
 
 
@@ -80,30 +96,38 @@ def run(args: list[str], env: dict[str, str]) -> int:
         print(USAGE)
         return 0
     if command == "probe":
-        print(json.dumps(probe.probe(_facts_or_none(env), env), indent=2))
+        print(json.dumps(probe.probe(installation(env, _facts_or_none(env))), indent=2))
         return 0
     if command == "health":
         return health(env)
+    if command.startswith("-"):  # as postgres' entrypoint does: options are the server's
+        return subcommand("serve", env, CommandLine(server_args=tuple(args)))
     if command not in SUBCOMMANDS:
         return passthrough(args, env)
     if len(args) > 1:
         raise UsageError(f"'{command}' takes no arguments, got {' '.join(args[1:])!r}",
-                         "configure it with environment variables (see the README's environment table)")
+                         "configure it with environment variables (see the README's environment table), or give "
+                         "server options alone (they start with '-')")
+    return subcommand(command, env, CommandLine())
+
+
+def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> int:
+    """Load, decide, execute."""
     facts = load_facts(env)
-    settings = Settings.from_env(env, facts)
+    settings = Settings.from_env(env, facts, command_line)
     log = open_log(settings)
     if command == "check":
         return check(settings, facts, env, log)
     if command == "flags":
-        uses = flagcheck.planned_uses(facts, models.load(env), settings)
+        uses = flagcheck.planned_uses(facts, models.load(facts.models_file), settings)
         print(json.dumps(flagcheck.report(facts, flagcheck.check(uses)), indent=2))
         return 0
+    plan = decide(settings, facts, log)
     if command == "build-engine":
-        source = checked_model(settings, facts, env, log)
-        engine_dir, _ = ensure_engine(settings, facts, env, log, source, lambda: gpu.detect_gpus(env))
+        engine_dir = ensure_engine(plan, facts, env, log, functools.partial(gpu.detect_gpus, settings.gpu_visibility))
         print(json.dumps({"engine_dir": str(engine_dir)}))
         return 0
-    prepared = prepare(settings, facts, env, log, need_gpu=command == "serve")
+    prepared = prepare(plan, facts, env, log, need_gpu=command == "serve")
     if command == "prepare":
         log.info("launch command", argv=" ".join(prepared.argv))  # the log masks the admin key
         # Job logs keep this output, so the admin key is left out; the printed command then fails closed if run
@@ -127,99 +151,94 @@ def _facts_or_none(env: Mapping[str, str]) -> ImageFacts | None:
         return None
 
 
-def locate_model(settings: Settings, env: Mapping[str, str], log: Log) -> sources.ModelSource:
-    """What the model is, from names and files only: nothing is downloaded or written yet."""
+def decide(settings: Settings, facts: ImageFacts, log: Log, given: sources.ModelSource | None = None,
+           typed_argv: tuple[str, ...] = ()) -> ServePlan:
+    """Locate and check the model (downloading it last), then decide once what is served."""
+    model = checked_model(settings, facts, log, locate_model(settings, facts, log, given))
+    plan = serve_plan.decide(settings, model, typed_argv)
+    for note in plan.notes:
+        log.info(note)
+    return plan
+
+
+def locate_model(settings: Settings, facts: ImageFacts, log: Log,
+                 given: sources.ModelSource | None = None) -> sources.ModelSource:
+    """What the model is, from names and files only: nothing is downloaded or written yet. A prebuilt engine of
+    another TensorRT-LLM gives way to the checkpoint MODEL_ID names, which is then built here."""
     with log.phase("resolve") as extra:
-        source = sources.resolve(settings, env)
+        source = given or sources.resolve(settings)
         extra.update(kind=source.kind, model=source.repo_id or source.path)
+    if source.kind != "engine" or source.path is None or not settings.model_id:
+        return source
+    try:
+        engine_config.check_engine_version(source.path, facts.tensorrt_llm)
+    except EntrypointError as exc:
+        checkpoint = sources.resolve_model(settings)
+        if checkpoint.kind == "engine":  # MODEL_ID names that engine: nothing to rebuild it from
+            raise
+        log.warn(f"{exc.message}; rebuilding from MODEL_ID", model=settings.model_id)
+        return checkpoint
     return source
 
 
-def checked_model(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log,
-                  source: sources.ModelSource | None = None) -> sources.ModelSource:
+def checked_model(settings: Settings, facts: ImageFacts, log: Log,
+                  source: sources.ModelSource) -> sources.ModelSource:
     """The model, after every check that needs no download: the first write or download comes after them."""
-    source = source or locate_model(settings, env, log)
-    check_model(source, settings, facts, env)
-    preflight.check(settings, facts, source)
-    return fetch_model(source, settings, log)
-
-
-def check_model(source: sources.ModelSource, settings: Settings, facts: ImageFacts, env: Mapping[str, str]) -> None:
-    """Refuse a checkpoint this image cannot serve with its workflow before any weight is downloaded or built."""
     if source.kind in ("hub", "checkpoint"):
-        models.require_support(models.load(env), sources.read_config(source, settings), facts, settings.workflow)
-
-
-def fetch_model(source: sources.ModelSource, settings: Settings, log: Log) -> sources.ModelSource:
+        # Refuse a checkpoint this image cannot serve with its workflow before any weight is downloaded or built.
+        models.require_support(models.load(facts.models_file), sources.read_config(source, settings), facts,
+                               settings.workflow)
+    preflight.check(settings, facts, source)
     if source.kind != "hub":
         return source
     with log.phase("download", model=source.repo_id):
         return sources.download(source, settings, log)
 
 
-def prepare(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log, *, need_gpu: bool,
-            source: sources.ModelSource | None = None) -> Prepared:
-    source = checked_model(settings, facts, env, log, source)
-    gpus = functools.lru_cache(maxsize=None)(lambda: gpu.detect_gpus(env))  # nvidia-smi once per start, if at all
-    if source.kind == "repository":
+def prepare(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log, *, need_gpu: bool) -> Prepared:
+    """Everything but the exec: the engine, the repository and the command line."""
+    settings = plan.settings
+    gpus = functools.lru_cache(maxsize=None)(functools.partial(gpu.detect_gpus, settings.gpu_visibility))
+    if not plan.fills_repository:
         log.info("model is a complete Triton model repository; serving it as given (its code is yours, not "
-                 "compared with the image's)", repository=source.path)
-        return finish(settings, facts, log, repo=source.path, engine_dir=None, world_size=settings.world_size,
-                      tokenizer=None)
-    if source.kind == "engine" and settings.workflow == "llmapi":
-        if (env.get("WORKFLOW") or "").strip():
-            raise UsageError(f"WORKFLOW=llmapi cannot serve the prebuilt engine at {source.path}",
-                             "set WORKFLOW=engine, or give MODEL_ID a Hugging Face checkpoint")
-        log.info("the model is a prebuilt engine: using the engine workflow (this image's default is llmapi)")
-        settings = dataclasses.replace(settings, workflow="engine")
-    if settings.workflow == "llmapi":
-        engine_dir = None
-        world_size = settings.world_size
-    else:
-        engine_dir, source = ensure_engine(settings, facts, env, log, source, gpus)
+                 "compared with the image's)", repository=plan.repository)
+        return finish(plan, settings, facts, log, repo=plan.repository, engine_dir=None,
+                      world_size=settings.world_size, tokenizer=None)
+    engine_dir = None if plan.engine == "none" else ensure_engine(plan, facts, env, log, gpus)
+    world_size = settings.world_size
+    if engine_dir is not None:
         world_size = engine_config.engine_world_size(engine_dir)
         settings, taken = engine_config.serving_settings(settings, engine_dir)
         if taken:
             log.info("serving the limits the engine was built with", **taken)
     if need_gpu:
         gpu.require_gpus(gpus(), world_size, "to serve the model")
-    tokenizer = preflight.tokenizer_dir(settings, source, engine_dir)
+    tokenizer = preflight.tokenizer_dir(settings, plan.model, engine_dir)
     with log.phase("fill"):
-        repo = write_repository(settings, facts, log, source, engine_dir, tokenizer)
-    return finish(settings, facts, log, repo=repo, engine_dir=engine_dir, world_size=world_size, tokenizer=tokenizer)
+        repo = write_repository(settings, facts, log, plan.model, engine_dir, tokenizer)
+    return finish(plan, settings, facts, log, repo=repo, engine_dir=engine_dir, world_size=world_size,
+                  tokenizer=tokenizer)
 
 
-def finish(settings: Settings, facts: ImageFacts, log: Log, *, repo: Path, engine_dir: Path | None,
-           world_size: int, tokenizer: Path | None) -> Prepared:
-    argv = launch.server_argv(settings, facts, repo, world_size, tokenizer=tokenizer)
+def finish(plan: ServePlan, settings: Settings, facts: ImageFacts, log: Log, *, repo: Path,
+           engine_dir: Path | None, world_size: int, tokenizer: Path | None) -> Prepared:
+    argv = serve_plan.launch_argv(plan, settings, facts, repo, world_size, tokenizer)
     for warning in security.start_warnings(settings, facts):
         log.warn(warning)
-    return Prepared(argv=argv, repository=repo, engine_dir=engine_dir,
-                    health_url=health_url(settings.http_port),
-                    env=launch.server_env(settings))
+    return Prepared(plan=plan, argv=argv, repository=repo, engine_dir=engine_dir)
 
 
-def ensure_engine(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log,
-                  source: sources.ModelSource,
-                  detect_gpus: Callable[[], gpu.GpuInfo]) -> tuple[Path, sources.ModelSource]:
-    """A prebuilt engine of the installed TensorRT-LLM, or one from the cache (built once, under a lock); with the
-    source it came from (the checkpoint when a prebuilt engine of another version was rebuilt)."""
-    if source.kind == "engine":
-        try:
-            engine_config.check_engine_version(source.path, facts.tensorrt_llm)
-            log.info("using the prebuilt engine", engine_dir=source.path)
-            return source.path, source
-        except EntrypointError as exc:
-            if not settings.model_id:
-                raise
-            log.warn(f"{exc.message}; rebuilding from MODEL_ID", model=settings.model_id)
-            source = sources.resolve_model(settings, env)
-            check_model(source, settings, facts, env)
-            source = fetch_model(source, settings, log)
-    if source.kind != "checkpoint":
+def ensure_engine(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log,
+                  detect_gpus: Callable[[], gpu.GpuInfo]) -> Path:
+    """The plan's prebuilt engine, or the one from the cache (built once, under a lock; the build runs with `env`)."""
+    settings, source = plan.settings, plan.model
+    if plan.engine == "prebuilt" and source.path is not None:
+        log.info("using the prebuilt engine", engine_dir=source.path)
+        return source.path
+    if source.kind != "checkpoint" or source.path is None:
         raise UsageError(f"the {source.kind} at {source.path} cannot be turned into an engine",
                          "give MODEL_ID a Hugging Face checkpoint, or ENGINE_DIR a prebuilt engine")
-    converter = models.converter(models.load(env), sources.read_config(source, settings), facts)
+    converter = models.converter(models.load(facts.models_file), sources.read_config(source, settings), facts)
     gpus = detect_gpus()
     # Engines are specific to the GPU's compute capability, so building needs one (ranks are built one by one).
     gpu.require_gpus(gpus, 1, "to build a TensorRT engine")
@@ -231,7 +250,7 @@ def ensure_engine(settings: Settings, facts: ImageFacts, env: Mapping[str, str],
         engine_dir, built = cache.ensure(key, engine_cache.stamp_inputs(inputs, facts, gpus), build,
                                          timeout_s=settings.lock_timeout_secs, log=log)
         extra.update(cache="built" if built else "hit", engine_dir=engine_dir)
-    return engine_dir, source
+    return engine_dir
 
 
 def write_repository(settings: Settings, facts: ImageFacts, log: Log, source: sources.ModelSource,
@@ -251,9 +270,9 @@ def write_repository(settings: Settings, facts: ImageFacts, log: Log, source: so
 
 
 def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoReturn:
-    record_health_url(prepared.health_url)
+    record_health_url(health_url(prepared.plan.health_port))
     log.info("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
-    launch.exec_argv(prepared.argv, {**env, **prepared.env})
+    launch.exec_argv(prepared.argv, {**env, **prepared.plan.env})
 
 
 def health_url(port: int | str) -> str:
@@ -294,61 +313,55 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     if Path(args[0]).name != "tritonserver":
         launch.exec_argv(args, env)
     given = launch.parse_passthrough(args)
-    kind = sources.classify_dir(given.repository) if given.repository is not None else "repository"
-    if kind == "repository":
+    store = given.repository
+    kind = sources.classify_dir(store) if store is not None else "repository"
+    if store is None or kind == "repository":
         if given.http_port:
             record_health_url(health_url(given.http_port))
         launch.exec_argv(args, env)
     facts = load_facts(env)
-    # The ports typed on the command line win over the environment's (and are validated with it); it asked for
-    # tritonserver, so no OpenAI frontend; with several ranks its other arguments go to rank 0.
-    typed = {name.upper(): str(port) for name, port in given.ports().items()}
-    settings = Settings.from_env({**env, **typed, "FRONTEND": "triton"}, facts)
-    settings = dataclasses.replace(settings, triton_args=given.others + settings.triton_args)
-    if security.flags_in(given.others):  # it restricts APIs itself: ours would clash
-        settings = dataclasses.replace(settings, restricted_apis=())
+    # The ports typed on the command line win over the environment's (and are validated with it); with several
+    # ranks its other arguments go to rank 0.
+    typed = CommandLine(server_args=given.others, ports=given.ports(), typed_server=True)
+    settings = Settings.from_env(env, facts, typed)
     log = open_log(settings)
-    log.info("the model store is not a Triton model repository; preparing one from it", path=given.repository)
-    source = sources.ModelSource(kind=kind, path=given.repository, repo_id=None, revision=None,
-                                 read_only=under_model_dir(given.repository))
-    prepared = prepare(settings, facts, env, log, need_gpu=True, source=source)
-    if Path(prepared.argv[0]).name == "tritonserver":
-        # One rank: the command as typed, with only its model repository replaced (and the APIs restricted).
-        argv = launch.rewrite_repository(args, prepared.repository) + security.restriction(settings, facts).argv()
-        prepared = dataclasses.replace(prepared, argv=argv)
-    return exec_server(prepared, env, log)
+    log.info("the model store is not a Triton model repository; preparing one from it", path=store)
+    source = sources.ModelSource(kind=kind, path=store, repo_id=None, revision=None, read_only=under_model_dir(store))
+    plan = decide(settings, facts, log, given=source, typed_argv=tuple(args))
+    return exec_server(prepare(plan, facts, env, log, need_gpu=True), env, log)
 
 
 def check(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log) -> int:
     """Print what was detected and resolved; non-zero when the image and the matrix disagree."""
-    gpus = gpu.detect_gpus(env)
+    gpus = gpu.detect_gpus(settings.gpu_visibility)
+    model = model_support(settings, facts)
     report = {
         "facts": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(facts).items()},
         "gpus": [dataclasses.asdict(g) for g in gpus.gpus],
         "settings": settings.describe(),
-        "installed": probe.probe(facts, env),
-        "model": model_support(settings, facts, env),
+        "installed": probe.probe(installation(env, facts)),
+        "model": model,
     }
     print(json.dumps(report, indent=2, default=str))
     problems = compatibility_problems(facts, settings, gpus)
-    if report["model"] and report["model"]["problem"]:
-        problems.append(report["model"]["problem"])
+    if model is not None and isinstance(model["problem"], str):
+        problems.append(model["problem"])
     for problem in problems:
         log.error(problem)
     return 1 if problems else 0
 
 
-def model_support(settings: Settings, facts: ImageFacts, env: Mapping[str, str]) -> dict | None:
+def model_support(settings: Settings, facts: ImageFacts) -> dict[str, object] | None:
     """Whether this image serves the configured checkpoint with its workflow (None: no checkpoint is configured)."""
     try:
-        source = sources.resolve(settings, env)
+        source = sources.resolve(settings)
     except UsageError:
         return None
     if source.kind not in ("hub", "checkpoint"):
         return None
     config = sources.read_config(source, settings)
     return {"model": models.describe(config), "workflow": settings.workflow,
-            "problem": models.unsupported_reason(models.load(env), config, facts, settings.workflow)}
+            "problem": models.unsupported_reason(models.load(facts.models_file), config, facts, settings.workflow)}
 
 
 def compatibility_problems(facts: ImageFacts, settings: Settings, gpus: gpu.GpuInfo) -> list[str]:

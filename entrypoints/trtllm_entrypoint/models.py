@@ -8,11 +8,11 @@ the converter arguments per tag, so nothing here compares versions.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any
 
-from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import UsageError
 
 if TYPE_CHECKING:
@@ -21,10 +21,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ModelTable:
-    models: tuple[dict, ...]
+    models: tuple[dict[str, Any], ...]
     tags: tuple[str, ...]   # every tag the table was made for, oldest first
 
-    def lookup(self, hf_config: Mapping) -> dict | None:
+    def lookup(self, hf_config: Mapping[str, Any]) -> dict[str, Any] | None:
         """The record for config.json's model_type (or an alias), else for its first known architecture."""
         model_type = str(hf_config.get("model_type") or "")
         for record in self.models:
@@ -46,7 +46,7 @@ class Converter:
         return app_dir / "examples" / self.folder / "convert_checkpoint.py"
 
     @classmethod
-    def for_record(cls, record: Mapping, facts: ImageFacts) -> "Converter":
+    def for_record(cls, record: Mapping[str, Any], facts: ImageFacts) -> Converter:
         """A model's converter in this image's examples layout, with the arguments this tag needs."""
         engine = record["engine"]
         folder = engine["folder"][facts.examples_layout]
@@ -55,15 +55,8 @@ class Converter:
         return cls(folder, tuple(arg for rule in engine["args"] if facts.tag in rule["tags"] for arg in rule["args"]))
 
 
-def models_file(environ: Mapping[str, str]) -> Path:
-    """Next to the matrix file: TRTLLM_MATRIX_FILE's directory, or the image's contract.MODELS_FILE."""
-    if environ.get("TRTLLM_MATRIX_FILE"):
-        return Path(environ["TRTLLM_MATRIX_FILE"]).with_name(Path(contract.MODELS_FILE).name)
-    return Path(contract.MODELS_FILE)
-
-
-def load(environ: Mapping[str, str]) -> ModelTable:
-    path = models_file(environ)
+def load(path: Path) -> ModelTable:
+    """The model list at `path` (ImageFacts.models_file)."""
     try:
         data = json.loads(path.read_text())
         return ModelTable(tuple(data["models"]), tuple(data["tags"]))
@@ -75,7 +68,7 @@ def load(environ: Mapping[str, str]) -> ModelTable:
         raise UsageError(f"model list {path} is not what `python build.py models --json` writes: {exc}") from None
 
 
-def describe(hf_config: Mapping) -> str:
+def describe(hf_config: Mapping[str, Any]) -> str:
     """How the checkpoint names itself: 'Phi3ForCausalLM (model_type phi3)'."""
     archs = ", ".join(hf_config.get("architectures") or []) or "no architectures"
     return f"{archs} (model_type {hf_config.get('model_type') or 'unset'})"
@@ -87,7 +80,7 @@ def _tag_span(tags: list[str], all_tags: tuple[str, ...]) -> str:
     return "tags " + ", ".join(tags)
 
 
-def unsupported_reason(table: ModelTable, hf_config: Mapping, facts: ImageFacts, workflow: str) -> str | None:
+def unsupported_reason(table: ModelTable, hf_config: Mapping[str, Any], facts: ImageFacts, workflow: str) -> str | None:
     """None when this image serves the checkpoint with `workflow`; else one line saying what would."""
     record = table.lookup(hf_config)
     support = record[workflow] if record is not None else None
@@ -113,14 +106,17 @@ def unsupported_reason(table: ModelTable, hf_config: Mapping, facts: ImageFacts,
     return reason
 
 
-def require_support(table: ModelTable, hf_config: Mapping, facts: ImageFacts, workflow: str) -> None:
+def require_support(table: ModelTable, hf_config: Mapping[str, Any], facts: ImageFacts, workflow: str) -> None:
     reason = unsupported_reason(table, hf_config, facts, workflow)
     if reason is not None:
         raise UsageError(reason, "`python build.py models NAME` lists the tags that serve a model; or build the "
                                  "engine elsewhere and set ENGINE_DIR")
 
 
-def converter(table: ModelTable, hf_config: Mapping, facts: ImageFacts) -> Converter:
+def converter(table: ModelTable, hf_config: Mapping[str, Any], facts: ImageFacts) -> Converter:
     """The converter of this checkpoint in this image; UsageError when the image has none for it."""
     require_support(table, hf_config, facts, "engine")
-    return Converter.for_record(table.lookup(hf_config), facts)
+    record = table.lookup(hf_config)
+    if record is None:  # require_support refused it already; this keeps the types honest
+        raise UsageError(f"no converter for {describe(hf_config)} in image {facts.tag}")
+    return Converter.for_record(record, facts)

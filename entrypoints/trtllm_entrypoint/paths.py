@@ -3,6 +3,7 @@ UID can use (replicas of different users may share one cache volume)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -31,10 +32,8 @@ def shared_dir(path: Path) -> Path:
             directory.mkdir()
         except FileExistsError:
             continue  # another replica made it first
-        try:
+        with contextlib.suppress(OSError):  # some volume drivers refuse modes; the directory still works for this UID
             os.chmod(directory, 0o1777)
-        except OSError:
-            pass  # some volume drivers refuse modes; the directory still works for this UID
     return path
 
 

@@ -7,9 +7,11 @@ any field written twice or as a `[...]` list) are lists.
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from trtllm_entrypoint.errors import EntrypointError
 
@@ -59,9 +61,9 @@ def _unescape(body: str, source: str, line: int, col: int) -> str:
             out.append(chr(int(digits.group(), 16)))
             i += 2 + len(digits.group())
         elif nxt in "01234567":
-            digits = re.match(r"[0-7]{1,3}", body[i + 1:])
-            out.append(chr(int(digits.group(), 8)))
-            i += 1 + len(digits.group())
+            octal = "".join(itertools.takewhile(lambda c: c in "01234567", body[i + 1:i + 4]))
+            out.append(chr(int(octal, 8)))
+            i += 1 + len(octal)
         else:
             raise _error(source, line, col + i, f"unknown escape \\{nxt} in a string")
     return "".join(out)
@@ -131,7 +133,7 @@ class _Parser:
         found = "end of file" if token.kind == "end" else repr(token.value)
         return _error(self.source, token.line, token.col, f"expected {wanted}, found {found}")
 
-    def message(self, closer: str | None) -> dict:
+    def message(self, closer: str | None) -> dict[str, Any]:
         fields: dict[str, Any] = {}
         while True:
             token = self.peek()
@@ -147,7 +149,7 @@ class _Parser:
             if self.peek().kind == "punct" and self.peek().value in ",;":
                 self.take()
 
-    def _store(self, fields: dict, name: str, value: tuple[bool, Any]) -> None:
+    def _store(self, fields: dict[str, Any], name: str, value: tuple[bool, Any]) -> None:
         is_list, item = value
         if name in fields:
             existing = fields[name] if isinstance(fields[name], list) else [fields[name]]
@@ -174,8 +176,8 @@ class _Parser:
             raise self.unexpected(token, "':', '{' or '['")
         return False, self.scalar()
 
-    def list_items(self) -> list:
-        items: list = []
+    def list_items(self) -> list[Any]:
+        items: list[Any] = []
         if self.peek().kind == "punct" and self.peek().value == "]":
             self.take()
             return items
@@ -204,16 +206,16 @@ class _Parser:
         raise self.unexpected(token, "a value")
 
 
-def parse(text: str, source: str = "<text>") -> dict:
+def parse(text: str, source: str = "<text>") -> dict[str, Any]:
     """The fields of a protobuf text-format message; raises EntrypointError naming line:col on bad syntax."""
     return _Parser(text, source).message(None)
 
 
-def map_entries(entries: list | None) -> dict:
+def map_entries(entries: list[Any] | None) -> dict[str, Any]:
     """A protobuf map written as repeated `{ key: … value: … }` (parameters, input_map, output_map) as a dict."""
     return {entry.get("key"): entry.get("value") for entry in entries or []}
 
 
-def names(entries: list | None) -> list[str]:
+def names(entries: list[Any] | None) -> list[str]:
     """The `name` of each input or output."""
     return [entry.get("name") for entry in entries or []]

@@ -121,7 +121,7 @@ def check(settings: Settings, facts: ImageFacts, source: ModelSource) -> None:
     check_repository_dir(settings.repository_dir)
     if source.kind != "repository":  # a prebuilt engine is served by the engine workflow whatever the default
         fill.workflow_templates(settings.templates_dir, "engine" if source.kind == "engine" else settings.workflow)
-    if source.kind == "engine":
+    if source.kind == "engine" and source.path is not None:
         check_prebuilt_engine(settings, source.path, facts.tensorrt_llm)
     rebuilt_from_hub = source.kind == "engine" and settings.model_id and not os.path.isdir(settings.model_id)
     if source.path is not None and source.kind != "repository" and not rebuilt_from_hub:

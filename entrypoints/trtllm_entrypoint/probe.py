@@ -9,39 +9,34 @@ import os
 import platform
 import shutil
 from pathlib import Path
-from typing import Mapping
 
 from trtllm_entrypoint import contract
-from trtllm_entrypoint.facts import ImageFacts, app_dir, installed_tensorrt, installed_version
+from trtllm_entrypoint.facts import Installation, installed_tensorrt, installed_version
 
 TRITON_VERSION_FILE = "/opt/tritonserver/TRITON_VERSION"
 
 
-def _triton_version(environ: Mapping[str, str]) -> str | None:
-    if environ.get("TRITON_SERVER_VERSION"):
-        return environ["TRITON_SERVER_VERSION"]
+def _triton_version(given: str | None) -> str | None:
+    if given:
+        return given
     try:
         return Path(TRITON_VERSION_FILE).read_text().strip() or None
     except OSError:
         return None
 
 
-def _which(name: str, environ: Mapping[str, str]) -> str | None:
-    return shutil.which(name, path=environ.get("PATH", os.defpath))
-
-
 def _existing(path: str) -> str | None:
     return path if os.path.isfile(path) else None
 
 
-def probe(facts: ImageFacts | None, environ: Mapping[str, str]) -> dict:
-    app = facts.app_dir if facts is not None else app_dir(environ, None)
+def probe(where: Installation) -> dict[str, object]:
+    app = where.app_dir
     templates = app / "all_models"
     return {
-        "tag": facts.tag if facts is not None else (environ.get("MATRIX_TAG") or None),
+        "tag": where.tag,
         "tensorrt_llm": installed_version("tensorrt_llm"),
         "tensorrt": installed_tensorrt(),
-        "triton": _triton_version(environ),
+        "triton": _triton_version(where.triton_version),
         "python": platform.python_version(),
         "app_dir": str(app),
         "templates": {name: (templates / name).is_dir() for name in ("inflight_batcher_llm", "llmapi")},
@@ -49,8 +44,8 @@ def probe(facts: ImageFacts | None, environ: Mapping[str, str]) -> dict:
         # Found the way launch and the engine build will look for them: a fixed path, or PATH.
         "programs": {
             "tritonserver": _existing(contract.TRITONSERVER),
-            "trtllm-build": _which("trtllm-build", environ),
-            "mpirun": _which("mpirun", environ),
+            "trtllm-build": shutil.which("trtllm-build", path=where.search_path),
+            "mpirun": shutil.which("mpirun", path=where.search_path),
         },
         "openai_frontend": os.path.isfile(contract.OPENAI_FRONTEND_MAIN),
         "huggingface_hub": installed_version("huggingface_hub"),

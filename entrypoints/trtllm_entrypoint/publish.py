@@ -26,13 +26,17 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.paths import open_lock, shared_dir
+
+if TYPE_CHECKING:
+    from trtllm_entrypoint.log import Log
 
 SMALL_FILE = 1 << 20  # files up to this size are hashed in the stamp (configs); larger ones (engines) by size only
 LOCK_POLL_S = 0.05
@@ -47,7 +51,7 @@ def lock_path(path: Path) -> Path:
     return path.parent / f".{path.name}.lock"
 
 
-def manifest(directory: Path, stamp_name: str) -> dict[str, dict]:
+def manifest(directory: Path, stamp_name: str) -> dict[str, dict[str, Any]]:
     """Every file below `directory` but the stamp: its size, and the sha256 of a small one."""
     files = {}
     for path in sorted(directory.rglob("*")):
@@ -55,7 +59,7 @@ def manifest(directory: Path, stamp_name: str) -> dict[str, dict]:
         if not path.is_file() or relative == stamp_name:
             continue
         size = path.stat().st_size
-        record: dict = {"size": size}
+        record: dict[str, Any] = {"size": size}
         if size <= SMALL_FILE:
             record["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
         files[relative] = record
@@ -130,7 +134,7 @@ def read_holder(fd: int) -> str:
         return "an unknown process"
 
 
-def wait_for(fd: int, lock: Path, timeout_s: float, log, waiting: str, hint: str,
+def wait_for(fd: int, lock: Path, timeout_s: float, log: Log, waiting: str, hint: str,
              attempt: Callable[[], bool] | None = None) -> None:
     """Poll until `attempt` (an exclusive flock by default) succeeds; a timeout error names the lock and holder."""
     attempt = attempt or (lambda: try_flock(fd))
@@ -148,7 +152,7 @@ def wait_for(fd: int, lock: Path, timeout_s: float, log, waiting: str, hint: str
 
 
 @contextmanager
-def locked(path: Path, timeout_s: float, log, waiting: str, hint: str) -> Iterator[int]:
+def locked(path: Path, timeout_s: float, log: Log, waiting: str, hint: str) -> Iterator[int]:
     """The exclusive lock of `path` (created with its parent when missing); yields the descriptor."""
     shared_dir(path.parent)
     lock = lock_path(path)
@@ -178,7 +182,7 @@ def fsync_tree(root: Path) -> None:
         _fsync(Path(dirpath), directory=True)
 
 
-def discard(path: Path, log, reason: str) -> None:
+def discard(path: Path, log: Log, reason: str) -> None:
     """Remove a copy we published (caller holds its lock): renamed aside first, so a crash leaves only leftovers."""
     log.info("removing a copy published earlier", path=str(path), reason=reason)
     aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
@@ -199,14 +203,14 @@ def _leftovers(root: Path, only: str | None) -> Iterator[tuple[Path, str]]:
                 yield path, match["name"]
 
 
-def remove_leftovers(path: Path, log) -> None:
+def remove_leftovers(path: Path, log: Log) -> None:
     """The leftovers of killed runs beside `path`; the caller holds its lock, so nobody else is writing them."""
     for leftover, _ in _leftovers(path.parent, path.name):
         log.warn("removing the leftovers of an interrupted run", path=str(leftover))
         shutil.rmtree(leftover, ignore_errors=True)
 
 
-def sweep(root: Path, log, only: str | None = None) -> None:
+def sweep(root: Path, log: Log, only: str | None = None) -> None:
     """Remove the leftovers in `root` (of the name `only`, when given) whose lock is free: their writer died."""
     for leftover, name in _leftovers(root, only):
         fd = open_lock(root / f".{name}.lock")
@@ -218,8 +222,8 @@ def sweep(root: Path, log, only: str | None = None) -> None:
             os.close(fd)
 
 
-def publish(path: Path, fill: Callable[[Path], Mapping | None], stamp: Mapping[str, object], stamp_name: str, log, *,
-            on_failure: Callable[[Path, BaseException], None] | None = None) -> Path:
+def publish(path: Path, fill: Callable[[Path], Mapping[str, object] | None], stamp: Mapping[str, object],
+            stamp_name: str, log: Log, *, on_failure: Callable[[Path, BaseException], None] | None = None) -> Path:
     """Build `path` with `fill(tmp_dir)` (which may return more stamp values), stamp it, fsync it and rename it into
     place; the caller holds its lock. An existing `path` is replaced only when it carries our stamp or is empty."""
     if path.exists() and not is_ours(path, stamp_name) and not is_empty_dir(path):

@@ -9,8 +9,9 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from trtllm_entrypoint import contract, publish, served_code
 from trtllm_entrypoint.errors import EntrypointError, UsageError

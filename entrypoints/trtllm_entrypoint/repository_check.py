@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any
 
 from trtllm_entrypoint import pbtxt
 from trtllm_entrypoint.errors import EntrypointError
@@ -16,8 +17,8 @@ if TYPE_CHECKING:
     from trtllm_entrypoint.log import Log
 
 
-def _load_configs(root: Path) -> dict[str, tuple[Path, str, dict]]:
-    configs = {}
+def _load_configs(root: Path) -> dict[str, tuple[Path, str, dict[str, Any]]]:
+    configs: dict[str, tuple[Path, str, dict[str, Any]]] = {}
     for path in sorted(root.glob("*/config.pbtxt")):
         text = path.read_text()
         stuck = structural_placeholders(text)
@@ -34,7 +35,7 @@ def _load_configs(root: Path) -> dict[str, tuple[Path, str, dict]]:
     return configs
 
 
-def _model_config_class():
+def _model_config_class() -> Any:
     """Triton's ModelConfig message from tritonclient, or None where it is not installed.
 
     Loaded from its file: importing `tritonclient.grpc` would import grpc too, which costs more than the check."""
@@ -49,14 +50,16 @@ def _model_config_class():
     name = "tritonclient.grpc.model_config_pb2"
     module = sys.modules.get(name)
     if module is None and path.is_file():
-        loader = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(loader)
-        loader.loader.exec_module(module)
+        found = importlib.util.spec_from_file_location(name, path)
+        if found is None or found.loader is None:
+            return None
+        module = importlib.util.module_from_spec(found)
+        found.loader.exec_module(module)
         sys.modules[name] = module
     return getattr(module, "ModelConfig", None)
 
 
-def _check_protobuf(configs: Mapping[str, tuple[Path, str, dict]], log: Log | None) -> None:
+def _check_protobuf(configs: Mapping[str, tuple[Path, str, dict[str, Any]]], log: Log | None) -> None:
     model_config = _model_config_class()
     if model_config is None:
         if log is not None:
@@ -70,8 +73,9 @@ def _check_protobuf(configs: Mapping[str, tuple[Path, str, dict]], log: Log | No
             raise EntrypointError(f"{path}: not a valid Triton ModelConfig: {exc}") from None
 
 
-def _check_ensemble(name: str, parsed: dict, configs: Mapping[str, tuple[Path, str, dict]]) -> None:
-    used_inputs, produced = set(), set()
+def _check_ensemble(name: str, parsed: dict[str, Any], configs: Mapping[str, tuple[Path, str, dict[str, Any]]]) -> None:
+    used_inputs: set[str] = set()
+    produced: set[str] = set()
     for step in parsed.get("ensemble_scheduling", {}).get("step", []):
         model = step.get("model_name")
         if model not in configs:

@@ -10,8 +10,9 @@ shown, so the restricted APIs are unreachable (Triton refuses an empty value).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from trtllm_entrypoint.errors import UsageError
 

@@ -5,7 +5,7 @@ serve a repository nobody checked. Pure, so any source of extra arguments can us
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from trtllm_entrypoint import security
 from trtllm_entrypoint.errors import UsageError

@@ -6,20 +6,23 @@ and an empty value counts as unset. Tokens never appear in messages or in `descr
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 import shlex
 import stat
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Mapping
+from typing import Any
 
 from trtllm_entrypoint import contract, security
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.fill import INNER_MODELS
+from trtllm_entrypoint.gpu import Visibility
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.server_args import check_extra_arguments
 
@@ -37,6 +40,17 @@ MAX_TOKENS = 1 << 20  # 1M tokens: above any context length TensorRT-LLM serves 
 # Usable as a Triton model name and as a directory name.
 SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 FALLBACK_CACHE_NAME = "trtllm-cache"
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """What the container's command line adds to the environment."""
+
+    server_args: tuple[str, ...] = ()  # after TRITON_ARGS on the server's command line
+    ports: Mapping[str, int] = field(default_factory=dict)  # by field name; they win over the variables
+    # A `tritonserver …` command typed by the user: its arguments are its own (not checked, its own API restriction
+    # flags win over RESTRICTED_APIS) and there is no OpenAI frontend.
+    typed_server: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,24 +93,31 @@ class Settings:
     explicit: frozenset[str] = frozenset()
     # Set when CACHE_DIR was not given and the default was not writable; the orchestrator logs it as a warning.
     cache_fallback_reason: str | None = None
+    model_init_async: bool = False  # MODEL_INIT_MODE=async: a modelcar may put the model in place after we start
+    gpu_visibility: Visibility = Visibility()  # NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES as given
 
     @property
     def world_size(self) -> int:
         return self.tp_size * self.pp_size
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str], facts: ImageFacts) -> "Settings":
+    def from_env(cls, environ: Mapping[str, str], facts: ImageFacts,
+                 command_line: CommandLine = CommandLine()) -> Settings:
         env = _Env(environ)
-        values = {**_model_values(env, facts), **_limit_values(env), **_server_values(env, facts),
-                  **_admin_values(env)}
+        values = {**_model_values(env, facts), **_limit_values(env), **_server_values(env, facts, command_line),
+                  **_admin_values(env, command_line)}
         values["cache_dir"], values["cache_fallback_reason"] = _cache_dir(env)
+        values["model_init_async"] = env.text("MODEL_INIT_MODE") == "async"
+        # Presence matters (an empty NVIDIA_VISIBLE_DEVICES hides every GPU), so these are read as given.
+        values["gpu_visibility"] = Visibility(environ.get("NVIDIA_VISIBLE_DEVICES"),
+                                              environ.get("CUDA_VISIBLE_DEVICES"))
         settings = cls(**values, explicit=frozenset(name.lower() for name in env.given))
         _check_relations(settings)
         return settings
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """Every resolved value, JSON-able, for `check` and the start-up log; the token only as set or not."""
-        out: dict = {}
+        out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in ("hf_token", "admin_key"):
@@ -107,6 +128,8 @@ class Settings:
                 value = sorted(value)
             elif isinstance(value, tuple):
                 value = list(value)
+            elif isinstance(value, Visibility):
+                value = {"nvidia": value.nvidia, "cuda": value.cuda}
             out[f.name] = value
         out["world_size"] = self.world_size
         return out
@@ -203,10 +226,10 @@ def token_values(environ: Mapping[str, str]) -> tuple[str, ...]:
     env = _Env(environ)
     found = [env.text(name) for names, _ in SECRETS for name in names]
     for _, file_variable in SECRETS:
-        try:
-            found.append(_read_secret_file(file_variable, env.text(file_variable)) if env.text(file_variable) else None)
-        except UsageError:
-            pass
+        path = env.text(file_variable)
+        if path is not None:
+            with contextlib.suppress(UsageError):  # settings will report it; masking goes on with what there is
+                found.append(_read_secret_file(file_variable, path))
     return tuple(token for token in found if token)
 
 
@@ -251,7 +274,7 @@ def _hf_token(env: _Env) -> str | None:
     return token
 
 
-def _model_values(env: _Env, facts: ImageFacts) -> dict:
+def _model_values(env: _Env, facts: ImageFacts) -> dict[str, Any]:
     workflows = facts.workflows
     workflow = env.text("WORKFLOW")
     if workflow is not None and workflow.lower() not in workflows:
@@ -276,7 +299,7 @@ def _model_values(env: _Env, facts: ImageFacts) -> dict:
     }
 
 
-def _limit_values(env: _Env) -> dict:
+def _limit_values(env: _Env) -> dict[str, Any]:
     return {
         "max_batch_size": env.integer("MAX_BATCH_SIZE", 64, 1, 4096),
         "max_input_len": env.integer("MAX_INPUT_LEN", 2048, 1, MAX_TOKENS),
@@ -292,8 +315,8 @@ def _limit_values(env: _Env) -> dict:
     }
 
 
-def _server_values(env: _Env, facts: ImageFacts) -> dict:
-    frontend = env.choice("FRONTEND", "triton", FRONTENDS)
+def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> dict[str, Any]:
+    frontend = "triton" if command_line.typed_server else env.choice("FRONTEND", "triton", FRONTENDS)
     if frontend == "openai" and not facts.openai_frontend:
         raise bad("FRONTEND", "openai", f"triton (image {facts.tag} has no OpenAI-compatible frontend)")
     name = env.text("SERVED_MODEL_NAME")
@@ -306,20 +329,25 @@ def _server_values(env: _Env, facts: ImageFacts) -> dict:
     except ValueError as exc:
         raise bad("TRITON_ARGS", raw_args, f"arguments in shell quoting ({exc})") from None
     check_extra_arguments(triton_args)
+    if not command_line.typed_server:
+        check_extra_arguments(command_line.server_args, source="the command line")
+    ports = {name: command_line.ports.get(name) or env.integer(name.upper(), default, 1, 65535)
+             for name, default in (("http_port", contract.DEFAULT_HTTP_PORT), ("grpc_port", contract.DEFAULT_GRPC_PORT),
+                                   ("metrics_port", contract.DEFAULT_METRICS_PORT),
+                                   ("openai_port", contract.DEFAULT_OPENAI_PORT))}
     return {
-        "http_port": env.integer("HTTP_PORT", contract.DEFAULT_HTTP_PORT, 1, 65535),
-        "grpc_port": env.integer("GRPC_PORT", contract.DEFAULT_GRPC_PORT, 1, 65535),
-        "metrics_port": env.integer("METRICS_PORT", contract.DEFAULT_METRICS_PORT, 1, 65535),
-        "openai_port": env.integer("OPENAI_PORT", contract.DEFAULT_OPENAI_PORT, 1, 65535),
+        **ports,
         "frontend": frontend,
         "served_model_name": name,
         "log_format": env.choice("LOG_FORMAT", "text", LOG_FORMATS),
-        "triton_args": triton_args,
+        "triton_args": triton_args + command_line.server_args,
     }
 
 
-def _admin_values(env: _Env) -> dict:
+def _admin_values(env: _Env, command_line: CommandLine) -> dict[str, Any]:
     apis = security.parse_apis(env.text("RESTRICTED_APIS"))
+    if command_line.typed_server and security.flags_in(command_line.server_args):
+        apis = ()  # the typed command restricts APIs itself: ours would clash
     key = _secret(env, *SECRETS[1])
     variable = "TRITON_ADMIN_KEY_FILE" if env.text("TRITON_ADMIN_KEY_FILE") else "TRITON_ADMIN_KEY"
     security.check_relations(apis, key_generated=key is None)

@@ -12,14 +12,18 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from trtllm_entrypoint import contract, fill
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.log import Log
+from trtllm_entrypoint.paths import under_model_dir
+
+if TYPE_CHECKING:
+    from trtllm_entrypoint.settings import Settings
 
 # Hub ids are "org/name" by the hub's rules: letters, digits, '-', '_', '.', each part starting and ending with a
 # letter, digit or '_', the name at most 96 characters, no '--' or '..' anywhere, no '.git' at the end.
@@ -83,15 +87,14 @@ def _local(path: Path) -> ModelSource:
                        read_only=under_model_dir(path))
 
 
-def resolve_model(settings, environ: Mapping[str, str], exists: Callable[[str], bool] = os.path.exists
-                  ) -> ModelSource:
+def resolve_model(settings: Settings, exists: Callable[[str], bool] = os.path.exists) -> ModelSource:
     """The model named by MODEL_ID, or /mnt/models when MODEL_ID is unset; ENGINE_DIR is not considered."""
     model_id = settings.model_id
     if model_id is None:
         if exists(contract.KSERVE_MODEL_DIR):
             return _local(Path(contract.KSERVE_MODEL_DIR))
         late = " (MODEL_INIT_MODE=async: the modelcar has not put it there yet)" \
-            if environ.get("MODEL_INIT_MODE") == "async" else ""
+            if settings.model_init_async else ""
         raise UsageError(f"MODEL_ID is not set and {contract.KSERVE_MODEL_DIR} does not exist{late}",
                          "set MODEL_ID to a Hugging Face id (org/name) or a local path, "
                          f"or mount the model at {contract.KSERVE_MODEL_DIR}")
@@ -111,10 +114,10 @@ def is_hub_id(text: str) -> bool:
     return bool(HUB_ID.fullmatch(text)) and ".." not in text and "--" not in text and not text.endswith(".git")
 
 
-def resolve(settings, environ: Mapping[str, str], exists: Callable[[str], bool] = os.path.exists) -> ModelSource:
+def resolve(settings: Settings, exists: Callable[[str], bool] = os.path.exists) -> ModelSource:
     """What to serve: ENGINE_DIR when set (it must hold an engine), else the model of resolve_model()."""
     if settings.engine_dir is None:
-        return resolve_model(settings, environ, exists)
+        return resolve_model(settings, exists)
     if not exists(str(settings.engine_dir)):
         raise UsageError(f"ENGINE_DIR={str(settings.engine_dir)!r} is not allowed: the directory does not exist")
     source = _local(settings.engine_dir)
@@ -187,11 +190,11 @@ def hub_allow_patterns(files: list[str]) -> list[str]:
     return sorted(glob.escape(f) for f in set(weights) | set(metadata))
 
 
-def identity(source: ModelSource) -> dict:
+def identity(source: ModelSource) -> dict[str, Any]:
     """What the engine cache key records about the model: repo and resolved commit, or path and fingerprint."""
+    if source.kind == "hub" or source.path is None:
+        raise ValueError("identity() of a hub model needs download() first: the commit is resolved there")
     if source.repo_id is not None:
-        if source.kind == "hub":
-            raise ValueError("identity() of a hub model needs download() first: the commit is resolved there")
         return {"repo_id": source.repo_id, "revision": source.revision}
     return {"path": str(source.path), "fingerprint": fingerprint(source.path, mtimes=not source.read_only)}
 
@@ -236,18 +239,28 @@ def _hub_error(exc: Exception, source: ModelSource) -> EntrypointError | None:
     return None
 
 
-def _fetch(source: ModelSource, settings, cache_dir: Path) -> tuple[str, str]:
+def _repo_id(source: ModelSource) -> str:
+    if source.repo_id is None:
+        raise ValueError(f"the {source.kind} at {source.path} is not a hub model")
+    return source.repo_id
+
+
+def _fetch(source: ModelSource, settings: Settings, cache_dir: Path) -> tuple[str, str]:
     """(snapshot directory, resolved commit) from the hub, or from the local cache when HF_HUB_OFFLINE is set."""
     import huggingface_hub
 
-    common = {"repo_id": source.repo_id, "revision": source.revision, "token": settings.hf_token,
-              "cache_dir": str(cache_dir)}
+    repo_id = _repo_id(source)
+    common: dict[str, Any] = {"repo_id": repo_id, "revision": source.revision, "token": settings.hf_token,
+                              "cache_dir": str(cache_dir)}
     if _offline():
         # The file list needs the network; a cached snapshot is served as is, and its folder name is the commit.
         path = huggingface_hub.snapshot_download(**common)
-        return path, Path(path).name
-    info = huggingface_hub.HfApi().model_info(source.repo_id, revision=source.revision, token=settings.hf_token,
+        return str(path), Path(path).name
+    info = huggingface_hub.HfApi().model_info(repo_id, revision=source.revision, token=settings.hf_token,
                                               files_metadata=False)
+    if info.sha is None:  # the weights must be named by their commit in the engine cache key
+        raise EntrypointError(f"the Hugging Face hub did not say which commit of {repo_id} it serves",
+                              "try again, or set MODEL_REVISION to a commit")
     patterns = hub_allow_patterns([s.rfilename for s in info.siblings or ()])
     if not any(p.endswith((".safetensors", ".bin")) for p in patterns):
         raise UsageError(f"{source.repo_id} has no *.safetensors or *.bin weights at its top level",
@@ -256,18 +269,18 @@ def _fetch(source: ModelSource, settings, cache_dir: Path) -> tuple[str, str]:
         raise UsageError(f"{source.repo_id} has no tokenizer files ({', '.join(TOKENIZER_FILES)}) at its top level",
                          "choose a repository with the Hugging Face tokenizer; the pre/postprocessing models need it")
     path = huggingface_hub.snapshot_download(**{**common, "revision": info.sha}, allow_patterns=patterns)
-    return path, info.sha
+    return str(path), info.sha
 
 
-def read_config(source: ModelSource, settings) -> dict:
+def read_config(source: ModelSource, settings: Settings) -> dict[str, Any]:
     """config.json of a checkpoint: read from disk, or for a hub model fetched alone (into the same cache the full
     download uses), so that the model can be checked before its weights are downloaded."""
-    if source.kind != "hub":
-        path = source.path / "config.json"
+    if source.kind != "hub" and source.path is not None:
+        path: Path | str = source.path / "config.json"
     else:
         import huggingface_hub
         try:
-            path = huggingface_hub.hf_hub_download(source.repo_id, "config.json", revision=source.revision,
+            path = huggingface_hub.hf_hub_download(_repo_id(source), "config.json", revision=source.revision,
                                                    token=settings.hf_token,
                                                    cache_dir=str(settings.cache_dir / "models" / "hub"))
         except Exception as exc:
@@ -284,7 +297,7 @@ def read_config(source: ModelSource, settings) -> dict:
     return config
 
 
-def download(source: ModelSource, settings, log: Log) -> ModelSource:
+def download(source: ModelSource, settings: Settings, log: Log) -> ModelSource:
     """Fetch a hub model into CACHE_DIR/models/hub. The result is local (normally a checkpoint) and keeps repo_id,
     with the resolved commit as revision, so that identity() names the exact weights."""
     if source.kind != "hub":

@@ -69,3 +69,55 @@ def test_container_side_compiles_and_imports_on_python_3_10():
     result = subprocess.run([interpreter, "-B", "-c", script, str(CONTAINER)], cwd=REPO / "entrypoints",
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr + result.stdout
+
+
+# Only these read the environment: the settings parse it, the facts say what the image is, main hands the mapping on.
+ENVIRONMENT_READERS = {"settings.py", "facts.py", "main.py"}
+ENVIRONMENT_NAMES = {"env", "environ", "environment"}
+OS_ENVIRONMENT = {"environ", "environb", "getenv", "getenvb"}
+
+
+def _names_environment(node: ast.expr) -> bool:
+    """`env`, `environ`, `self.environ` …: the environment mapping as it is passed around."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name in ENVIRONMENT_NAMES
+
+
+def environment_reads(source: str) -> list[int]:
+    """Line numbers that read the environment: os.environ/os.getenv (also imported by name), and env[...],
+    env.get(...)/.keys()/.items(), `... in env` on the mapping handed around."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os":
+            read = node.attr in OS_ENVIRONMENT
+        elif isinstance(node, ast.ImportFrom):
+            read = node.module == "os" and any(alias.name in OS_ENVIRONMENT for alias in node.names)
+        elif isinstance(node, ast.Subscript):
+            read = _names_environment(node.value)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            read = node.func.attr in ("get", "keys", "items", "values") and _names_environment(node.func.value)
+        elif isinstance(node, ast.Compare):
+            read = any(isinstance(op, (ast.In, ast.NotIn)) and _names_environment(right)
+                       for op, right in zip(node.ops, node.comparators, strict=True))
+        else:
+            read = False
+        if read:
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_detector_finds_each_way_of_reading_the_environment():
+    for sample in ["os.environ['A']", "os.getenv('A')", "from os import environ", "from os import getenv as g",
+                   "environ.get('A')", "env['A']", "'A' in environ", "self.environ.get('A', '')", "env.items()",
+                   "x = os.environ"]:
+        assert environment_reads(sample) == [1], sample
+    for allowed in ["run(argv, env=dict(environ))", "exec_argv(argv, {**env, **extra})", "settings.http_port",
+                    "os.path.exists(p)", "'a' in names", "values.get('A')"]:
+        assert environment_reads(allowed) == [], allowed
+
+
+def test_only_settings_facts_and_main_read_the_environment():
+    found = [f"{path.name}:{line}" for path in sorted(CONTAINER.glob("*.py")) if path.name not in ENVIRONMENT_READERS
+             for line in environment_reads(path.read_text())]
+    assert found == [], ("read environment variables in settings.py (or facts.py for what the image is) and pass "
+                         f"the typed value on: {found}")

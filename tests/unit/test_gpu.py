@@ -3,7 +3,7 @@ import subprocess
 import pytest
 
 from trtllm_entrypoint.errors import EntrypointError
-from trtllm_entrypoint.gpu import Gpu, GpuInfo, detect_gpus, parse_nvidia_smi, require_gpus, visible
+from trtllm_entrypoint.gpu import Gpu, GpuInfo, Visibility, detect_gpus, parse_nvidia_smi, require_gpus, visible
 
 # The line observed on an H200 host (reference/gpu-detection.md), and a 4-GPU host with UUIDs.
 H200 = "0, NVIDIA H200, 9.0, 143771 MiB, 580.159.04\n"
@@ -65,7 +65,8 @@ def test_mixed_compute_capabilities_are_refused():
     ({"NVIDIA_VISIBLE_DEVICES": "1,²"}, [0, 1, 2, 3]),
 ])
 def test_visible_devices_filtering(env, expected):
-    info = visible(parse_nvidia_smi(FOUR), env)
+    given = Visibility(env.get("NVIDIA_VISIBLE_DEVICES"), env.get("CUDA_VISIBLE_DEVICES"))
+    info = visible(parse_nvidia_smi(FOUR), given)
     assert [g.index for g in info.gpus] == expected
     assert info.driver == "550.54.15"
 
@@ -86,7 +87,7 @@ class FakeRun:
 
 def test_detect_runs_nvidia_smi_with_a_timeout_and_applies_visibility():
     run = FakeRun(stdout=FOUR)
-    info = detect_gpus({"CUDA_VISIBLE_DEVICES": "1"}, run=run)
+    info = detect_gpus(Visibility(cuda="1"), run=run)
     assert [g.index for g in info.gpus] == [1]
     argv, kwargs = run.calls[0]
     assert argv == ["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total,driver_version,uuid",
@@ -101,13 +102,13 @@ def test_detect_runs_nvidia_smi_with_a_timeout_and_applies_visibility():
     FakeRun(stdout="NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", returncode=9),
 ])
 def test_detect_without_gpus(run):
-    assert detect_gpus({}, run=run) == GpuInfo(gpus=(), driver=None)
+    assert detect_gpus(Visibility(), run=run) == GpuInfo(gpus=(), driver=None)
 
 
 def test_detect_timeout_is_an_error():
     run = FakeRun(raises=subprocess.TimeoutExpired(["nvidia-smi"], 20))
     with pytest.raises(EntrypointError, match="did not answer within 20 s"):
-        detect_gpus({}, run=run)
+        detect_gpus(Visibility(), run=run)
 
 
 def test_require_gpus():

@@ -326,6 +326,15 @@ def test_engine_from_another_tensorrt_llm_is_refused(tmp_path, image):
     assert "0.16.0" in result.stderr and "0.17.0" in result.stderr
 
 
+def test_model_id_naming_an_engine_from_another_tensorrt_llm_is_refused_not_served(tmp_path, image):
+    other = Image(tmp_path / "other", "25.01", templates_for("v0.17.0"), trtllm_version="0.16.0")
+    engine_dir = json.loads(other.run("build-engine").stdout)["engine_dir"]
+    result = image.run("prepare", MODEL_ID=engine_dir)  # nothing else to rebuild it from
+    assert result.returncode == 1, result.stdout
+    assert "built with TensorRT-LLM 0.16.0, this image has 0.17.0" in result.stderr
+    assert image.builds() == 0 and not image.repo.exists()
+
+
 def test_check_reports_versions_and_fails_on_too_few_gpus(image):
     ok = image.run("check")
     assert ok.returncode == 0, ok.stderr
@@ -370,6 +379,29 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, o
     logged = " ".join(argv) if own else " ".join(arg.rsplit("=", 1)[0] + "=***" if "restricted" in arg else arg
                                                   for arg in argv)
     assert f"starting the server argv=tritonserver {logged}\n" in stderr
+
+
+def test_arguments_starting_with_a_dash_are_appended_to_the_served_command_line(image):
+    # Two ranks, so that the server is started through `mpirun` from PATH, whose double records and exits
+    # (MPIRUN_DOUBLE_EXEC=0): the one-rank tritonserver path exists only in images.
+    two_gpus = "NVIDIA H100 80GB HBM3|9.0|81559;NVIDIA H100 80GB HBM3|9.0|81559"
+    result = image.run("--log-verbose=1", "--log-info", "true", TP_SIZE="2", TRITON_ARGS="--exit-on-error=false",
+                       NVIDIA_SMI_DOUBLE_GPUS=two_gpus, MPIRUN_DOUBLE_EXEC="0")
+    assert result.returncode == 0, result.stderr
+    assert image.builds() == 1, "served as usual: the engine was built and the repository filled"
+    (mpirun,) = records(image.records, "mpirun")
+    rank0, rank1 = " ".join(mpirun["argv"]).split(" : ")
+    assert f"--model-repository={image.repo}" in rank0.split()
+    assert rank0.endswith(" --exit-on-error=false --log-verbose=1 --log-info true"), rank0
+    assert "--log-verbose" not in rank1, "like TRITON_ARGS, they go to the rank that serves the endpoints"
+
+
+def test_a_dash_argument_that_sets_what_the_entrypoint_sets_is_refused(image):
+    result = image.run("--http-port=9999")
+    assert result.returncode == 2
+    assert "error: the command line may not contain '--http-port=9999'" in result.stderr
+    assert "set HTTP_PORT instead" in result.stderr
+    assert not image.cache.exists() and not image.repo.exists(), "refused before anything is written"
 
 
 def test_default_repository_is_content_addressed_and_reused(image):
@@ -443,7 +475,9 @@ def test_prebuilt_engine_on_an_llmapi_default_image_uses_the_engine_workflow(tmp
         (engine_dir / name).write_bytes((img.model / name).read_bytes())
     served = img.run("prepare", MODEL_ID=str(engine_dir))
     assert served.returncode == 0, served.stderr
-    assert json.loads(served.stdout)["engine_dir"] == str(engine_dir)
+    printed = json.loads(served.stdout)
+    assert printed["engine_dir"] == str(engine_dir)
+    assert (printed["plan"]["workflow"], printed["plan"]["engine"]) == ("engine", "prebuilt"), "prepare prints the plan"
     assert (img.repo / "ensemble" / "config.pbtxt").exists()
     blank = img.run("prepare", MODEL_ID=str(engine_dir), WORKFLOW="  ")  # blank counts as unset
     assert blank.returncode == 0, blank.stderr

@@ -7,7 +7,7 @@ import pytest
 
 from trtllm_entrypoint import facts as facts_mod
 from trtllm_entrypoint import probe as probe_mod
-from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.facts import ImageFacts, installation
 from trtllm_entrypoint.probe import probe
 
 
@@ -42,7 +42,7 @@ def image(tmp_path, monkeypatch):
 def test_probe_reports_files_and_programs_of_the_image(image):
     facts = ImageFacts(tag="25.01", tensorrt_llm="0.17.0", tensorrt=None, triton="2.54.0", workflows=("engine",),
                        engine_deprecated=False, openai_frontend=True, app_dir=image.app)
-    report = probe(facts, {"PATH": str(image.bin_dir)})
+    report = probe(installation({"PATH": str(image.bin_dir)}, facts))
     assert report["tag"] == "25.01"
     assert report["app_dir"] == str(image.app)
     assert report["templates"] == {"inflight_batcher_llm": True, "llmapi": False}
@@ -61,7 +61,7 @@ def test_versions_come_from_the_install_not_the_matrix(image, monkeypatch):
     monkeypatch.setattr(facts_mod, "installed_version", installed.get)
     facts = ImageFacts(tag="25.01", tensorrt_llm="9.9.9", tensorrt="9.9", triton="9.9", workflows=("engine",),
                        engine_deprecated=False, openai_frontend=True, app_dir=image.app)
-    report = probe(facts, {"PATH": "", "TRITON_SERVER_VERSION": "2.54.0"})
+    report = probe(installation({"PATH": "", "TRITON_SERVER_VERSION": "2.54.0"}, facts))
     assert (report["tensorrt_llm"], report["tensorrt"], report["huggingface_hub"]) == \
         ("0.17.0.post1", "10.8.0.43", "0.30.2")
     assert report["triton"] == "2.54.0"
@@ -73,7 +73,7 @@ def test_probe_without_matrix_tag_or_image_files(image, monkeypatch):
     monkeypatch.setattr(probe_mod.contract, "TRITONSERVER", str(image.root / "missing"))
     monkeypatch.setattr(probe_mod.contract, "OPENAI_FRONTEND_MAIN", str(image.root / "missing"))
     monkeypatch.setattr(probe_mod, "TRITON_VERSION_FILE", str(image.root / "missing"))
-    report = probe(None, {"PATH": ""})
+    report = probe(installation({"PATH": ""}, None))
     assert report["tag"] is None
     assert report["app_dir"] == str(image.root / "bundled")
     assert report["templates"] == {"inflight_batcher_llm": False, "llmapi": False}
@@ -84,10 +84,11 @@ def test_probe_without_matrix_tag_or_image_files(image, monkeypatch):
 
 
 def test_app_dir_without_facts(image, monkeypatch):
-    assert probe(None, {"TRTLLM_APP_DIR": str(image.app), "MATRIX_TAG": "25.01"})["app_dir"] == str(image.app)
-    assert probe(None, {"MATRIX_TAG": "25.01"})["tag"] == "25.01"
+    given = {"TRTLLM_APP_DIR": str(image.app), "MATRIX_TAG": "25.01"}
+    assert probe(installation(given, None))["app_dir"] == str(image.app)
+    assert probe(installation({"MATRIX_TAG": "25.01"}, None))["tag"] == "25.01"
     monkeypatch.setattr(probe_mod.contract, "NGC_APP_DIR", str(image.app))
-    assert probe(None, {})["app_dir"] == str(image.app)
+    assert probe(installation({}, None))["app_dir"] == str(image.app)
 
 
 def test_programs_are_found_where_launch_looks_for_them(image, monkeypatch):
@@ -95,5 +96,5 @@ def test_programs_are_found_where_launch_looks_for_them(image, monkeypatch):
     touch(image.bin_dir / "tritonserver", executable=True)
     on_path = touch(image.bin_dir / "mpirun", executable=True)
     monkeypatch.setattr(probe_mod.contract, "TRITONSERVER", str(image.root / "missing"))
-    programs = probe(None, {"PATH": str(image.bin_dir)})["programs"]
+    programs = probe(installation({"PATH": str(image.bin_dir)}, None))["programs"]
     assert programs["tritonserver"] is None and programs["mpirun"] == str(on_path)

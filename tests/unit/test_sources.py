@@ -106,13 +106,13 @@ def test_a_file_is_not_a_model_dir(tmp_path):
 
 def test_resolve_local_path(tmp_path):
     path = checkpoint(tmp_path / "llama")
-    source = sources.resolve(make_settings(tmp_path, MODEL_ID=str(path)), {})
+    source = sources.resolve(make_settings(tmp_path, MODEL_ID=str(path)))
     assert source == ModelSource(kind="checkpoint", path=path, repo_id=None, revision=None, read_only=False)
 
 
 def test_resolve_hub_id(tmp_path):
     settings = make_settings(tmp_path, MODEL_ID="meta-llama/Llama-3.1-8B-Instruct", MODEL_REVISION="v1")
-    source = sources.resolve(settings, {}, exists=lambda p: False)
+    source = sources.resolve(settings, exists=lambda p: False)
     assert source == ModelSource(kind="hub", path=None, repo_id="meta-llama/Llama-3.1-8B-Instruct",
                                  revision="v1", read_only=False)
 
@@ -133,7 +133,7 @@ def test_resolve_hub_id(tmp_path):
 ])
 def test_resolve_bad_model_ids(tmp_path, model_id, message):
     with pytest.raises(UsageError) as err:
-        sources.resolve(make_settings(tmp_path, MODEL_ID=model_id), {}, exists=lambda p: False)
+        sources.resolve(make_settings(tmp_path, MODEL_ID=model_id), exists=lambda p: False)
     assert err.value.message.startswith(f"MODEL_ID='{model_id}' is not allowed: ")
     assert message in err.value.message
 
@@ -159,30 +159,30 @@ def test_hub_ids_follow_the_hubs_own_rule(repo_id):
 def test_resolve_kserve_mount_is_read_only(tmp_path, monkeypatch):
     mount = checkpoint(tmp_path / "mnt" / "models")
     monkeypatch.setattr(sources.contract, "KSERVE_MODEL_DIR", str(mount))
-    source = sources.resolve(make_settings(tmp_path), {})
+    source = sources.resolve(make_settings(tmp_path))
     assert (source.kind, source.path, source.read_only) == ("checkpoint", mount, True)
 
 
 def test_resolve_without_model_explains_both_ways(tmp_path, monkeypatch):
     monkeypatch.setattr(sources.contract, "KSERVE_MODEL_DIR", str(tmp_path / "absent"))
     with pytest.raises(UsageError) as err:
-        sources.resolve(make_settings(tmp_path), {})
+        sources.resolve(make_settings(tmp_path))
     assert err.value.message == f"MODEL_ID is not set and {tmp_path / 'absent'} does not exist"
     assert "set MODEL_ID" in err.value.hint and "mount the model" in err.value.hint
     with pytest.raises(UsageError, match="MODEL_INIT_MODE=async"):
-        sources.resolve(make_settings(tmp_path), {"MODEL_INIT_MODE": "async"})
+        sources.resolve(make_settings(tmp_path, MODEL_INIT_MODE="async"))
 
 
 def test_resolve_engine_dir_wins_and_must_hold_an_engine(tmp_path):
     built = engine(tmp_path / "engine")
     settings = make_settings(tmp_path, ENGINE_DIR=str(built), MODEL_ID="org/tokenizer")
-    assert sources.resolve(settings, {}).kind == "engine"
-    assert sources.resolve_model(settings, {}, exists=lambda p: False).repo_id == "org/tokenizer"
+    assert sources.resolve(settings).kind == "engine"
+    assert sources.resolve_model(settings, exists=lambda p: False).repo_id == "org/tokenizer"
     ckpt = checkpoint(tmp_path / "ckpt")
     with pytest.raises(UsageError, match=r"ENGINE_DIR='.*ckpt' is not allowed: it holds a checkpoint"):
-        sources.resolve(make_settings(tmp_path, ENGINE_DIR=str(ckpt)), {})
+        sources.resolve(make_settings(tmp_path, ENGINE_DIR=str(ckpt)))
     with pytest.raises(UsageError, match=r"ENGINE_DIR='.*nowhere' is not allowed: the directory does not exist"):
-        sources.resolve(make_settings(tmp_path, ENGINE_DIR=str(tmp_path / "nowhere")), {})
+        sources.resolve(make_settings(tmp_path, ENGINE_DIR=str(tmp_path / "nowhere")))
 
 
 # --- fingerprint / identity ---------------------------------------------------------------------------------------

@@ -1,0 +1,80 @@
+"""The serving plan is decided once, from the settings and the located model: no file, program or variable is read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.serve_plan import decide, launch_argv
+from trtllm_entrypoint.settings import CommandLine, Settings
+from trtllm_entrypoint.sources import ModelSource
+
+# An image whose TensorRT-LLM deprecates engines: llmapi is its default workflow.
+FACTS = ImageFacts(tag="25.10", tensorrt_llm="1.0.0", tensorrt=None, triton=None, workflows=("engine", "llmapi"),
+                   engine_deprecated=True, openai_frontend=True, app_dir=Path("/app"), restricted_apis=True)
+CACHE = Path("/cache")
+
+
+def settings(command_line: CommandLine | None = None, **env: str) -> Settings:
+    return Settings.from_env({"CACHE_DIR": str(CACHE), "TRITON_ADMIN_KEY": "k" * 16, **env}, FACTS,
+                             command_line or CommandLine())
+
+
+def model(kind: str, path: str | None = "/models/m") -> ModelSource:
+    return ModelSource(kind=kind, path=Path(path) if path else None, repo_id=None, revision=None, read_only=False)
+
+
+def test_a_checkpoint_is_served_with_the_image_s_default_workflow_and_no_engine():
+    plan = decide(settings(), model("checkpoint"))
+    assert (plan.workflow, plan.engine, plan.repository) == ("llmapi", "none", CACHE / "repositories")
+    assert plan.fills_repository and plan.notes == () and plan.env == {}
+
+
+def test_the_engine_workflow_takes_its_engine_from_the_cache_and_writes_repository_dir():
+    plan = decide(settings(WORKFLOW="engine", REPOSITORY_DIR="/repo", HTTP_PORT="8080"), model("checkpoint"))
+    assert (plan.workflow, plan.engine, plan.repository, plan.health_port) == ("engine", "cache", Path("/repo"), 8080)
+
+
+def test_a_prebuilt_engine_switches_a_defaulted_workflow_and_says_so():
+    given = settings()
+    plan = decide(given, model("engine"))
+    assert (plan.workflow, plan.engine) == ("engine", "prebuilt")
+    assert plan.notes == ("the model is a prebuilt engine: using the engine workflow (this image's default is llmapi)",)
+    assert given.workflow == "llmapi", "the settings as parsed are left alone; the plan carries its own"
+
+
+def test_a_prebuilt_engine_is_refused_when_llmapi_was_asked_for():
+    with pytest.raises(UsageError, match="WORKFLOW=llmapi cannot serve the prebuilt engine at /models/m"):
+        decide(settings(WORKFLOW="llmapi"), model("engine"))
+
+
+def test_a_complete_repository_is_served_where_it_is():
+    plan = decide(settings(), model("repository", "/mnt/models"))
+    assert (plan.engine, plan.repository, plan.fills_repository) == ("none", Path("/mnt/models"), False)
+
+
+def test_the_openai_frontend_with_an_engine_gets_orchestrator_mode():
+    plan = decide(settings(FRONTEND="openai", WORKFLOW="engine"), model("checkpoint"))
+    assert plan.env == {"TRTLLM_ORCHESTRATOR": "1"}
+
+
+def test_a_typed_tritonserver_command_keeps_its_arguments_with_only_the_repository_replaced():
+    typed = ("tritonserver", "--model-store=/mnt/models", "--http-port=8080", "--allow-grpc=true")
+    line = CommandLine(server_args=("--allow-grpc=true",), ports={"http_port": 8080}, typed_server=True)
+    chosen = settings(line, WORKFLOW="engine", FRONTEND="openai", HTTP_PORT="1")
+    plan = decide(chosen, model("engine", "/mnt/models"), typed_argv=typed)
+    assert (chosen.frontend, plan.health_port) == ("triton", 8080), "typed ports win; a typed tritonserver has no " \
+                                                                     "OpenAI frontend"
+    argv = launch_argv(plan, plan.settings, FACTS, Path("/repo"), 1, None)
+    assert argv[:4] == ["tritonserver", "--model-store=/repo", "--http-port=8080", "--allow-grpc=true"]
+    assert [arg.split("=", 1)[0] for arg in argv[4:]] == ["--http-restricted-api", "--grpc-restricted-protocol"]
+
+
+def test_server_arguments_from_the_command_line_follow_triton_args_and_are_checked_like_them():
+    line = CommandLine(server_args=("--log-verbose=1",))
+    assert settings(line, TRITON_ARGS="--log-info=true").triton_args == ("--log-info=true", "--log-verbose=1")
+    with pytest.raises(UsageError, match="the command line may not contain '--grpc-port=1'"):
+        settings(CommandLine(server_args=("--grpc-port=1",)))

@@ -142,6 +142,17 @@ def test_a_default_run_closes_the_admin_apis_and_still_generates(server, tiny_mo
     )
 
 
+def test_arguments_starting_with_a_dash_go_to_the_server(server, tiny_model, records, containers):
+    """`docker run IMAGE --log-verbose=1`, as with postgres: serve, with the arguments appended to the server's."""
+    env = {"TRITON_ADMIN_KEY": ADMIN_KEY}
+    container = serve(containers, server, tiny_model, records, env=env, command=["--log-verbose=1"])
+    wait_ready(container)
+    pid1 = container.exec_run(["cat", "/proc/1/cmdline"]).output.split(b"\0")
+    assert pid1[0] == b"/opt/tritonserver/bin/tritonserver" and b"--log-verbose=1" in pid1, pid1
+    assert http(container, "/v2/logging", headers={"admin-key": ADMIN_KEY})["log_verbose_level"] == 1
+    generate(container)
+
+
 def test_decoupled_mode_streams_through_generate_stream(server, tiny_model, records, containers):
     container = serve(containers, server, tiny_model, records, env={"DECOUPLED": "true"})
     wait_ready(container)

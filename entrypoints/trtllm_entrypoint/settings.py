@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Mapping
 
-from trtllm_entrypoint import contract
+from trtllm_entrypoint import contract, cpus
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.facts import ImageFacts
@@ -27,6 +27,7 @@ LOG_FORMATS = ("text", "json")
 TRUE_WORDS = ("true", "1", "yes", "on")
 FALSE_WORDS = ("false", "0", "no", "off")
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64)
+MAX_INSTANCES = 256  # Python model instances: one process each
 MAX_TOKENS = 1 << 20  # 1M tokens: above any context length TensorRT-LLM serves today
 # Usable as a Triton model name and as a directory name.
 SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -65,6 +66,8 @@ class Settings:
     triton_args: tuple[str, ...]
     exit_timeout_secs: int
     lock_timeout_secs: int
+    preprocessing_instances: int
+    postprocessing_instances: int
     # Set when CACHE_DIR was not given and the default was not writable; the orchestrator logs it as a warning.
     cache_fallback_reason: str | None = None
 
@@ -75,7 +78,8 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str], facts: ImageFacts) -> "Settings":
         env = _Env(environ)
-        values = {**_model_values(env, facts), **_limit_values(env), **_server_values(env, facts)}
+        values = {**_model_values(env, facts), **_limit_values(env), **_server_values(env, facts),
+                  **_instance_values(env, cpus.usable_cpus())}
         values["cache_dir"], values["cache_fallback_reason"] = _cache_dir(env)
         settings = cls(**values)
         _check_relations(settings)
@@ -236,6 +240,15 @@ def _limit_values(env: _Env) -> dict:
         "decoupled": env.boolean("DECOUPLED", False),
         "exit_timeout_secs": env.integer("EXIT_TIMEOUT_SECS", 30, 0, 3600),
         "lock_timeout_secs": env.integer("LOCK_TIMEOUT_SECS", 3600, 0, 86400),
+    }
+
+
+def _instance_values(env: _Env, usable_cpus: int) -> dict:
+    """Python model instances; the default follows the CPUs the container may use (see cpus.py)."""
+    default = cpus.default_instances(usable_cpus)
+    return {
+        "preprocessing_instances": env.integer("PREPROCESSING_INSTANCES", default, 1, MAX_INSTANCES),
+        "postprocessing_instances": env.integer("POSTPROCESSING_INSTANCES", default, 1, MAX_INSTANCES),
     }
 
 

@@ -6,6 +6,10 @@ import json
 import struct
 from pathlib import Path
 
+# The tokenizer knows the words of the README's prompts, so a served tiny model answers them with real tokens.
+PROMPT = "What is TensorRT-LLM?"
+PROMPT_WORDS = ("What", "is", "TensorRT", "-", "LLM", "?")   # how its Whitespace pre-tokenizer splits PROMPT
+
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[list[int], bytes]]) -> None:
     """The safetensors format by hand: u64 little-endian header length, JSON header, then the raw F16 bytes."""
@@ -28,7 +32,8 @@ def tiny_llama(dest: Path) -> Path:
         "num_key_value_heads": 2, "vocab_size": vocab, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
         "torch_dtype": "float16", "bos_token_id": 1, "eos_token_id": 2,
     }, indent=2))
-    words = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, vocab)}}
+    known = ["<unk>", "<s>", "</s>", *PROMPT_WORDS]
+    words = {word: i for i, word in enumerate(known + [f"w{i}" for i in range(len(known), vocab)])}
     (dest / "tokenizer.json").write_text(json.dumps({
         "version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": {"type": "Whitespace"},
         "post_processor": None, "decoder": None,

@@ -1,5 +1,6 @@
-"""Harness for the end-to-end tests: a real Docker engine, stand-in NGC images, our images built from them with
-`python build.py`, a tiny Hugging Face checkpoint, and containers that are always removed afterwards.
+"""Harness for the end-to-end tests: a real Docker engine, stand-in NGC images (a real tritonserver 2.51.0 and real
+Open MPI; doubles for the engine and the GPU tools), our images built from them with `python build.py`, a tiny
+Hugging Face checkpoint, and containers that are always removed afterwards.
 
 No Docker engine → every test here is skipped with the reason, except under CI=true, where that is a failure.
 """
@@ -8,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -224,14 +227,8 @@ def wait_ready(container, port: int = 8000, timeout_s: float = 120) -> None:
         container.reload()
         if container.status not in ("created", "running"):
             pytest.fail(f"container exited ({container.attrs['State']['ExitCode']}) before ready:\n{logs(container)}")
-        address = container.attrs["NetworkSettings"]["IPAddress"]
-        if address:
-            try:
-                with urllib.request.urlopen(f"http://{address}:{port}/v2/health/ready", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
+        if ready_now(container, port):
+            return
         time.sleep(0.5)
     pytest.fail(f"not ready on port {port} within {timeout_s}s:\n{logs(container)}")
 
@@ -255,3 +252,63 @@ FAST_HEALTHCHECK = {"interval": 1_000_000_000, "timeout": 5_000_000_000, "retrie
 
 def record_mount(records_dir: Path) -> dict:
     return {str(records_dir): {"bind": "/records", "mode": "rw"}}
+
+
+# --- talking to the real server in a container ----------------------------------------------------------------------
+
+def address(container) -> str:
+    container.reload()
+    return container.attrs["NetworkSettings"]["IPAddress"]
+
+
+def http(container, route: str, body: dict | None = None, *, port: int = 8000, timeout_s: float = 60) -> dict:
+    """GET (body None) or POST a JSON body to the server in `container`; the decoded JSON answer."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"http://{address(container)}:{port}{route}", data=data)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        pytest.fail(f"{route} answered {exc.code}: {exc.read().decode(errors='replace')}\n{logs(container)[-3000:]}")
+
+
+def ready_now(container, port: int = 8000) -> bool:
+    """Whether the server in `container` answers /v2/health/ready with 200 at this moment."""
+    try:
+        with urllib.request.urlopen(f"http://{address(container)}:{port}/v2/health/ready", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def stream(container, route: str, body: dict, *, port: int = 8000) -> list[dict]:
+    """The server-sent events of a generate_stream call, decoded."""
+    request = urllib.request.Request(f"http://{address(container)}:{port}{route}", data=json.dumps(body).encode())
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return [json.loads(line[len(b"data: "):]) for line in response if line.startswith(b"data: ")]
+
+
+def in_background(function, *args, **kwargs) -> tuple[threading.Thread, dict]:
+    """Run function(*args) in a thread; the dict gets "result" or "error" when it ends."""
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["result"] = function(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test that reads `outcome`
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def tokens(text: str) -> list[str]:
+    """`text` split as the tiny checkpoint's tokenizer splits it (Whitespace pre-tokenizer)."""
+    return re.findall(r"\w+|[^\w\s]+", text)
+
+
+def processes(container) -> list[str]:
+    """The command line of every process in `container` (from the host's view, as `docker top` shows it)."""
+    top = container.top(ps_args="-o pid,args")  # docker top needs the pid column to pick the container's
+    return [row[1] for row in top["Processes"]]

@@ -4,6 +4,9 @@
     root/site/{tensorrt_llm,tensorrt}[-<v>.dist-info]            put on PYTHONPATH (importlib.metadata sees them)
     root/app/{all_models,tools,examples}                         the NGC /app layout (with_app=True)
 
+The upstream templates hold only config.pbtxt files here; the Python models Triton runs for them are our doubles
+from python_models_double/ (a real checkout's model.py files are kept as they are).
+
 Every program is a tiny wrapper that runs a `*_double.py` script from `scripts_dir`: the repo's tests/doubles on the
 host, or wherever the stand-in image copies them (the wrappers must stay valid after being copied elsewhere).
 """
@@ -22,6 +25,7 @@ PROGRAMS = {
     "mpirun": "mpirun_double.py",
     "nvidia-smi": "nvidia_smi_double.py",
 }
+PYTHON_MODEL_DOUBLES = DOUBLES_DIR / "python_models_double"
 # The examples paths our entrypoint probes: TensorRT-LLM <= 0.19 and >= 0.20 layouts, and the quantization script.
 EXAMPLES = {
     "examples/llama/convert_checkpoint.py": "convert_checkpoint_double.py",
@@ -69,7 +73,20 @@ def write_app(app: Path, scripts_dir: str, templates_src: Path | None) -> Path:
     (app / "tools").mkdir(parents=True, exist_ok=True)
     if templates_src is not None:
         shutil.copytree(templates_src, app / "all_models", dirs_exist_ok=True)
+        complete_templates(app / "all_models")
     return app
+
+
+def complete_templates(all_models: Path) -> None:
+    """Add what a backend checkout has beyond the config.pbtxt files stored in ../shared/upstream: each model's
+    version directory `1/` (Triton loads no model without one) and, where a Python model's model.py is missing,
+    our double of it (preprocessing, postprocessing, tensorrt_llm_bls)."""
+    for config in sorted(all_models.glob("*/*/config.pbtxt")):
+        version = config.parent / "1"
+        version.mkdir(exist_ok=True)
+        double = PYTHON_MODEL_DOUBLES / config.parent.name / "1" / "model.py"
+        if double.is_file() and not (version / "model.py").exists():
+            shutil.copyfile(double, version / "model.py")
 
 
 def install_doubles(root: Path, *, trtllm_version: str, tensorrt_version: str, with_app: bool,

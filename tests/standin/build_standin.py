@@ -1,9 +1,16 @@
 #!/usr/bin/env python3
 """Build `trtllm-standin:<tag>`: a small image laid out like nvcr.io/nvidia/tritonserver:<tag>-trtllm-python-py3
-where our Dockerfiles and entrypoint look, with the NVIDIA programs replaced by the doubles in tests/doubles.
+where our Dockerfiles and entrypoint look.
+
+Real: tritonserver 2.51.0 with its Python backend (from PyPI's nvidia-pytriton wheel, laid out at /opt/tritonserver
+as NGC does; it stays 2.51.0 whatever tag the stand-in claims in TRITON_SERVER_VERSION) and Open MPI (Debian's
+openmpi-bin). Doubles (tests/doubles), for what needs a GPU or is not public: the engine (a Python-based
+`tensorrtllm` backend), trtllm-build, the checkpoint converters, nvidia-smi and the OpenAI frontend.
 
 The NGC registry is not reachable from CI, so the base OS is a Debian rootfs made once with debootstrap and
-`docker import`ed as trtllm-standin-os:bookworm; each tag is then a seconds-long `docker build` FROM it.
+`docker import`ed as trtllm-standin-os:bookworm; each tag is then a short `docker build` FROM it. Nothing is
+downloaded inside `docker build` but Debian packages: the wheels are fetched on the host (tests/realtriton.py,
+cached) and installed from the build context.
 
     python tests/standin/build_standin.py --tag 25.01 [--name IMAGE] [--tensorrt-llm VERSION] [--matrix FILE]
 """
@@ -28,6 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # run as a script: make `tests.` and `trtllm_images.` importable
     sys.path.insert(0, str(REPO))
 
+from tests import realtriton  # noqa: E402
 from tests.doubles.install import DOUBLES_DIR, install_doubles, write_wrapper  # noqa: E402
 from trtllm_images.errors import BuildError  # noqa: E402
 from trtllm_images.matrix import DEFAULT_PATH, MatrixEntry, load, version_tuple  # noqa: E402
@@ -41,6 +49,8 @@ SITE_LABEL = "io.trtllm-images.standin.site-packages"
 SCRIPTS_DIR = "/opt/trtllm-doubles"
 OPENAI_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
 LOCK_FILE = Path(tempfile.gettempdir()) / "trtllm-standin-os.lock"
+# Debian packages of the real programs: Open MPI, and the shared libpython the Python backend's stub links.
+APT_PACKAGES = ("openmpi-bin", "libpython3.11")
 
 
 class StandinUnavailable(Exception):
@@ -104,16 +114,27 @@ def spec_for(entry: MatrixEntry, *, image: str | None = None, tensorrt_llm: str 
 
 
 def dockerfile_text(spec: StandinSpec, site_dir: str) -> str:
+    # Heavy, tag-independent layers first, so that every tag's stand-in shares them.
     lines = [
         f"FROM {OS_IMAGE}",
-        f"LABEL io.trtllm-images.standin.tag={spec.tag} io.trtllm-images.standin.tensorrt-llm={spec.tensorrt_llm}",
-        f"ENV TRITON_SERVER_VERSION={spec.triton} TRITON_SERVER_USER=triton-server "
-        "PATH=/opt/tritonserver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "RUN apt-get update && apt-get install -y --no-install-recommends "
+        f"{' '.join(APT_PACKAGES)} && rm -rf /var/lib/apt/lists/*",
+        "COPY wheels/ /tmp/standin-wheels/",
+        "RUN python3 -m pip install --no-cache-dir --no-index --find-links /tmp/standin-wheels "
+        f"--break-system-packages {' '.join(repr(r) for r in realtriton.STUB_REQUIREMENTS)} "
+        "&& rm -rf /tmp/standin-wheels",
+        "COPY layout/opt/tritonserver/ /opt/tritonserver/",
         "RUN useradd --uid 1000 --user-group --create-home --shell /bin/bash triton-server",
+        f"LABEL io.trtllm-images.standin.tag={spec.tag} io.trtllm-images.standin.tensorrt-llm={spec.tensorrt_llm} "
+        f"io.trtllm-images.standin.triton-core={realtriton.TRITON_VERSION}",
+        # The claimed version is the tag's (build.py verifies it against the matrix); the core is TRITON_VERSION.
+        # Open MPI may start more ranks than this machine has cores, as one rank per GPU would.
+        f"ENV TRITON_SERVER_VERSION={spec.triton} TRITON_SERVER_USER=triton-server "
+        "LD_LIBRARY_PATH=/opt/tritonserver/lib OMPI_MCA_rmaps_base_oversubscribe=1 "
+        "PATH=/opt/tritonserver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         f"COPY doubles/ {SCRIPTS_DIR}/",
         "COPY doubles/nvidia_entrypoint_double.sh /opt/nvidia/nvidia_entrypoint.sh",
-        "COPY layout/bin/tritonserver /opt/tritonserver/bin/tritonserver",
-        "COPY layout/bin/trtllm-build layout/bin/mpirun layout/bin/nvidia-smi /usr/local/bin/",
+        "COPY layout/bin/trtllm-build layout/bin/nvidia-smi /usr/local/bin/",
         f"COPY layout/site/ {site_dir}/",
     ]
     if spec.openai_frontend:
@@ -124,8 +145,8 @@ def dockerfile_text(spec: StandinSpec, site_dir: str) -> str:
     return "\n".join(lines)
 
 
-def assemble_context(spec: StandinSpec, context: Path, site_dir: str) -> Path:
-    """Write the build context for `spec` into the (empty) directory `context`."""
+def assemble_context(spec: StandinSpec, context: Path, site_dir: str, python: str) -> Path:
+    """Write the build context for `spec` into the (empty) directory `context`; `python` is the OS image's."""
     shutil.copytree(DOUBLES_DIR, context / "doubles",
                     ignore=shutil.ignore_patterns("__pycache__", "test_*.py", "install.py"))
     # COPY keeps modes: make the entrypoint executable even from a checkout that lost the bit.
@@ -135,6 +156,16 @@ def assemble_context(spec: StandinSpec, context: Path, site_dir: str) -> Path:
                     with_app=spec.with_app, templates_src=spec.templates, scripts_dir=SCRIPTS_DIR)
     if spec.openai_frontend:
         write_wrapper(layout / "openai_main.py", f"{SCRIPTS_DIR}/openai_frontend_double.py")
+    py = ".".join(python.split(".")[:2])
+    try:
+        wheels = realtriton.fetch_wheels(py)
+        realtriton.install_server(layout, wheels, py)
+    except realtriton.RealTritonUnavailable as exc:
+        raise StandinUnavailable(f"the real tritonserver for the stand-in: {exc}") from exc
+    (context / "wheels").mkdir()
+    for wheel in wheels.glob("*.whl"):
+        if wheel != realtriton.server_wheel(wheels):  # unpacked into layout/ already
+            shutil.copyfile(wheel, context / "wheels" / wheel.name)
     (context / "Dockerfile").write_text(dockerfile_text(spec, site_dir))
     return context
 
@@ -197,7 +228,7 @@ def build_standin(tag: str, *, image: str | None = None, tensorrt_llm: str | Non
     ensure_os_image(client, log)
     labels = os_image_labels(client)
     with tempfile.TemporaryDirectory(prefix="trtllm-standin-ctx-") as tmp:
-        context = assemble_context(spec, Path(tmp), labels[SITE_LABEL])
+        context = assemble_context(spec, Path(tmp), labels[SITE_LABEL], labels[PYTHON_LABEL])
         output = []
         for chunk in client.api.build(path=str(context), tag=spec.image, rm=True, forcerm=True, pull=False,
                                       decode=True):

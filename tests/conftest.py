@@ -1,0 +1,21 @@
+"""Fixtures shared by the test suites."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests import realtriton
+
+
+@pytest.fixture(scope="session")
+def real_triton() -> realtriton.Layout:
+    """The real tritonserver 2.51.0 from PyPI's nvidia-pytriton wheel, unpacked on this host (tests/realtriton.py).
+    Skips with one line when it cannot run here; under CI=true that is a failure instead."""
+    try:
+        return realtriton.host_layout()
+    except realtriton.RealTritonUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true, so the real tritonserver must run: {exc}")
+        pytest.skip(f"real tritonserver {realtriton.TRITON_VERSION} unavailable: {exc}")

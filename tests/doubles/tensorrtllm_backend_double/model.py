@@ -1,0 +1,135 @@
+"""Test double of TensorRT-LLM's `tensorrtllm` Triton backend (the C++ backend needs a GPU and is not public).
+
+Installed as /opt/tritonserver/backends/tensorrtllm/model.py, a Triton *Python-based backend*: the real Triton
+server runs it for every model whose config says `backend: "tensorrtllm"`. It behaves like the real backend where
+our images depend on it:
+- reads the engine directory from the `gpt_model_path` (or `engine_dir`) parameter and the engine's config.json;
+- fails the load when the engine was built for another world size than the MPI job's (OMPI_COMM_WORLD_SIZE) or
+  when `rank<N>.engine` for this process's rank is missing;
+- answers a prompt longer than the engine's max_input_len with an error response;
+- "generates" deterministic tokens: the prompt's ids, last to first, repeated up to the requested length;
+- streams one response per token when the model is decoupled and the request asks for `streaming`;
+- returns every output the model config declares, with its declared type.
+TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S (seconds per token) keeps a request in flight for drain tests;
+TRTLLM_ENGINE_DOUBLE_LOAD_DELAY_S (seconds) makes the load slow, as a large engine's is, for readiness tests.
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _param(config, *names):
+    for name in names:
+        value = (config.get("parameters") or {}).get(name, {}).get("string_value", "")
+        if value and not value.startswith("${"):
+            return value
+    return None
+
+
+def _engine_world_size(engine_config):
+    mapping = (engine_config.get("pretrained_config") or {}).get("mapping") or {}
+    if "world_size" in mapping:
+        return int(mapping["world_size"])
+    return int(mapping.get("tp_size", 1)) * int(mapping.get("pp_size", 1))
+
+
+def _first(request, name, default):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return tensor.as_numpy().reshape(-1)[0] if tensor is not None else default
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        engine_dir = _param(config, "gpt_model_path", "engine_dir")
+        if engine_dir is None:
+            raise pb_utils.TritonModelException("[TensorRT-LLM][ERROR] gpt_model_path is not set")
+        engine_config_path = Path(engine_dir) / "config.json"
+        try:
+            engine_config = json.loads(engine_config_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise pb_utils.TritonModelException(f"[TensorRT-LLM][ERROR] cannot read {engine_config_path}: {exc}")
+        world_size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+        rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+        engine_world = _engine_world_size(engine_config)
+        if engine_world != world_size:
+            raise pb_utils.TritonModelException(
+                f"[TensorRT-LLM][ERROR] the engine was built for world size {engine_world}, "
+                f"but the MPI world size is {world_size}")
+        if not (Path(engine_dir) / f"rank{rank}.engine").is_file():
+            raise pb_utils.TritonModelException(f"[TensorRT-LLM][ERROR] no rank{rank}.engine in {engine_dir}")
+        build = engine_config.get("build_config") or {}
+        self.max_input_len = int(build.get("max_input_len", 1024))
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self.exclude_input = _param(config, "exclude_input_in_output") == "true"
+        self.delay_s = float(os.environ.get("TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S") or 0)
+        self.outputs = [(o["name"], pb_utils.triton_string_to_numpy(o["data_type"]), o["dims"])
+                        for o in config["output"]]
+        time.sleep(float(os.environ.get("TRTLLM_ENGINE_DOUBLE_LOAD_DELAY_S") or 0))
+        print(f"tensorrtllm backend double: rank {rank}/{world_size} loaded {engine_dir}", flush=True)
+
+    def _response(self, tokens):
+        """One response holding `tokens` as output_ids; every other declared output zero-filled."""
+        known = {"output_ids": np.array(tokens, dtype=np.int32).reshape(1, 1, -1),
+                 "sequence_length": np.array([[len(tokens)]], dtype=np.int32)}
+        tensors = []
+        for name, dtype, dims in self.outputs:
+            value = known.get(name)
+            if value is None:
+                value = np.zeros([1] + [1 if d == -1 else d for d in dims], dtype=dtype)
+            tensors.append(pb_utils.Tensor(name, value.astype(dtype)))
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def _generate(self, request, streaming=False):
+        """The request's tokens one at a time (a stream never repeats the prompt), or raise ValueError for a
+        request the real backend rejects."""
+        ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy().reshape(-1).tolist()
+        ids = ids[:int(_first(request, "input_lengths", len(ids)))]
+        if len(ids) > self.max_input_len:
+            raise ValueError(f"[TensorRT-LLM][ERROR] the prompt has {len(ids)} tokens, more than the engine's "
+                             f"max_input_len {self.max_input_len}")
+        wanted = int(_first(request, "request_output_len", 16))
+        exclude = bool(_first(request, "exclude_input_in_output", self.exclude_input))
+        if not (exclude or streaming):
+            yield from ids
+        pattern = list(reversed(ids)) or [0]
+        for i in range(wanted):
+            time.sleep(self.delay_s)
+            yield pattern[i % len(pattern)]
+
+    def execute(self, requests):
+        if self.decoupled:
+            for request in requests:
+                self._execute_decoupled(request)
+            return None
+        responses = []
+        for request in requests:
+            try:
+                if bool(_first(request, "streaming", False)):
+                    raise ValueError("[TensorRT-LLM][ERROR] streaming is only supported in decoupled mode")
+                responses.append(self._response(list(self._generate(request))))
+            except ValueError as exc:
+                responses.append(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(exc))))
+        return responses
+
+    def _execute_decoupled(self, request):
+        sender = request.get_response_sender()
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        try:
+            if bool(_first(request, "streaming", False)):
+                for token in self._generate(request, streaming=True):
+                    sender.send(self._response([token]))
+                sender.send(flags=final)
+            else:
+                sender.send(self._response(list(self._generate(request))), flags=final)
+        except ValueError as exc:
+            sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(exc))),
+                        flags=final)
+
+    def finalize(self):
+        print("tensorrtllm backend double: unloaded", flush=True)

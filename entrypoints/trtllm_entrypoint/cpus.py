@@ -18,10 +18,11 @@ from pathlib import Path
 CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 # v1 mounts the cpu controller as `cpu` or, co-mounted with cpuacct, as `cpu,cpuacct` (with `cpu` a symlink).
 CGROUP_V1_DIRS = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpu,cpuacct"))
-# Instances per usable CPU, and the most instances of one Python model. Measured on the real server (see
-# docs/benchmarks.md): a second instance per CPU lets one tokenize while another waits on the server's IPC; more
-# than 8 stub processes each import the tokenizer library (~0.2 GB each) for no throughput a single engine can use.
-INSTANCES_PER_CPU = 2
+# Instances per usable CPU, and the most instances of one Python model by default. Measured on the real server
+# (docs/benchmarks.md): a second instance per CPU never raised throughput and cost up to 10 % (more processes
+# handing requests to each other on the same CPUs, smaller batches in postprocessing); one per CPU lets every CPU
+# tokenize at once where there are many. Each instance is a process with its own tokenizer.
+INSTANCES_PER_CPU = 1
 MAX_DEFAULT_INSTANCES = 8
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from benchmarks.serving_bench import OURS, SEEDS, Result, summary
 
 Series = dict[str, list[tuple[int, float, float]]]  # pipeline name -> [(concurrency, req/s, p99 ms)]
+ENGINE_ALONE = "engine alone"
 
 
 def unary_series(results: list[Result]) -> Series:
@@ -18,8 +19,8 @@ def unary_series(results: list[Result]) -> Series:
     for r in results:
         if r.run.pipeline in (OURS, SEEDS) and r.load.kind == "unary" and r.run.token_delay_s == 0:
             numbers = summary(r.outcome)
-            series.setdefault(r.run.pipeline.name, []).append(
-                (r.load.concurrency, numbers["requests_per_s"], numbers["p99_ms"]))
+            name = ENGINE_ALONE if r.load.model == "tensorrt_llm" else r.run.pipeline.name
+            series.setdefault(name, []).append((r.load.concurrency, numbers["requests_per_s"], numbers["p99_ms"]))
     return {name: sorted(points) for name, points in series.items()}
 
 
@@ -38,13 +39,15 @@ def write_plot(series: Series, path: Path, subtitle: str) -> str | None:
     usable = cpus.usable_cpus()
     styles = {OURS.name: ("tab:blue", "o", f"ours (defaults on {usable} CPUs: {cpus.default_instances(usable)} "
                                            "instances each, no BLS)"),
-              SEEDS.name: ("tab:gray", "s", "seeds' configuration (1 instance each, BLS loaded)")}
+              SEEDS.name: ("tab:gray", "s", "seeds' configuration (1 instance each, BLS loaded)"),
+              ENGINE_ALONE: ("tab:orange", "^", "the engine double alone, no pipeline (the ceiling)")}
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120)
     for name, points in series.items():
         colour, marker, label = styles.get(name, (None, "x", name))
         concurrency = [p[0] for p in points]
-        left.plot(concurrency, [p[1] for p in points], marker=marker, color=colour, label=label)
-        right.plot(concurrency, [p[2] for p in points], marker=marker, color=colour, label=label)
+        line = "--" if name == ENGINE_ALONE else "-"
+        left.plot(concurrency, [p[1] for p in points], line, marker=marker, color=colour, label=label)
+        right.plot(concurrency, [p[2] for p in points], line, marker=marker, color=colour, label=label)
     for axis, title, unit in ((left, "Throughput", "requests/s"), (right, "p99 latency", "ms")):
         axis.set_xscale("log", base=2)
         ticks = sorted({p[0] for points in series.values() for p in points})

@@ -45,10 +45,10 @@ def request_inputs(model: str, stream: bool) -> list[grpcclient.InferInput]:
     return inputs
 
 
-async def _unary(url: str, concurrency: int, warmup_s: float, measure_s: float) -> UnaryRun:
+async def _unary(url: str, model: str, concurrency: int, warmup_s: float, measure_s: float) -> UnaryRun:
     client = grpcaio.InferenceServerClient(url)
-    inputs = request_inputs(ENSEMBLE, stream=False)
-    outputs = [grpcclient.InferRequestedOutput("text_output")]
+    inputs = request_inputs(model, stream=False)
+    outputs = [grpcclient.InferRequestedOutput("text_output" if model == ENSEMBLE else "output_ids")]
     start = time.perf_counter() + warmup_s
     end = start + measure_s
     latencies: list[float] = []
@@ -58,7 +58,7 @@ async def _unary(url: str, concurrency: int, warmup_s: float, measure_s: float) 
         nonlocal errors
         while (sent := time.perf_counter()) < end:
             try:
-                await client.infer(ENSEMBLE, inputs, outputs=outputs)
+                await client.infer(model, inputs, outputs=outputs)
             except grpcaio.InferenceServerException:
                 errors += 1
                 continue
@@ -121,8 +121,8 @@ async def _streaming(url: str, model: str, concurrency: int, warmup_s: float, me
     return StreamRun(concurrency, measure_s, tuple(sent_at), tuple(arrivals), errors)
 
 
-def unary(url: str, concurrency: int, warmup_s: float, measure_s: float) -> UnaryRun:
-    return asyncio.run(_unary(url, concurrency, warmup_s, measure_s))
+def unary(url: str, model: str, concurrency: int, warmup_s: float, measure_s: float) -> UnaryRun:
+    return asyncio.run(_unary(url, model, concurrency, warmup_s, measure_s))
 
 
 def streaming(url: str, model: str, concurrency: int, warmup_s: float, measure_s: float) -> StreamRun:

@@ -43,7 +43,8 @@ def test_streaming_ttft_and_inter_token_gaps():
 def test_plan_compares_ours_with_the_seeds_at_every_concurrency():
     runs = sb.plan(sweep=(1, 4))
     unary = {(r.pipeline, load.concurrency) for r in runs if not r.decoupled and r.token_delay_s == 0
-             for load in r.loads}
+             for load in r.loads if load.model == "ensemble"}
+    assert {load.model for load in runs[0].loads} == {"ensemble", "tensorrt_llm"}  # the engine's ceiling, on ours
     for pipeline in (sb.OURS, sb.SEEDS):
         assert {(pipeline, c) for c in (1, 16, 64)} <= unary
     streamed = [r for r in runs if r.decoupled and r.pipeline in (sb.OURS, sb.SEEDS)]
@@ -62,9 +63,9 @@ def test_pipelines_ask_the_entrypoint_for_what_they_compare():
     assert sb.SEEDS.env() == {"PREPROCESSING_INSTANCES": "1", "POSTPROCESSING_INSTANCES": "1"} and sb.SEEDS.bls
 
 
-def unary(pipeline, concurrency, latency_s, count):
+def unary(pipeline, concurrency, latency_s, count, model="ensemble"):
     run = sb.ServerRun(pipeline, False, 0.0, ())
-    return sb.Result(run, sb.Load("unary", "ensemble", concurrency), UnaryRun(concurrency, 1.0, (latency_s,) * count))
+    return sb.Result(run, sb.Load("unary", model, concurrency), UnaryRun(concurrency, 1.0, (latency_s,) * count))
 
 
 def stream(pipeline, model, delay_s, gap_s, tokens=16, streams=4):
@@ -91,6 +92,14 @@ def test_targets_pass_and_fail_on_the_measured_ratios():
     assert added.value == pytest.approx(0.3) and added.unit == "ms" and added.status == "pass"
     over = next(m for name, m in metrics.items() if "p50 ITL minus" in name)
     assert over.value == pytest.approx(0.4) and over.status == "info"
+    assert "unary c=64: ours / the engine double alone" not in metrics  # not measured: no row
+
+
+def test_the_engine_alone_is_reported_as_the_ceiling():
+    results = [unary(sb.OURS, 64, 0.05, 900), unary(sb.OURS, 64, 0.05, 1000, model="tensorrt_llm")]
+    ceiling = by_name(sb.target_metrics(results))["unary c=64: ours / the engine double alone"]
+    assert ceiling.value == pytest.approx(0.9) and "1000 req/s" in ceiling.note and ceiling.status == "info"
+    assert unary_series(results)["engine alone"] == [(64, 1000.0, pytest.approx(50.0))]
 
 
 def test_a_slower_pipeline_fails_and_a_missing_one_is_skipped():

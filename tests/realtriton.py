@@ -30,7 +30,7 @@ import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import IO, Iterator, Sequence
 
 DOUBLES_DIR = Path(__file__).resolve().parent / "doubles"
 ENGINE_DOUBLE = DOUBLES_DIR / "tensorrtllm_backend_double" / "model.py"
@@ -40,6 +40,8 @@ TRITON_VERSION = "2.51.0"   # the core inside that wheel (NGC 24.10's), whatever
 STUB_REQUIREMENTS = ("numpy<2", "transformers")
 WHEEL_PLATFORM = "manylinux2014_x86_64"
 PREFIX = Path("opt/tritonserver")
+# Written last into each cache directory: a directory without it, or with another content, is (re)made.
+FINGERPRINT = " ".join((PYTRITON, *STUB_REQUIREMENTS)) + "\n"
 
 
 class RealTritonUnavailable(Exception):
@@ -77,14 +79,14 @@ def fetch_wheels(py: str | None = None, dest: Path | None = None) -> Path:
     dest = dest or cache_root() / "wheels" / f"py{py}"
     done = dest / ".complete"
     with _locked(dest):
-        if done.exists():
+        if done.exists() and done.read_text() == FINGERPRINT:
             return dest
         dest.mkdir(parents=True, exist_ok=True)
         binary = ["download", "--quiet", "--only-binary=:all:", "--dest", str(dest)]
         _pip(*binary, "--no-deps", "--platform", "manylinux_2_35_x86_64", PYTRITON)
         _pip(*binary, "--python-version", py, "--implementation", "cp", "--platform", WHEEL_PLATFORM,
              *STUB_REQUIREMENTS)
-        done.write_text("\n".join((PYTRITON, *STUB_REQUIREMENTS)) + "\n")
+        done.write_text(FINGERPRINT)
     return dest
 
 
@@ -195,12 +197,12 @@ def host_layout(root: Path | None = None) -> Layout:
     root = root or cache_root() / f"tritonserver-{TRITON_VERSION}-py{py}"
     done = root / ".complete"
     with _locked(root):
-        if not done.exists():
+        if not (done.exists() and done.read_text() == FINGERPRINT):
             wheels = fetch_wheels(py)
             shutil.rmtree(root / "opt", ignore_errors=True)
             install_server(root, wheels, py)
             install_stub_venv(root / "venv", wheels)
-            done.write_text(TRITON_VERSION + "\n")
+            done.write_text(FINGERPRINT)
         home = root / PREFIX
         install_engine_double(home)
     return Layout(home=home, venv=root / "venv", libpython_dir=libpython_dir)
@@ -230,7 +232,7 @@ class RunningServer:
     http_port: int
     grpc_port: int
     log_path: Path
-    _log: object = field(repr=False, default=None)
+    log_file: IO[bytes] | None = field(repr=False, default=None)
 
     @property
     def http_url(self) -> str:
@@ -270,8 +272,8 @@ class RunningServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self._log:
-            self._log.close()
+        if self.log_file:
+            self.log_file.close()
         return self.process.returncode
 
 

@@ -272,10 +272,10 @@ def http(container, route: str, body: dict | None = None, *, port: int = 8000, t
         pytest.fail(f"{route} answered {exc.code}: {exc.read().decode(errors='replace')}\n{logs(container)[-3000:]}")
 
 
-def ready_now(container, port: int = 8000) -> bool:
-    """Whether the server in `container` answers /v2/health/ready with 200 at this moment."""
+def ready_now(container, port: int = 8000, route: str = "/v2/health/ready") -> bool:
+    """Whether the server in `container` answers `route` with 200 at this moment."""
     try:
-        with urllib.request.urlopen(f"http://{address(container)}:{port}/v2/health/ready", timeout=2) as response:
+        with urllib.request.urlopen(f"http://{address(container)}:{port}{route}", timeout=2) as response:
             return response.status == 200
     except OSError:
         return False

@@ -184,6 +184,7 @@ def test_kserve_stock_args_serve_a_read_only_prebuilt_engine(server, prebuilt_en
 
     # The README's KServe calls: HTTP on 8080 and its tritonclient example on 9000, both by SERVED_MODEL_NAME.
     generate(container, 64, model="llm", port=8080)
+    assert not ready_now(container, 8080, route="/v2/models/ensemble/ready"), "the entry model must be renamed"
     code = readme_grpc_example().replace('"localhost:9000"', f'"{address(container)}:9000"')
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr + logs(container)[-3000:]

@@ -80,11 +80,11 @@ def write_app(app: Path, scripts_dir: str, templates_src: Path | None) -> Path:
 def complete_templates(all_models: Path) -> None:
     """Add what a backend checkout has beyond the config.pbtxt files stored in ../shared/upstream: each model's
     version directory `1/` (Triton loads no model without one) and, where a Python model's model.py is missing,
-    our double of it (preprocessing, postprocessing, tensorrt_llm_bls)."""
+    our double of it (python_models_double/<workflow>/<model>/1/model.py)."""
     for config in sorted(all_models.glob("*/*/config.pbtxt")):
         version = config.parent / "1"
         version.mkdir(exist_ok=True)
-        double = PYTHON_MODEL_DOUBLES / config.parent.name / "1" / "model.py"
+        double = PYTHON_MODEL_DOUBLES / config.relative_to(all_models).parent / "1" / "model.py"
         if double.is_file() and not (version / "model.py").exists():
             shutil.copyfile(double, version / "model.py")
 

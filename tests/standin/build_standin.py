@@ -49,8 +49,6 @@ SITE_LABEL = "io.trtllm-images.standin.site-packages"
 SCRIPTS_DIR = "/opt/trtllm-doubles"
 OPENAI_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
 LOCK_FILE = Path(tempfile.gettempdir()) / "trtllm-standin-os.lock"
-# Debian packages of the real programs: Open MPI, and the shared libpython the Python backend's stub links.
-APT_PACKAGES = ("openmpi-bin", "libpython3.11")
 
 
 class StandinUnavailable(Exception):
@@ -113,12 +111,13 @@ def spec_for(entry: MatrixEntry, *, image: str | None = None, tensorrt_llm: str 
     )
 
 
-def dockerfile_text(spec: StandinSpec, site_dir: str) -> str:
+def dockerfile_text(spec: StandinSpec, site_dir: str, py: str) -> str:
+    """`py` (X.Y) is the OS image's Python: the Python backend's stub links its shared libpython."""
     # Heavy, tag-independent layers first, so that every tag's stand-in shares them.
     lines = [
         f"FROM {OS_IMAGE}",
         "RUN apt-get update && apt-get install -y --no-install-recommends "
-        f"{' '.join(APT_PACKAGES)} && rm -rf /var/lib/apt/lists/*",
+        f"openmpi-bin libpython{py} && rm -rf /var/lib/apt/lists/*",
         "COPY wheels/ /tmp/standin-wheels/",
         "RUN python3 -m pip install --no-cache-dir --no-index --find-links /tmp/standin-wheels "
         f"--break-system-packages {' '.join(repr(r) for r in realtriton.STUB_REQUIREMENTS)} "
@@ -166,7 +165,7 @@ def assemble_context(spec: StandinSpec, context: Path, site_dir: str, python: st
     for wheel in wheels.glob("*.whl"):
         if wheel != realtriton.server_wheel(wheels):  # unpacked into layout/ already
             shutil.copyfile(wheel, context / "wheels" / wheel.name)
-    (context / "Dockerfile").write_text(dockerfile_text(spec, site_dir))
+    (context / "Dockerfile").write_text(dockerfile_text(spec, site_dir, py))
     return context
 
 

@@ -1,0 +1,64 @@
+"""Test double of TensorRT-LLM's LLM-API Triton model (`llmapi/tensorrt_llm/1/model.py`; upstream code may not be
+copied here, and the real one needs TensorRT-LLM and a GPU). Like the real one it takes max_batch_size and the
+decoupled policy from the `triton_config` of the model.yaml beside it through Triton's auto-complete, loads the
+tokenizer of model.yaml's `model`, and answers `text_input` with `text_output` (streamed one token per response
+when decoupled and asked to). The "generated" tokens are the prompt's, last to first, repeated up to
+`sampling_param_max_tokens`; every other declared output is zero.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+import yaml
+from transformers import AutoTokenizer
+
+MODEL_YAML = Path(__file__).with_name("model.yaml")
+
+
+def _first(request, name, default):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return tensor.as_numpy().reshape(-1)[0] if tensor is not None else default
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        triton = yaml.safe_load(MODEL_YAML.read_text()).get("triton_config") or {}
+        auto_complete_model_config.set_max_batch_size(int(triton.get("max_batch_size", 0)))
+        auto_complete_model_config.set_model_transaction_policy({"decoupled": bool(triton.get("decoupled"))})
+        return auto_complete_model_config
+
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.tokenizer = AutoTokenizer.from_pretrained(yaml.safe_load(MODEL_YAML.read_text())["model"])
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self.outputs = [(o["name"], pb_utils.triton_string_to_numpy(o["data_type"])) for o in config["output"]]
+
+    def _response(self, tokens):
+        text = self.tokenizer.decode(tokens).encode()
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor(name, np.array([text], dtype=object) if name == "text_output" else np.zeros(1, dtype))
+            for name, dtype in self.outputs])
+
+    def _tokens(self, request):
+        prompt = _first(request, "text_input", b"")
+        ids = self.tokenizer.encode(prompt.decode() if isinstance(prompt, bytes) else str(prompt))
+        pattern = list(reversed(ids)) or [0]
+        return [pattern[i % len(pattern)] for i in range(int(_first(request, "sampling_param_max_tokens", 16)))]
+
+    def execute(self, requests):
+        if not self.decoupled:
+            return [self._response(self._tokens(request)) if not _first(request, "streaming", False) else
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError("streaming needs a decoupled model"))
+                    for request in requests]
+        for request in requests:
+            sender, tokens = request.get_response_sender(), self._tokens(request)
+            if _first(request, "streaming", False):
+                for token in tokens:
+                    sender.send(self._response([token]))
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                sender.send(self._response(tokens), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None

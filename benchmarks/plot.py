@@ -42,7 +42,8 @@ def write_plot(series: Series, path: Path, subtitle: str) -> str | None:
               SEEDS.name: ("tab:gray", "s", "seeds' configuration (1 instance each, BLS loaded)"),
               ENGINE_ALONE: ("tab:orange", "^", "the engine double alone, no pipeline (the ceiling)")}
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120)
-    for name, points in series.items():
+    order = list(styles)
+    for name, points in sorted(series.items(), key=lambda item: order.index(item[0]) if item[0] in order else 99):
         colour, marker, label = styles.get(name, (None, "x", name))
         concurrency = [p[0] for p in points]
         line = "--" if name == ENGINE_ALONE else "-"

@@ -123,13 +123,13 @@ class Sandbox:
         return subprocess.Popen([sys.executable, str(SERVE_SHIM), *args], env=env, stdin=subprocess.DEVNULL,
                                 stdout=stdout, stderr=stderr, text=True, start_new_session=True)
 
-    def prepare(self, env: dict[str, str]) -> list[dict]:
-        """`prepare` to completion (fills the cache); its JSON events."""
+    def prepare(self, env: dict[str, str]) -> dict:
+        """`prepare` to completion (fills the cache); the launch command it prints (argv, repository, …)."""
         proc = self.launch("prepare", env=env)
-        _, err = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=300)
         if proc.returncode != 0:
             raise RuntimeError(f"prepare exited {proc.returncode}:\n{err[-2000:]}")
-        return json_events(err)
+        return json.loads(out)
 
     def serve_many(self, envs: list[dict[str, str]], timeout_s: float = 300) -> list[Start]:
         """Launch one `serve` per environment (back to back), wait until each exec'd the server, stop them all.

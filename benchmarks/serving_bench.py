@@ -10,7 +10,6 @@ plan() says what runs (a list of server starts, each with the loads sent to it);
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -38,7 +37,6 @@ INSTANCE_SWEEP = (1, 2, 4, 8)
 BLS_DOUBLE = Path(__file__).resolve().parents[1] / "tests" / "doubles" / "bls_with_torch_double.py"
 # The CPU build: 2.13.0+cpu is in pip's find-links here (/opt/wheels); PyPI's builds of 2.14 on are CUDA (5 GB).
 TORCH = "torch<2.14"
-PORT_FLAGS = ("--http-port", "--grpc-port", "--metrics-port")
 
 
 @dataclass(frozen=True)
@@ -271,11 +269,7 @@ class Bench:
 
     def prepare(self, env: dict[str, str]) -> list[str]:
         """`prepare` (fills the cache and the repository); the launch argv, with this host's server binary."""
-        proc = self.sandbox.launch("prepare", env=env)
-        out, err = proc.communicate(timeout=300)
-        if proc.returncode != 0:
-            raise RuntimeError(f"prepare exited {proc.returncode}:\n{err[-2000:]}")
-        argv, _, _ = realtriton.server_argv(self.server, json.loads(out)["argv"])
+        argv, _, _ = realtriton.server_argv(self.server, self.sandbox.prepare(env)["argv"])
         return argv
 
 

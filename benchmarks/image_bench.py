@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.report import Metric, Target, median
-from trtllm_images import builder, context, render, wheel
+from trtllm_images import builder, context, render, support, wheel
 from trtllm_images import matrix as matrix_mod
 from trtllm_images.errors import BuildError
 from trtllm_images.plan import make_plan
@@ -93,13 +93,14 @@ def standin_or_reason(client, say: Say) -> tuple[str | None, str | None]:
         return None, f"no stand-in base image for {TAG}: {exc}"
 
 
-def _timed_build(client, plan, dockerfiles, project_dir: Path, work: Path, matrix_json: str) -> tuple[float, list]:
+def _timed_build(client, plan, dockerfiles, project_dir: Path, work: Path, matrix) -> tuple[float, list]:
     """Seconds for what `build.py` does for the server image (wheel, context, docker build), and the build steps."""
     spec = plan.image("server")
     lines: list[str] = []
     started = time.monotonic()
     wheel_path = wheel.build_wheel(project_dir=project_dir, dest=work)
-    context_dir = context.write_context(plan, dockerfiles, wheel_path, matrix_json, None)
+    matrix_json, models_json = support.image_data(matrix)
+    context_dir = context.write_context(plan, dockerfiles, wheel_path, matrix_json, None, models_json)
     builder.build_image(client, context_dir, spec.dockerfile, spec.ref, plan.buildargs, lines.append)
     return time.monotonic() - started, build_steps(lines)
 
@@ -121,10 +122,10 @@ def one_round(client, standin: str, work: Path) -> Round:
     copy = work / "entrypoints"
     shutil.copytree(wheel.ENTRYPOINTS_DIR, copy, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     try:
-        first_s, _ = _timed_build(client, plan, dockerfiles, copy, work / "wheel-a", matrix.to_json())
+        first_s, _ = _timed_build(client, plan, dockerfiles, copy, work / "wheel-a", matrix)
         added = client.api.inspect_image(plan.image("server").ref)["Size"] - client.api.inspect_image(base)["Size"]
         edit_one_line(copy)
-        rebuild_s, steps = _timed_build(client, plan, dockerfiles, copy, work / "wheel-b", matrix.to_json())
+        rebuild_s, steps = _timed_build(client, plan, dockerfiles, copy, work / "wheel-b", matrix)
     finally:
         _remove(client, [plan.image("server").ref, base])
     return Round(first_s, rebuild_s, added, steps)

@@ -76,7 +76,12 @@ def format_value(value: float | None, unit: str = "") -> str:
         return f"{value:.3f} s"
     if unit == "x":
         return f"{value:.2f}x"
-    text = str(int(value)) if float(value).is_integer() else f"{value:.3g}"
+    if unit == "ms":
+        return f"{value:.2f} ms"
+    if float(value).is_integer():
+        text = str(int(value))
+    else:  # rates such as 1130.4 req/s: whole numbers, not 1.13e+03
+        text = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
     return f"{text} {unit}".rstrip()
 
 

@@ -1,4 +1,5 @@
-"""`python -m benchmarks` (or `python benchmarks/run.py`): start-up overhead, cache reuse, image builds, static checks.
+"""`python -m benchmarks` (or `python benchmarks/run.py`): start-up overhead, cache reuse, image builds, static checks,
+and the serving pipeline on the real tritonserver.
 
 Prints a table (metric | value | target | status) and writes the results as JSON. Exit 0 when every target is met,
 1 when one is missed. Progress goes to stderr; docs/benchmarks.md explains each measurement.
@@ -10,6 +11,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +25,7 @@ from benchmarks import entrypoint_bench, image_bench, static_bench  # noqa: E402
 from benchmarks.report import Metric, document, markdown_table, table  # noqa: E402
 from benchmarks.sandbox import Sandbox  # noqa: E402
 
-SUITES = ("warm", "cold", "concurrent", "images", "static")
+SUITES = ("warm", "cold", "concurrent", "images", "static", "serving")
 # Runs per measurement (medians are taken over them): full, and --quick.
 REPEATS = {
     "warm": (20, 5),  # per checkpoint size
@@ -31,8 +33,12 @@ REPEATS = {
     "concurrent": (3, 1),  # each run starts 8 replicas
     "images": (3, 1),  # each run: a fresh base, a first build, an edited rebuild
     "static": (5, 2),
+    "serving": (5, 2),  # warm starts to ready, each of `serve` and of tritonserver alone, per BLS variant
 }
+# Seconds each serving load is measured (after a warm-up of a fifth of it): full, and --quick.
+SERVING_SECONDS = (5.0, 2.0)
 DEFAULT_JSON = REPO / "out" / "benchmarks.json"  # out/ is not tracked; docs/benchmarks.md keeps the numbers
+DEFAULT_PLOT = REPO / "out" / "serving-throughput.png"  # docs/serving-throughput.png is the committed one
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -54,6 +60,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="SECONDS",
         help="how long the trtllm-build double takes in cold and concurrent starts "
         f"[{entrypoint_bench.BUILD_SLEEP_S:g}]",
+    )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=DEFAULT_PLOT,
+        help=f"where the serving suite writes its throughput plot [{DEFAULT_PLOT}]",
     )
     parser.add_argument(
         "--workdir",
@@ -115,6 +127,26 @@ def run_image_suite(repeats: int, work: Path, say) -> tuple[list[Metric], str | 
     return image_bench.image_metrics(client, standin, work / "images", repeats, say), version
 
 
+def run_serving_suite(repeats: int, measure_s: float, work: Path, plot_path: Path, say) -> list[Metric]:
+    """The serving metrics, and the plot written to plot_path; skipped with the reason when the real server, the
+    templates or tritonclient are missing here."""
+    from tests import realtriton
+    from tests.standin.build_standin import TemplatesMissing
+
+    try:
+        from benchmarks import plot, serving_bench
+
+        outcome = serving_bench.serving_metrics(work, repeats, measure_s / 5, measure_s, say)
+    except (ImportError, realtriton.RealTritonUnavailable, TemplatesMissing) as exc:
+        say(f"serving benchmarks skipped: {exc}")
+        return [skipped("serving", str(exc))]
+    info = machine(None)
+    subtitle = f"{info['nproc']} CPUs ({info['cpu_model']}), load generator on the same CPUs, {measure_s:g} s per point"
+    reason = plot.write_plot(plot.unary_series(outcome.results), plot_path, subtitle)
+    say(f"plot: {reason}" if reason else f"plot written to {plot_path}")
+    return outcome.metrics
+
+
 def machine(docker_version: str | None) -> dict:
     return {
         "nproc": os.cpu_count(),
@@ -167,6 +199,8 @@ def write_json(path: Path, data: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the servers and scratch directories are cleaned up by their finally blocks.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     suites = selected_suites(args.only)
     repeats = {suite: full_quick[1 if args.quick else 0] for suite, full_quick in REPEATS.items()}
 
@@ -183,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
             metrics += image_metrics
         if "static" in suites:
             metrics += static_bench.static_metrics(repeats["static"], say)
+        if "serving" in suites:
+            metrics += run_serving_suite(
+                repeats["serving"], SERVING_SECONDS[1 if args.quick else 0], work, args.plot, say
+            )
     settings = {
         "suites": suites,
         "quick": args.quick,
@@ -191,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         "replicas": entrypoint_bench.REPLICAS,
         "small_checkpoint_bytes": entrypoint_bench.SMALL_BYTES,
         "large_checkpoint_bytes": entrypoint_bench.LARGE_BYTES,
+        "serving_seconds_per_load": SERVING_SECONDS[1 if args.quick else 0],
     }
     result = document(metrics, machine(docker_version), settings)
     write_json(args.json, result)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -18,12 +17,15 @@ from pathlib import Path
 
 from tests.doubles.double_records import read_records
 from tests.doubles.install import double_environ, install_doubles
+from tests.image_data import write_image_data
+from tests.realtriton import free_port, with_admin_key
 from tests.standin.build_standin import upstream_templates
 from tests.tiny_checkpoint import tiny_llama
 from trtllm_images import matrix
 
 REPO = Path(__file__).resolve().parents[1]
 SERVE_SHIM = Path(__file__).resolve().parent / "serve_shim.py"
+BENCH_ADMIN_KEY = "benchmark-admin-key-0123456789"  # restricted APIs stay closed, as in a default start
 # Variables of the caller's shell that would change what the entrypoint does (or leak a token into a run).
 _SCRUBBED = (
     "HF_TOKEN",
@@ -72,12 +74,6 @@ def checkpoint_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def json_events(stderr: str) -> list[dict]:
     """The entrypoint's LOG_FORMAT=json events; the doubles' own (non-JSON) lines are skipped."""
     events = []
@@ -118,8 +114,7 @@ class Sandbox:
             with_app=True,
             templates_src=upstream_templates(entry.tensorrt_llm),
         )
-        matrix_file = root / "matrix.json"
-        matrix_file.write_text(matrix.load().to_json())
+        matrix_file = write_image_data(root)
         env = double_environ(paths, root / "records")
         for name in _SCRUBBED:
             env.pop(name, None)
@@ -158,13 +153,17 @@ class Sandbox:
             start_new_session=True,
         )
 
-    def prepare(self, env: dict[str, str]) -> list[dict]:
-        """`prepare` to completion (fills the cache); its JSON events."""
+    def prepare(self, env: dict[str, str]) -> dict:
+        """`prepare` to completion (fills the cache); the launch command it prints (argv, repository, …), with the
+        admin key put back that `prepare` leaves out, so the argv runs as `serve` would run it."""
+        env = {"TRITON_ADMIN_KEY": BENCH_ADMIN_KEY, **env}
         proc = self.launch("prepare", env=env)
-        _, err = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=300)
         if proc.returncode != 0:
             raise RuntimeError(f"prepare exited {proc.returncode}:\n{err[-2000:]}")
-        return json_events(err)
+        launch = json.loads(out)
+        launch["argv"] = with_admin_key(launch["argv"], env["TRITON_ADMIN_KEY"])
+        return launch
 
     def serve_many(self, envs: list[dict[str, str]], timeout_s: float = 300) -> list[Start]:
         """Launch one `serve` per environment (back to back), wait until each exec'd the server, stop them all.

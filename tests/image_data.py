@@ -14,12 +14,11 @@ from trtllm_images import matrix, support
 
 def write_image_data(directory: Path, the_matrix: matrix.Matrix | None = None) -> Path:
     """Write matrix.json and models.json into `directory`; return the matrix file (for TRTLLM_MATRIX_FILE)."""
-    the_matrix = the_matrix or matrix.load()
-    capabilities = support.load_capabilities()
+    matrix_json, models_json = support.image_data(the_matrix or matrix.load())
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "models.json").write_text(support.models_json(support.load_models(), the_matrix, capabilities))
+    (directory / "models.json").write_text(models_json)
     matrix_file = directory / "matrix.json"
-    matrix_file.write_text(support.image_matrix_json(the_matrix, capabilities))
+    matrix_file.write_text(matrix_json)
     return matrix_file
 
 

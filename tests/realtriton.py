@@ -211,6 +211,15 @@ def host_layout(root: Path | None = None) -> Layout:
 
 # --- running it -----------------------------------------------------------------------------------------------------
 
+ADMIN_HEADER = "admin-key"  # the header (HTTP) that Triton's restricted APIs want, as the entrypoint configures them
+
+
+def with_admin_key(argv: Sequence[str], key: str) -> list[str]:
+    """`prepare` prints its launch command with the admin key left out (job logs keep that output); put `key`, the
+    TRITON_ADMIN_KEY it was given, back where `serve` would have it."""
+    return [arg + key if arg.endswith(f":{ADMIN_HEADER}=") else arg for arg in argv]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

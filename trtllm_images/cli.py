@@ -178,15 +178,8 @@ def _write_context(
         assets = backend_assets.fetch(
             plan.entry, upstream.cache_root(), backend_dir, _say, allow_unpinned=allow_unpinned
         )
-    capabilities = support.load_capabilities()
-    return context.write_context(
-        plan,
-        dockerfiles,
-        _entrypoint_wheel(),
-        support.image_matrix_json(matrix, capabilities),
-        assets,
-        support.models_json(support.load_models(), matrix, capabilities),
-    )
+    matrix_json, models_json = support.image_data(matrix)
+    return context.write_context(plan, dockerfiles, _entrypoint_wheel(), matrix_json, assets, models_json)
 
 
 def _errors(findings) -> list:

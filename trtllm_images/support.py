@@ -306,6 +306,13 @@ def _engine(raw: object, where: str, errors: list[str]) -> Engine | None:
 # --- what the images carry and what `build.py models` shows --------------------------------------------------------
 
 
+def image_data(matrix: Matrix) -> tuple[str, str]:
+    """(matrix.json, models.json) as an image of this matrix carries them: what build contexts, tests and benchmarks
+    write for the entrypoint."""
+    capabilities = load_capabilities()
+    return image_matrix_json(matrix, capabilities), models_json(load_models(), matrix, capabilities)
+
+
 def image_matrix_json(matrix: Matrix, capabilities: Capabilities) -> str:
     """matrix.json as the images carry it: every entry with its named capabilities. Deterministic (image layers)."""
     entries = [{**entry.to_dict(), "capabilities": capabilities.of(entry).to_dict()} for entry in matrix.entries]

@@ -126,9 +126,9 @@ def fill_values(settings: Settings, facts: ImageFacts, engine_dir: Path | None,
         "decoupled_mode": _flag(settings.decoupled),
         "max_queue_delay_microseconds": "0",
         "max_queue_size": "0",
-        # One Python instance each, as NVIDIA's triton_cli does; the BLS model is not our entry point.
-        "preprocessing_instance_count": "1",
-        "postprocessing_instance_count": "1",
+        # Pre/postprocessing from the usable CPUs (settings, cpus.py); the BLS model is not our entry point.
+        "preprocessing_instance_count": str(settings.preprocessing_instances),
+        "postprocessing_instance_count": str(settings.postprocessing_instances),
         "bls_instance_count": "1",
         "logits_datatype": "TYPE_FP32",
         "encoder_input_features_data_type": "TYPE_FP16",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from trtllm_entrypoint import contract, security
+from trtllm_entrypoint import contract, cpus, security
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.fill import INNER_MODELS
@@ -36,6 +36,7 @@ POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64)
 WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
 DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 TOKEN = re.compile(r"[!-~]+")  # printable ASCII without spaces: it goes into an HTTP header
+MAX_INSTANCES = 256  # Python model instances: one process each
 MAX_TOKENS = 1 << 20  # 1M tokens: above any context length TensorRT-LLM serves today
 # Usable as a Triton model name and as a directory name.
 SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -88,6 +89,8 @@ class Settings:
     restricted_apis: tuple[str, ...]            # closed to clients without the admin key (RESTRICTED_APIS)
     admin_key: str = field(repr=False, compare=False)  # TRITON_ADMIN_KEY(_FILE), or random per start
     admin_key_generated: bool                   # no key given: nobody can call the restricted APIs
+    preprocessing_instances: int
+    postprocessing_instances: int
     enable_bls: bool = False
     # The fields whose variable was set (the others hold defaults): a prebuilt engine's own limits replace defaults.
     explicit: frozenset[str] = frozenset()
@@ -105,7 +108,8 @@ class Settings:
                  command_line: CommandLine = CommandLine()) -> Settings:
         env = _Env(environ)
         values = {**_model_values(env, facts), **_limit_values(env), **_server_values(env, facts, command_line),
-                  **_admin_values(env, command_line)}
+                  **_admin_values(env, command_line),
+                  **_instance_values(env, cpus.usable_cpus())}
         values["cache_dir"], values["cache_fallback_reason"] = _cache_dir(env)
         values["model_init_async"] = env.text("MODEL_INIT_MODE") == "async"
         # Presence matters (an empty NVIDIA_VISIBLE_DEVICES hides every GPU), so these are read as given.
@@ -312,6 +316,15 @@ def _limit_values(env: _Env) -> dict[str, Any]:
         "enable_bls": env.boolean("ENABLE_BLS", False),
         "exit_timeout_secs": env.integer("EXIT_TIMEOUT_SECS", 30, 0, 3600),
         "lock_timeout_secs": env.integer("LOCK_TIMEOUT_SECS", 3600, 0, 86400),
+    }
+
+
+def _instance_values(env: _Env, usable_cpus: int) -> dict[str, Any]:
+    """Python model instances; the default follows the CPUs the container may use (see cpus.py)."""
+    default = cpus.default_instances(usable_cpus)
+    return {
+        "preprocessing_instances": env.integer("PREPROCESSING_INSTANCES", default, 1, MAX_INSTANCES),
+        "postprocessing_instances": env.integer("POSTPROCESSING_INSTANCES", default, 1, MAX_INSTANCES),
     }
 
 

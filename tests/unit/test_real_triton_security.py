@@ -23,7 +23,7 @@ from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
 from tests.unit.test_main import Image, templates_for
 
 KEY = "admin-key-for-tests-0123456789"
-HEADER = "admin-key"
+HEADER = realtriton.ADMIN_HEADER
 GRPC_HEADER = "triton-grpc-protocol-admin-key"
 # (method, route, body): every restricted API by default, including the writes an attacker would use.
 RESTRICTED = [
@@ -70,7 +70,7 @@ def prepared_argv(img: Image, key: str | None = None, **env: str) -> list[str]:
     result = img.run("prepare", **{"WORKFLOW": "engine", **keyed, **ports, **env})
     assert result.returncode == 0, result.stderr
     argv = json.loads(result.stdout)["argv"]
-    return [arg + key if key and arg.endswith(f":{HEADER}=") else arg for arg in argv]
+    return realtriton.with_admin_key(argv, key) if key else argv
 
 
 @pytest.fixture

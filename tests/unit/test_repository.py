@@ -106,6 +106,16 @@ def test_decoupled_and_batch_values_follow_settings(tmp_path):
     assert "decoupled: true" in (tmp_path / "repo" / "tensorrt_llm_bls" / "config.pbtxt").read_text()
 
 
+
+def test_instance_counts_follow_settings(tmp_path):
+    root = need(TRTLLM_ROOT)
+    fill(root, tmp_path / "repo", make_settings(PREPROCESSING_INSTANCES="3", POSTPROCESSING_INSTANCES="5",
+                                                     ENABLE_BLS="true"))
+    from trtllm_entrypoint import pbtxt
+    counts = {model: pbtxt.parse((tmp_path / "repo" / model / "config.pbtxt").read_text())["instance_group"][0]
+              ["count"] for model in ("preprocessing", "postprocessing", "tensorrt_llm_bls")}
+    assert counts == {"preprocessing": 3, "postprocessing": 5, "tensorrt_llm_bls": 1}
+
 def write_template(root, model, text):
     (root / "inflight_batcher_llm" / model).mkdir(parents=True, exist_ok=True)
     (root / "inflight_batcher_llm" / model / "config.pbtxt").write_text(text)

@@ -270,3 +270,13 @@ def test_the_openai_port_only_has_to_differ_when_the_openai_frontend_runs():
     # KServe's gRPC port is 9000, OPENAI_PORT's default: fine as long as nothing listens on the OpenAI port.
     settings = Settings.from_env({"GRPC_PORT": "9000"}, FACTS)
     assert settings.grpc_port == settings.openai_port == 9000
+
+
+def test_instance_counts_default_from_the_usable_cpus(monkeypatch):
+    monkeypatch.setattr(settings_mod.cpus, "usable_cpus", lambda: 3)
+    s = load()
+    assert (s.preprocessing_instances, s.postprocessing_instances) == (3, 3)
+    s = load(PREPROCESSING_INSTANCES="1", POSTPROCESSING_INSTANCES="12")
+    assert (s.preprocessing_instances, s.postprocessing_instances) == (1, 12)
+    with pytest.raises(UsageError, match="POSTPROCESSING_INSTANCES='0' is not allowed: expected a whole number"):
+        load(POSTPROCESSING_INSTANCES="0")

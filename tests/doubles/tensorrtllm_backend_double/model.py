@@ -10,12 +10,16 @@ our images depend on it:
 - "generates" deterministic tokens: the prompt's ids, last to first, repeated up to the requested length;
 - streams one response per token when the model is decoupled and the request asks for `streaming`;
 - returns every output the model config declares, with its declared type.
-TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S (seconds per token) keeps a request in flight for drain tests;
+TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S (seconds per token) keeps a request in flight for drain tests and stands for a
+model's decode step in benchmarks: in decoupled mode, as the real backend does, execute() hands the requests to an
+engine thread and returns at once; each step of that thread (one delay) gives every request in flight its next token
+(in-flight batching), so concurrent streams advance together instead of one after the other;
 TRTLLM_ENGINE_DOUBLE_LOAD_DELAY_S (seconds) makes the load slow, as a large engine's is, for readiness tests.
 """
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -71,6 +75,10 @@ class TritonPythonModel:
         self.delay_s = float(os.environ.get("TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S") or 0)
         self.outputs = [(o["name"], pb_utils.triton_string_to_numpy(o["data_type"]), o["dims"])
                         for o in config["output"]]
+        self.in_flight = []  # [request, sender, streaming, tokens, steps left]: the engine thread's batch
+        self.wake = threading.Condition()
+        if self.decoupled:
+            threading.Thread(target=self._engine_loop, daemon=True).start()
         time.sleep(float(os.environ.get("TRTLLM_ENGINE_DOUBLE_LOAD_DELAY_S") or 0))
         print(f"tensorrtllm backend double: rank {rank}/{world_size} loaded {engine_dir}", flush=True)
 
@@ -86,7 +94,7 @@ class TritonPythonModel:
             tensors.append(pb_utils.Tensor(name, value.astype(dtype)))
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
-    def _generate(self, request, streaming=False):
+    def _generate(self, request, streaming=False, delay_s=None):
         """The request's tokens one at a time (a stream never repeats the prompt), or raise ValueError for a
         request the real backend rejects."""
         ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy().reshape(-1).tolist()
@@ -100,13 +108,13 @@ class TritonPythonModel:
             yield from ids
         pattern = list(reversed(ids)) or [0]
         for i in range(wanted):
-            time.sleep(self.delay_s)
+            time.sleep(self.delay_s if delay_s is None else delay_s)
             yield pattern[i % len(pattern)]
 
     def execute(self, requests):
         if self.decoupled:
             for request in requests:
-                self._execute_decoupled(request)
+                self._admit(request)
             return None
         responses = []
         for request in requests:
@@ -118,19 +126,48 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(exc))))
         return responses
 
-    def _execute_decoupled(self, request):
+    def _admit(self, request):
+        """Check the request and add it to the engine thread's batch (an invalid one is answered at once)."""
         sender = request.get_response_sender()
-        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         try:
-            if bool(_first(request, "streaming", False)):
-                for token in self._generate(request, streaming=True):
-                    sender.send(self._response([token]))
-                sender.send(flags=final)
-            else:
-                sender.send(self._response(list(self._generate(request))), flags=final)
+            streaming = bool(_first(request, "streaming", False))
+            tokens = list(self._generate(request, streaming=streaming, delay_s=0))
         except ValueError as exc:
             sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(exc))),
-                        flags=final)
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
+        steps = int(_first(request, "request_output_len", 16))
+        with self.wake:
+            self.in_flight.append([request, sender, streaming, tokens, steps])
+            self.wake.notify()
+
+    def _engine_loop(self):
+        """One step per delay: every request in flight gets its next token; a finished one its final flag. Only
+        this thread sends, so responses of one request never race each other."""
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        step_at = time.monotonic()
+        while True:
+            with self.wake:
+                if not self.in_flight:
+                    while not self.in_flight:
+                        self.wake.wait()
+                    step_at = time.monotonic()
+                batch = list(self.in_flight)
+            # A step lasts `delay` in all, sending included, as a GPU step does whatever the batch size.
+            step_at += self.delay_s
+            time.sleep(max(0.0, step_at - time.monotonic()))
+            for item in batch:
+                _, sender, streaming, tokens, steps = item
+                if streaming and steps > 0:
+                    sender.send(self._response([tokens[len(tokens) - steps]]))
+                item[4] = steps = steps - 1
+                if steps <= 0:
+                    if streaming:
+                        sender.send(flags=final)
+                    else:
+                        sender.send(self._response(tokens), flags=final)
+                    with self.wake:
+                        self.in_flight.remove(item)
 
     def finalize(self):
         print("tensorrtllm backend double: unloaded", flush=True)

@@ -53,7 +53,7 @@ class ArchiveServer:
                 if self.path not in server.unsized:
                     self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body[:server.cut.get(self.path, len(body))])
+                self.wfile.write(body[: server.cut.get(self.path, len(body))])
                 self.close_connection = True
 
             def log_message(self, *args):

@@ -34,11 +34,14 @@ def image_facts(tag: str, app_dir: Path = Path("/app")):
     """The container side's ImageFacts for an image of `tag`, read from the real data files (matrix.yaml and
     capabilities.yaml), as load_facts reads them inside the image."""
     from trtllm_entrypoint.facts import load_facts
-    return load_facts({"MATRIX_TAG": tag, "TRTLLM_MATRIX_FILE": str(_data_dir() / "matrix.json"),
-                       "TRTLLM_APP_DIR": str(app_dir)})
+
+    return load_facts(
+        {"MATRIX_TAG": tag, "TRTLLM_MATRIX_FILE": str(_data_dir() / "matrix.json"), "TRTLLM_APP_DIR": str(app_dir)}
+    )
 
 
 def model_table():
     """The container side's ModelTable from the real models.yaml."""
     from trtllm_entrypoint import models
+
     return models.load(_data_dir() / "models.json")

@@ -36,7 +36,7 @@ from typing import IO
 DOUBLES_DIR = Path(__file__).resolve().parent / "doubles"
 ENGINE_DOUBLE = DOUBLES_DIR / "tensorrtllm_backend_double" / "model.py"
 PYTRITON = "nvidia-pytriton==0.7.0"
-TRITON_VERSION = "2.51.0"   # the core inside that wheel (NGC 24.10's), whatever tag a stand-in claims
+TRITON_VERSION = "2.51.0"  # the core inside that wheel (NGC 24.10's), whatever tag a stand-in claims
 # What the Python models import: the 2.51 stub breaks on BYTES tensors with numpy 2; transformers is the tokenizer.
 STUB_REQUIREMENTS = ("numpy<2", "transformers")
 WHEEL_PLATFORM = "manylinux2014_x86_64"
@@ -85,8 +85,9 @@ def fetch_wheels(py: str | None = None, dest: Path | None = None) -> Path:
         dest.mkdir(parents=True, exist_ok=True)
         binary = ["download", "--quiet", "--only-binary=:all:", "--dest", str(dest)]
         _pip(*binary, "--no-deps", "--platform", "manylinux_2_35_x86_64", PYTRITON)
-        _pip(*binary, "--python-version", py, "--implementation", "cp", "--platform", WHEEL_PLATFORM,
-             *STUB_REQUIREMENTS)
+        _pip(
+            *binary, "--python-version", py, "--implementation", "cp", "--platform", WHEEL_PLATFORM, *STUB_REQUIREMENTS
+        )
         done.write_text(FINGERPRINT)
     return dest
 
@@ -147,8 +148,21 @@ def install_stub_venv(venv: Path, wheels: Path) -> Path:
     done = subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], capture_output=True, text=True)
     if done.returncode != 0:
         raise RealTritonUnavailable(f"python -m venv failed: {done.stderr.strip()[-300:]}")
-    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index",
-                          "--find-links", str(wheels), *STUB_REQUIREMENTS], capture_output=True, text=True)
+    pip = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--find-links",
+            str(wheels),
+            *STUB_REQUIREMENTS,
+        ],
+        capture_output=True,
+        text=True,
+    )
     if pip.returncode != 0:
         raise RealTritonUnavailable(f"installing {' '.join(STUB_REQUIREMENTS)} failed: {pip.stderr.strip()[-300:]}")
     return venv
@@ -158,8 +172,8 @@ def install_stub_venv(venv: Path, wheels: Path) -> Path:
 class Layout:
     """An unpacked server on this host, and what a process needs to run it."""
 
-    home: Path               # …/opt/tritonserver
-    venv: Path               # the stub's Python and packages
+    home: Path  # …/opt/tritonserver
+    venv: Path  # the stub's Python and packages
     libpython_dir: Path
 
     @property
@@ -184,8 +198,10 @@ def _libpython_dir() -> Path:
     libdir, library = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
     if libdir and library and (Path(libdir) / library).exists():
         return Path(libdir)
-    raise RealTritonUnavailable(f"no shared libpython{python_version()} beside {sys.executable}: the Python "
-                                f"backend's stub needs it (Debian: apt-get install libpython{python_version()})")
+    raise RealTritonUnavailable(
+        f"no shared libpython{python_version()} beside {sys.executable}: the Python "
+        f"backend's stub needs it (Debian: apt-get install libpython{python_version()})"
+    )
 
 
 def host_layout(root: Path | None = None) -> Layout:
@@ -266,8 +282,9 @@ class RunningServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"tritonserver exited with {self.process.returncode} before ready:\n"
-                                   f"{self.log()[-6000:]}")
+                raise RuntimeError(
+                    f"tritonserver exited with {self.process.returncode} before ready:\n{self.log()[-6000:]}"
+                )
             if self.ready():
                 return
             time.sleep(0.3)
@@ -306,16 +323,24 @@ def server_argv(layout: Layout, args: Sequence[str]) -> tuple[list[str], int, in
 
 
 @contextmanager
-def start(layout: Layout, args: Sequence[str], *, env: dict[str, str] | None = None, log_dir: Path | None = None,
-          ready_timeout_s: float = 120, wait: bool = True) -> Iterator[RunningServer]:
+def start(
+    layout: Layout,
+    args: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    log_dir: Path | None = None,
+    ready_timeout_s: float = 120,
+    wait: bool = True,
+) -> Iterator[RunningServer]:
     """Run tritonserver with `args` until the block ends (then SIGTERM). Waits for /v2/health/ready unless
     wait=False. The log goes to a file in `log_dir` (default: a temporary directory)."""
     argv, http_port, grpc_port = server_argv(layout, args)
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="tritonserver-log-"))
     log_path = log_dir / f"tritonserver-{http_port}.log"
     log = open(log_path, "wb")  # noqa: SIM115 (open for the server's lifetime; RunningServer closes it)
-    process = subprocess.Popen(argv, env=layout.environ(env), stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        argv, env=layout.environ(env), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     server = RunningServer(process, argv, http_port, grpc_port, log_path, log)
     try:
         if wait:

@@ -28,8 +28,10 @@ from trtllm_images.errors import BuildError
 
 ENV = "TRTLLM_UPSTREAM_DIR"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "upstream"
-HOW = (f"set {ENV} to a copy (layout in tests/upstream_files.py), or run `python build.py upstream fetch` "
-       "on a machine that reaches GitHub")
+HOW = (
+    f"set {ENV} to a copy (layout in tests/upstream_files.py), or run `python build.py upstream fetch` "
+    "on a machine that reaches GitHub"
+)
 
 
 class UpstreamMissing(Exception):
@@ -53,8 +55,9 @@ def _resolve() -> Path | str:
     if SHARED.is_dir():
         return SHARED
     try:
-        return upstream.materialize_layout(upstream.load_lock(), upstream.cache_root(),
-                                           local_copy=f"{ENV}=<a copy>", log=lambda message: None)
+        return upstream.materialize_layout(
+            upstream.load_lock(), upstream.cache_root(), local_copy=f"{ENV}=<a copy>", log=lambda message: None
+        )
     except BuildError as exc:
         return f"upstream files unavailable ({exc.message}); {HOW}"
 

@@ -26,8 +26,9 @@ INSTANCES_PER_CPU = 1
 MAX_DEFAULT_INSTANCES = 8
 
 
-def quota_cpus(cpu_max: str | None = None, cfs_quota_us: str | None = None,
-               cfs_period_us: str | None = None) -> float | None:
+def quota_cpus(
+    cpu_max: str | None = None, cfs_quota_us: str | None = None, cfs_period_us: str | None = None
+) -> float | None:
     """The CPU quota as a number of CPUs (1.5 for `150000 100000`), or None when there is no quota.
 
     `cpu_max` is the content of cgroup v2 `cpu.max` (`max 100000` means unlimited); the other two are v1's files

@@ -56,34 +56,65 @@ def build_notes(facts: ImageFacts, settings: Settings) -> list[str]:
     """What the build does differently from what the settings literally say, for the log."""
     notes = []
     if checkpoint_dtype(facts, settings.dtype) != settings.dtype:
-        notes.append(f"DTYPE=auto converts as float16: TensorRT-LLM {facts.tensorrt_llm} cannot infer it "
-                     "(automatic dtype arrived in 0.15)")
+        notes.append(
+            f"DTYPE=auto converts as float16: TensorRT-LLM {facts.tensorrt_llm} cannot infer it "
+            "(automatic dtype arrived in 0.15)"
+        )
     if not _has_max_seq_len(facts):
-        notes.append(f"TensorRT-LLM {facts.tensorrt_llm} has no --max_seq_len: passing --max_output_len "
-                     f"{settings.max_seq_len - settings.max_input_len} (MAX_SEQ_LEN - MAX_INPUT_LEN)")
+        notes.append(
+            f"TensorRT-LLM {facts.tensorrt_llm} has no --max_seq_len: passing --max_output_len "
+            f"{settings.max_seq_len - settings.max_input_len} (MAX_SEQ_LEN - MAX_INPUT_LEN)"
+        )
     return notes
 
 
-def build_commands(facts: ImageFacts, settings: Settings, model_dir: Path, out_dir: Path, work_dir: Path,
-                   converter: Converter) -> list[Command]:
+def build_commands(
+    facts: ImageFacts, settings: Settings, model_dir: Path, out_dir: Path, work_dir: Path, converter: Converter
+) -> list[Command]:
     if "engine_build" not in facts.features:
-        raise UsageError(f"building engines needs TensorRT-LLM 0.9 or newer; this image has {facts.tensorrt_llm}",
-                         "build the engine elsewhere and set ENGINE_DIR, or use a newer image tag")
+        raise UsageError(
+            f"building engines needs TensorRT-LLM 0.9 or newer; this image has {facts.tensorrt_llm}",
+            "build the engine elsewhere and set ENGINE_DIR, or use a newer image tag",
+        )
     quantize = settings.quantization != "none"
     dtype = checkpoint_dtype(facts, settings.dtype)
-    convert = ["python3", str(convert_script(facts, converter, quantize)),
-               "--model_dir", str(model_dir), "--output_dir", str(work_dir), "--dtype", dtype,
-               "--tp_size", str(settings.tp_size), "--pp_size", str(settings.pp_size)]
+    convert = [
+        "python3",
+        str(convert_script(facts, converter, quantize)),
+        "--model_dir",
+        str(model_dir),
+        "--output_dir",
+        str(work_dir),
+        "--dtype",
+        dtype,
+        "--tp_size",
+        str(settings.tp_size),
+        "--pp_size",
+        str(settings.pp_size),
+    ]
     convert += ["--qformat", settings.quantization] if quantize else list(converter.args)
-    return [Command(tuple(convert), "quantize" if quantize else "convert"),
-            Command(trtllm_build_argv(facts, settings, dtype, work_dir, out_dir), "trtllm-build")]
+    return [
+        Command(tuple(convert), "quantize" if quantize else "convert"),
+        Command(trtllm_build_argv(facts, settings, dtype, work_dir, out_dir), "trtllm-build"),
+    ]
 
 
-def trtllm_build_argv(facts: ImageFacts, settings: Settings, dtype: str, checkpoint_dir: Path,
-                      out_dir: Path) -> tuple[str, ...]:
-    argv = ["trtllm-build", "--checkpoint_dir", str(checkpoint_dir), "--output_dir", str(out_dir),
-            "--gemm_plugin", dtype,
-            "--max_batch_size", str(settings.max_batch_size), "--max_input_len", str(settings.max_input_len)]
+def trtllm_build_argv(
+    facts: ImageFacts, settings: Settings, dtype: str, checkpoint_dir: Path, out_dir: Path
+) -> tuple[str, ...]:
+    argv = [
+        "trtllm-build",
+        "--checkpoint_dir",
+        str(checkpoint_dir),
+        "--output_dir",
+        str(out_dir),
+        "--gemm_plugin",
+        dtype,
+        "--max_batch_size",
+        str(settings.max_batch_size),
+        "--max_input_len",
+        str(settings.max_input_len),
+    ]
     if _has_max_seq_len(facts):
         argv += ["--max_seq_len", str(settings.max_seq_len)]
     else:
@@ -105,9 +136,11 @@ def trtllm_build_argv(facts: ImageFacts, settings: Settings, dtype: str, checkpo
 def resolve_script(path: Path, tensorrt_llm: str) -> Path:
     if path.is_file():
         return path
-    raise EntrypointError(f"{path} does not exist; the engine build for TensorRT-LLM {tensorrt_llm} needs it",
-                          "the images carry the TensorRT-LLM examples under their app dir: use the image built for "
-                          "this tag, or set TRTLLM_APP_DIR to a directory with the examples/ of this version")
+    raise EntrypointError(
+        f"{path} does not exist; the engine build for TensorRT-LLM {tensorrt_llm} needs it",
+        "the images carry the TensorRT-LLM examples under their app dir: use the image built for "
+        "this tag, or set TRTLLM_APP_DIR to a directory with the examples/ of this version",
+    )
 
 
 def run_commands(commands: Sequence[Command], log_path: Path, log: Log, environ: Mapping[str, str]) -> None:
@@ -125,12 +158,21 @@ def _run(command: Command, log_path: Path, log: Log, environ: Mapping[str, str])
         out.write(log.redact(f"$ {line}\n"))
         out.flush()
         try:
-            proc = subprocess.Popen(list(command.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, env=dict(environ), text=True, encoding="utf-8",
-                                    errors="replace")
+            proc = subprocess.Popen(
+                list(command.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=dict(environ),
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+            )
         except OSError as exc:
-            raise EntrypointError(f"cannot run {command.name} ({command.argv[0]}): {exc.strerror}",
-                                  "use the image built for this tag: it has the TensorRT-LLM tools") from None
+            raise EntrypointError(
+                f"cannot run {command.name} ({command.argv[0]}): {exc.strerror}",
+                "use the image built for this tag: it has the TensorRT-LLM tools",
+            ) from None
         with proc:
             for raw in proc.stdout or ():
                 text = log.redact(raw)
@@ -140,15 +182,19 @@ def _run(command: Command, log_path: Path, log: Log, environ: Mapping[str, str])
     code = proc.returncode
     if code != 0:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        raise EntrypointError(f"{command.name} {how} after {seconds}s; its last output:\n" + "\n".join(tail),
-                              f"the full output is in {log_path}")
+        raise EntrypointError(
+            f"{command.name} {how} after {seconds}s; its last output:\n" + "\n".join(tail),
+            f"the full output is in {log_path}",
+        )
     log.info("step done", step=command.name, seconds=seconds)
 
 
-def engine_builder(facts: ImageFacts, settings: Settings, model_dir: Path, converter: Converter, log: Log,
-                   environ: Mapping[str, str]) -> Callable[[Path, Path], None]:
+def engine_builder(
+    facts: ImageFacts, settings: Settings, model_dir: Path, converter: Converter, log: Log, environ: Mapping[str, str]
+) -> Callable[[Path, Path], None]:
     """The `build` callable for EngineCache.ensure. The intermediate checkpoint goes to out_dir/checkpoint, so a
     killed build leaves it inside the cache's temp dir (cleaned with it); it is removed before publication."""
+
     def build(out_dir: Path, log_path: Path) -> None:
         work_dir = out_dir / CHECKPOINT_DIR
         commands = build_commands(facts, settings, model_dir, out_dir, work_dir, converter)
@@ -159,4 +205,5 @@ def engine_builder(facts: ImageFacts, settings: Settings, model_dir: Path, conve
         run_commands(commands, log_path, log, environ)
         shutil.rmtree(work_dir)
         check_engine_version(out_dir, facts.tensorrt_llm)  # catches a trtllm-build of another install
+
     return build

@@ -35,14 +35,23 @@ SCHEMA = 2
 KEY_LENGTH = 20
 STAMP = "stamp.json"
 BUILD_LOG = "build.log"
-LOCK_HINT = ("another process is still building this engine (a dead holder releases the lock): wait longer with a "
-             "larger LOCK_TIMEOUT_SECS; on a shared volume, check that it supports flock")
+LOCK_HINT = (
+    "another process is still building this engine (a dead holder releases the lock): wait longer with a "
+    "larger LOCK_TIMEOUT_SECS; on a shared volume, check that it supports flock"
+)
 
 # Settings that change the built engine. Ports, streaming (decoupled), the KV-cache memory fraction and the
 # frontend are runtime choices and deliberately absent, so changing them reuses the engine.
 BUILD_SETTINGS = (
-    "dtype", "quantization", "max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens",
-    "max_beam_width", "tp_size", "pp_size",
+    "dtype",
+    "quantization",
+    "max_batch_size",
+    "max_input_len",
+    "max_seq_len",
+    "max_num_tokens",
+    "max_beam_width",
+    "tp_size",
+    "pp_size",
     "enable_kv_cache_reuse",  # turns on paged context FMHA at build time
 )
 
@@ -52,8 +61,9 @@ def cache_key(inputs: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:KEY_LENGTH]
 
 
-def key_inputs(model_identity: dict[str, Any], settings: Settings, facts: ImageFacts,
-               gpu_info: GpuInfo) -> dict[str, Any]:
+def key_inputs(
+    model_identity: dict[str, Any], settings: Settings, facts: ImageFacts, gpu_info: GpuInfo
+) -> dict[str, Any]:
     """Everything an engine depends on. Engines are specific to the compute capability, not to the GPU count
     actually present (the mapping is fixed by tp/pp), so names and count go into the stamp only."""
     return {
@@ -104,8 +114,9 @@ class EngineCache:
             log.warn("ignoring invalid engine cache entry", path=str(entry), reason=problem)
         return None
 
-    def ensure(self, key: str, stamp_inputs: dict[str, Any], build: Callable[[Path, Path], None], *,
-               timeout_s: float, log: Log) -> tuple[Path, bool]:
+    def ensure(
+        self, key: str, stamp_inputs: dict[str, Any], build: Callable[[Path, Path], None], *, timeout_s: float, log: Log
+    ) -> tuple[Path, bool]:
         """The published entry for `key`, built by `build(tmp_dir, log_path)` unless it exists; (entry, built_now)."""
         found = self.lookup(key, log)
         if found is not None:
@@ -135,8 +146,9 @@ class EngineCache:
         log.error("the failed build's output is kept", path=str(kept))
         return kept
 
-    def _build(self, key: str, stamp_inputs: dict[str, Any], build: Callable[[Path, Path], None], lock_wait: float,
-               log: Log) -> Path:
+    def _build(
+        self, key: str, stamp_inputs: dict[str, Any], build: Callable[[Path, Path], None], lock_wait: float, log: Log
+    ) -> Path:
         def fill(tmp: Path) -> dict[str, Any]:
             # The log lives inside our own temp dir, so no other UID's file is ever truncated; published with it.
             started = time.monotonic()
@@ -144,8 +156,12 @@ class EngineCache:
                 build(tmp, tmp / BUILD_LOG)
             return {"durations": {"lock_wait_s": lock_wait, "build_s": round(time.monotonic() - started, 3)}}
 
-        stamp = {"schema": SCHEMA, "key": key, "inputs": stamp_inputs,
-                 "builder": {"host": socket.gethostname(), "pid": os.getpid()}}
+        stamp = {
+            "schema": SCHEMA,
+            "key": key,
+            "inputs": stamp_inputs,
+            "builder": {"host": socket.gethostname(), "pid": os.getpid()},
+        }
         kept: list[Path] = []
 
         def keep_log(tmp: Path, _error: BaseException) -> None:

@@ -25,8 +25,10 @@ def _read_engine_config(engine_dir: Path) -> dict[str, Any]:
     try:
         config = json.loads(path.read_text())
     except FileNotFoundError:
-        raise EntrypointError(f"{path} does not exist", "an engine directory holds config.json and rank*.engine "
-                              "as written by trtllm-build") from None
+        raise EntrypointError(
+            f"{path} does not exist",
+            "an engine directory holds config.json and rank*.engine as written by trtllm-build",
+        ) from None
     except (OSError, ValueError) as exc:
         raise EntrypointError(f"cannot read {path}: {exc}") from None
     if not isinstance(config, dict):
@@ -46,8 +48,9 @@ def engine_world_size(engine_dir: Path) -> int:
             return int(mapping["world_size"])
         return int(mapping.get("tp_size", 1)) * int(mapping.get("pp_size", 1))
     except (TypeError, ValueError):
-        raise EntrypointError(f"{engine_dir / ENGINE_CONFIG} has a malformed pretrained_config.mapping: "
-                              f"{mapping!r}") from None
+        raise EntrypointError(
+            f"{engine_dir / ENGINE_CONFIG} has a malformed pretrained_config.mapping: {mapping!r}"
+        ) from None
 
 
 def missing_ranks(engine_dir: Path, world_size: int) -> list[str]:
@@ -57,16 +60,23 @@ def missing_ranks(engine_dir: Path, world_size: int) -> list[str]:
 def check_engine_version(engine_dir: Path, installed: str) -> None:
     """Engines only load with the exact TensorRT-LLM version that built them."""
     built_with = _read_engine_config(engine_dir).get("version")
-    rebuild = ("rebuild it with the builder image of this tag, or set MODEL_ID to the model checkpoint "
-               "so the engine is built here")
+    rebuild = (
+        "rebuild it with the builder image of this tag, or set MODEL_ID to the model checkpoint "
+        "so the engine is built here"
+    )
     if built_with is None:
-        raise EntrypointError(f"the engine in {engine_dir} has no version in config.json: it was built by the "
-                              f"legacy per-model build scripts and cannot run with TensorRT-LLM {installed}", rebuild)
+        raise EntrypointError(
+            f"the engine in {engine_dir} has no version in config.json: it was built by the "
+            f"legacy per-model build scripts and cannot run with TensorRT-LLM {installed}",
+            rebuild,
+        )
     if built_with != installed:
         same_release = version_tuple(str(built_with)) == version_tuple(installed)
         detail = " (same release, different build: engines need the exact version)" if same_release else ""
-        raise EntrypointError(f"the engine in {engine_dir} was built with TensorRT-LLM {built_with}, this image has "
-                              f"{installed}{detail}", rebuild)
+        raise EntrypointError(
+            f"the engine in {engine_dir} was built with TensorRT-LLM {built_with}, this image has {installed}{detail}",
+            rebuild,
+        )
 
 
 def built_limits(engine_dir: Path) -> dict[str, int]:
@@ -82,8 +92,11 @@ def built_limits(engine_dir: Path) -> dict[str, int]:
 
 def built_parallelism(engine_dir: Path) -> dict[str, int]:
     mapping = _mapping(engine_dir)
-    return {name: mapping[name] for name in PARALLELISM
-            if isinstance(mapping.get(name), int) and not isinstance(mapping[name], bool)}
+    return {
+        name: mapping[name]
+        for name in PARALLELISM
+        if isinstance(mapping.get(name), int) and not isinstance(mapping[name], bool)
+    }
 
 
 def serving_settings(settings: Settings, engine_dir: Path) -> tuple[Settings, dict[str, int]]:
@@ -94,10 +107,15 @@ def serving_settings(settings: Settings, engine_dir: Path) -> tuple[Settings, di
         exact = name in PARALLELISM
         asked = getattr(settings, name)
         if name in settings.explicit and (asked != value if exact else asked > value):
-            raise UsageError(f"{name.upper()}={asked} is not allowed: expected {'' if exact else 'at most '}{value}, "
-                             f"what the engine in {engine_dir} was built for",
-                             f"unset {name.upper()} to serve the engine's {value}, or rebuild the engine")
-    taken = {name: value for name, value in built.items()
-             if name not in settings.explicit and getattr(settings, name) != value}
+            raise UsageError(
+                f"{name.upper()}={asked} is not allowed: expected {'' if exact else 'at most '}{value}, "
+                f"what the engine in {engine_dir} was built for",
+                f"unset {name.upper()} to serve the engine's {value}, or rebuild the engine",
+            )
+    taken = {
+        name: value
+        for name, value in built.items()
+        if name not in settings.explicit and getattr(settings, name) != value
+    }
     changes: dict[str, Any] = dict(taken)
     return dataclasses.replace(settings, **changes), taken

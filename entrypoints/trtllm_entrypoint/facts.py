@@ -21,13 +21,13 @@ from trtllm_entrypoint.errors import UsageError
 @dataclass(frozen=True)
 class ImageFacts:
     tag: str
-    tensorrt_llm: str            # the version engines are built and served with
+    tensorrt_llm: str  # the version engines are built and served with
     tensorrt: str | None
     triton: str | None
-    workflows: tuple[str, ...]   # "engine", "llmapi"
+    workflows: tuple[str, ...]  # "engine", "llmapi"
     engine_deprecated: bool
     openai_frontend: bool
-    app_dir: Path                # holds all_models/, tools/, examples/
+    app_dir: Path  # holds all_models/, tools/, examples/
     installed: bool = field(default=False)  # tensorrt_llm is importable (versions read from the install)
     matrix_tensorrt_llm: str = ""  # what the matrix entry says; differs from tensorrt_llm only in a broken image
     # Named capabilities of this TensorRT-LLM (capabilities.yaml, via matrix.json): code branches on these names.
@@ -95,14 +95,16 @@ class Installation:
     tag: str | None
     app_dir: Path
     triton_version: str | None  # TRITON_SERVER_VERSION, which NGC's images set
-    search_path: str            # PATH, where launch and the engine build look for programs
+    search_path: str  # PATH, where launch and the engine build look for programs
 
 
 def installation(environ: Mapping[str, str], facts: ImageFacts | None) -> Installation:
-    return Installation(tag=facts.tag if facts is not None else (environ.get("MATRIX_TAG") or None),
-                        app_dir=facts.app_dir if facts is not None else app_dir(environ, None),
-                        triton_version=environ.get("TRITON_SERVER_VERSION") or None,
-                        search_path=environ.get("PATH", os.defpath))
+    return Installation(
+        tag=facts.tag if facts is not None else (environ.get("MATRIX_TAG") or None),
+        app_dir=facts.app_dir if facts is not None else app_dir(environ, None),
+        triton_version=environ.get("TRITON_SERVER_VERSION") or None,
+        search_path=environ.get("PATH", os.defpath),
+    )
 
 
 def models_file(environ: Mapping[str, str]) -> Path:
@@ -116,13 +118,17 @@ def load_entry(environ: Mapping[str, str]) -> dict[str, Any]:
     tag = environ.get("MATRIX_TAG", "")
     path = Path(environ.get("TRTLLM_MATRIX_FILE", contract.MATRIX_FILE))
     if not tag:
-        raise UsageError("MATRIX_TAG is not set",
-                         "images built by build.py set it; outside an image set MATRIX_TAG to an NGC tag such as 25.01")
+        raise UsageError(
+            "MATRIX_TAG is not set",
+            "images built by build.py set it; outside an image set MATRIX_TAG to an NGC tag such as 25.01",
+        )
     try:
         entries = json.loads(path.read_text())
     except FileNotFoundError:
-        raise UsageError(f"matrix file {path} does not exist",
-                         "set TRTLLM_MATRIX_FILE to the output of `python build.py list --json`") from None
+        raise UsageError(
+            f"matrix file {path} does not exist",
+            "set TRTLLM_MATRIX_FILE to the output of `python build.py list --json`",
+        ) from None
     except ValueError as exc:
         raise UsageError(f"matrix file {path} is not valid JSON: {exc}") from None
     by_tag: dict[str, dict[str, Any]] = {e["tag"]: e for e in entries}
@@ -136,8 +142,10 @@ def load_facts(environ: Mapping[str, str]) -> ImageFacts:
     trtllm = installed_version("tensorrt_llm")
     capabilities = entry.get("capabilities")
     if not isinstance(capabilities, dict):
-        raise UsageError(f"the matrix entry for {entry['tag']} has no capabilities",
-                         "regenerate the matrix file with `python build.py list --json`")
+        raise UsageError(
+            f"the matrix entry for {entry['tag']} has no capabilities",
+            "regenerate the matrix file with `python build.py list --json`",
+        )
     return ImageFacts(
         tag=entry["tag"],
         tensorrt_llm=trtllm or entry["tensorrt_llm"],

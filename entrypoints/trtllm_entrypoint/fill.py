@@ -35,20 +35,57 @@ UNSET = "unset (backend default)"
 # Parameter placeholders we leave as `${x}` on purpose: the backend then uses its own default (the C++ model wraps
 # each optional parameter in try/catch, the Python models treat `${…}` as not given). Feature knobs we do not
 # expose (LoRA, speculative decoding, multimodal, guided decoding, stats) and tuning whose default is right.
-INTENTIONALLY_UNSET = frozenset({
-    "add_special_tokens", "skip_special_tokens", "batch_scheduler_policy", "cancellation_check_period_ms",
-    "cross_kv_cache_fraction", "cuda_graph_cache_size", "cuda_graph_mode", "decoding_mode", "eagle_choices",
-    "enable_chunked_context", "enable_context_fmha_fp32_acc", "enable_trt_overlap", "encoder_engine_dir",
-    "gpu_device_ids", "gpu_weights_percent", "guided_decoding_backend", "hf_model_path", "iter_stats_max_iterations",
-    "kv_cache_host_memory_bytes", "kv_cache_onboard_blocks", "lookahead_ngram_size",
-    "lookahead_verification_set_size", "lookahead_window_size", "lora_cache_gpu_memory_fraction",
-    "lora_cache_host_memory_bytes", "lora_cache_max_adapter_size", "lora_cache_optimal_adapter_size",
-    "lora_prefetch_dir", "max_attention_window_size", "max_kv_cache_length", "max_num_images", "max_num_sequences",
-    "max_tokens_in_paged_kv_cache", "medusa_choices", "multi_block_mode", "multimodal_encoders_name",
-    "multimodal_model_path", "normalize_log_probs", "num_nodes", "participant_ids", "request_stats_max_iterations",
-    "sink_token_length", "speculative_decoding_fast_logits", "stats_check_period_ms",
-    "tensorrt_llm_draft_model_name", "visual_model_path", "xgrammar_tokenizer_info_path",
-})
+INTENTIONALLY_UNSET = frozenset(
+    {
+        "add_special_tokens",
+        "skip_special_tokens",
+        "batch_scheduler_policy",
+        "cancellation_check_period_ms",
+        "cross_kv_cache_fraction",
+        "cuda_graph_cache_size",
+        "cuda_graph_mode",
+        "decoding_mode",
+        "eagle_choices",
+        "enable_chunked_context",
+        "enable_context_fmha_fp32_acc",
+        "enable_trt_overlap",
+        "encoder_engine_dir",
+        "gpu_device_ids",
+        "gpu_weights_percent",
+        "guided_decoding_backend",
+        "hf_model_path",
+        "iter_stats_max_iterations",
+        "kv_cache_host_memory_bytes",
+        "kv_cache_onboard_blocks",
+        "lookahead_ngram_size",
+        "lookahead_verification_set_size",
+        "lookahead_window_size",
+        "lora_cache_gpu_memory_fraction",
+        "lora_cache_host_memory_bytes",
+        "lora_cache_max_adapter_size",
+        "lora_cache_optimal_adapter_size",
+        "lora_prefetch_dir",
+        "max_attention_window_size",
+        "max_kv_cache_length",
+        "max_num_images",
+        "max_num_sequences",
+        "max_tokens_in_paged_kv_cache",
+        "medusa_choices",
+        "multi_block_mode",
+        "multimodal_encoders_name",
+        "multimodal_model_path",
+        "normalize_log_probs",
+        "num_nodes",
+        "participant_ids",
+        "request_stats_max_iterations",
+        "sink_token_length",
+        "speculative_decoding_fast_logits",
+        "stats_check_period_ms",
+        "tensorrt_llm_draft_model_name",
+        "visual_model_path",
+        "xgrammar_tokenizer_info_path",
+    }
+)
 
 _PLACEHOLDER = re.compile(r"\$\{(\w+)\}")
 _STRING_VALUE = re.compile(r'string_value\s*:\s*"(?:[^"\\\n]|\\.)*"')
@@ -57,9 +94,9 @@ _TOP_NAME = re.compile(r'^name\s*:\s*"[^"\n]*"', re.MULTILINE)
 
 @dataclass(frozen=True)
 class ModelFill:
-    source: str               # template model directory, relative to TEMPLATES_DIR
-    name: str                 # directory and model name in the written repository
-    files: dict[str, str]     # relative path inside the model directory -> text to write
+    source: str  # template model directory, relative to TEMPLATES_DIR
+    name: str  # directory and model name in the written repository
+    files: dict[str, str]  # relative path inside the model directory -> text to write
 
 
 @dataclass(frozen=True)
@@ -117,8 +154,7 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-def fill_values(settings: Settings, facts: ImageFacts, engine_dir: Path | None,
-                tokenizer_dir: Path) -> dict[str, str]:
+def fill_values(settings: Settings, facts: ImageFacts, engine_dir: Path | None, tokenizer_dir: Path) -> dict[str, str]:
     """The value of every placeholder we fill, as text of the right type for where the templates put it."""
     values = {
         # structural: protobuf fields
@@ -157,15 +193,16 @@ def _pbtxt_escape(value: str) -> str:
 
 def render(text: str, values: Mapping[str, str]) -> str:
     """Substitute the placeholders that have a value; like newer fill_template, never touches unknown ones."""
-    return _PLACEHOLDER.sub(lambda m: _pbtxt_escape(values[m.group(1)]) if m.group(1) in values else m.group(0),
-                            text)
+    return _PLACEHOLDER.sub(lambda m: _pbtxt_escape(values[m.group(1)]) if m.group(1) in values else m.group(0), text)
 
 
 def rename_model(text: str, name: str) -> str:
     renamed, count = _TOP_NAME.subn(f'name: "{name}"', text, count=1)
     if not count:
-        raise EntrypointError("the entry model's config.pbtxt has no top-level `name:` line to rename",
-                              "unset SERVED_MODEL_NAME, or check the templates")
+        raise EntrypointError(
+            "the entry model's config.pbtxt has no top-level `name:` line to rename",
+            "unset SERVED_MODEL_NAME, or check the templates",
+        )
     return renamed
 
 
@@ -182,13 +219,16 @@ def workflow_templates(templates_dir: Path, workflow: str) -> Path:
         return nested
     entry = ENTRY_MODEL[workflow]
     # An inflight_batcher_llm folder has a tensorrt_llm model too: only one without an ensemble is an llmapi folder.
-    if (templates_dir / entry / "config.pbtxt").is_file() and (workflow == "engine" or
-                                                               not (templates_dir / "ensemble").exists()):
+    if (templates_dir / entry / "config.pbtxt").is_file() and (
+        workflow == "engine" or not (templates_dir / "ensemble").exists()
+    ):
         return templates_dir
     found = "does not exist" if not templates_dir.exists() else f"has neither {WORKFLOW_DIR[workflow]}/ nor {entry}/"
-    raise UsageError(f"TEMPLATES_DIR={str(templates_dir)!r} is not allowed: it {found}; expected the backend's "
-                     f"all_models directory or its {WORKFLOW_DIR[workflow]} folder (WORKFLOW={workflow})",
-                     "leave TEMPLATES_DIR unset to use the image's templates")
+    raise UsageError(
+        f"TEMPLATES_DIR={str(templates_dir)!r} is not allowed: it {found}; expected the backend's "
+        f"all_models directory or its {WORKFLOW_DIR[workflow]} folder (WORKFLOW={workflow})",
+        "leave TEMPLATES_DIR unset to use the image's templates",
+    )
 
 
 def _fill_config(path: Path, values: Mapping[str, str]) -> tuple[str, dict[str, str]]:
@@ -197,12 +237,16 @@ def _fill_config(path: Path, values: Mapping[str, str]) -> tuple[str, dict[str, 
     rendered = render(text, {k: v for k, v in values.items() if k in placeholders(text)})
     stuck, unknown = unfilled(rendered)
     if stuck:
-        raise EntrypointError(f"{path}: no value for the required placeholder(s) {', '.join(sorted(stuck))}",
-                              "these templates are newer than this entrypoint knows; set TEMPLATES_DIR to "
-                              "templates of the installed backend, or report the names")
+        raise EntrypointError(
+            f"{path}: no value for the required placeholder(s) {', '.join(sorted(stuck))}",
+            "these templates are newer than this entrypoint knows; set TEMPLATES_DIR to "
+            "templates of the installed backend, or report the names",
+        )
     if unknown:
-        raise EntrypointError(f"{path}: parameter placeholder(s) {', '.join(sorted(unknown))} would stay unfilled",
-                              "these templates are newer than this entrypoint knows; report the names")
+        raise EntrypointError(
+            f"{path}: parameter placeholder(s) {', '.join(sorted(unknown))} would stay unfilled",
+            "these templates are newer than this entrypoint knows; report the names",
+        )
     optional = _active_placeholders(text) - structural_placeholders(text)
     return rendered, {name: values.get(name, UNSET) for name in optional}
 
@@ -213,8 +257,10 @@ def _engine_models(root: Path, values: Mapping[str, str], settings: Settings) ->
     present = [m for m in wanted if (root / m / "config.pbtxt").is_file()]
     missing = {"preprocessing", "tensorrt_llm", "postprocessing", "ensemble"} - set(present)
     if missing:
-        raise EntrypointError(f"{root} lacks the template model(s) {', '.join(sorted(missing))}",
-                              "set TEMPLATES_DIR to the backend's all_models directory")
+        raise EntrypointError(
+            f"{root} lacks the template model(s) {', '.join(sorted(missing))}",
+            "set TEMPLATES_DIR to the backend's all_models directory",
+        )
     entry = served_name(settings, "engine")
     models, effective = [], {}
     for model in present:
@@ -280,12 +326,16 @@ def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
-def _llmapi_models(root: Path, settings: Settings,
-                   model_path: Path | str | None) -> tuple[list[ModelFill], dict[str, Any]]:
+def _llmapi_models(
+    root: Path, settings: Settings, model_path: Path | str | None
+) -> tuple[list[ModelFill], dict[str, Any]]:
     config_path = root / "tensorrt_llm" / "config.pbtxt"
     if not config_path.is_file():
-        raise EntrypointError(f"{root} has no tensorrt_llm/config.pbtxt", "set TEMPLATES_DIR to the backend's "
-                              "all_models directory of a version with the llmapi model (TensorRT-LLM 0.19 or later)")
+        raise EntrypointError(
+            f"{root} has no tensorrt_llm/config.pbtxt",
+            "set TEMPLATES_DIR to the backend's "
+            "all_models directory of a version with the llmapi model (TensorRT-LLM 0.19 or later)",
+        )
     if model_path is None:
         raise EntrypointError("the llmapi workflow needs the model's path for model.yaml")
     text, _ = _fill_config(config_path, {})
@@ -297,8 +347,9 @@ def _llmapi_models(root: Path, settings: Settings,
     return [ModelFill("tensorrt_llm", name, files)], _flatten(config)
 
 
-def plan_fill(template_root: Path, values: Mapping[str, str], *, settings: Settings,
-              model_path: Path | str | None = None) -> FillPlan:
+def plan_fill(
+    template_root: Path, values: Mapping[str, str], *, settings: Settings, model_path: Path | str | None = None
+) -> FillPlan:
     """What to write for settings.workflow; reads the templates under template_root (TEMPLATES_DIR)."""
     workflow = settings.workflow
     root = workflow_templates(Path(template_root), workflow)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from trtllm_entrypoint.facts import ImageFacts
     from trtllm_entrypoint.settings import Settings
 
-HELP_TIMEOUT_S = 300   # importing tensorrt_llm on a cold page cache is slow
+HELP_TIMEOUT_S = 300  # importing tensorrt_llm on a cold page cache is slow
 PARALLEL_HELPS = 4
 _FLAG = re.compile(r"(?<![\w-])--[A-Za-z0-9][A-Za-z0-9_-]*")
 _PLACEHOLDER = Path("/plan")  # paths in the sample plans; only the flags are looked at
@@ -31,21 +31,27 @@ _PLACEHOLDER = Path("/plan")  # paths in the sample plans; only the flags are lo
 
 @dataclass(frozen=True)
 class ProgramUse:
-    program: str                  # how reports name it: trtllm-build, tritonserver, or the script's examples path
-    help_argv: tuple[str, ...]    # prints the program's help
-    flags: tuple[str, ...]        # what our plans pass it, sorted
+    program: str  # how reports name it: trtllm-build, tritonserver, or the script's examples path
+    help_argv: tuple[str, ...]  # prints the program's help
+    flags: tuple[str, ...]  # what our plans pass it, sorted
 
 
 @dataclass(frozen=True)
 class ProgramCheck:
     use: ProgramUse
-    missing: tuple[str, ...]      # flags of use.flags that its --help does not list
-    error: str | None = None       # the program is not in the image: the plans that run it would fail
+    missing: tuple[str, ...]  # flags of use.flags that its --help does not list
+    error: str | None = None  # the program is not in the image: the plans that run it would fail
     unverified: str | None = None  # it is there but printed no help (some import a GPU library even for --help)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"program": self.use.program, "help": list(self.use.help_argv), "flags": list(self.use.flags),
-                "missing": list(self.missing), "error": self.error, "unverified": self.unverified}
+        return {
+            "program": self.use.program,
+            "help": list(self.use.help_argv),
+            "flags": list(self.use.flags),
+            "missing": list(self.missing),
+            "error": self.error,
+            "unverified": self.unverified,
+        }
 
 
 def flags_in(argv: Sequence[str]) -> set[str]:
@@ -73,10 +79,16 @@ def _converters(facts: ImageFacts, table: ModelTable) -> dict[str, set[str]]:
 
 def planned_uses(facts: ImageFacts, table: ModelTable, settings: Settings) -> list[ProgramUse]:
     """Each program our plans run in this image, with every flag they may pass it (all options switched on)."""
-    full = dataclasses.replace(settings, workflow="engine", enable_kv_cache_reuse=True, tp_size=2, pp_size=1,
-                               frontend="triton", triton_args=())
-    uses = [ProgramUse("tritonserver", (contract.TRITONSERVER, "--help"),
-                       tuple(sorted(flags_in(launch.tritonserver_argv(full, _PLACEHOLDER, world_size=2, uid=1000)))))]
+    full = dataclasses.replace(
+        settings, workflow="engine", enable_kv_cache_reuse=True, tp_size=2, pp_size=1, frontend="triton", triton_args=()
+    )
+    uses = [
+        ProgramUse(
+            "tritonserver",
+            (contract.TRITONSERVER, "--help"),
+            tuple(sorted(flags_in(launch.tritonserver_argv(full, _PLACEHOLDER, world_size=2, uid=1000)))),
+        )
+    ]
     if "engine" not in facts.workflows or "engine_build" not in facts.features:
         return uses
     dtype = engine_build.checkpoint_dtype(facts, full.dtype)
@@ -86,14 +98,30 @@ def planned_uses(facts: ImageFacts, table: ModelTable, settings: Settings) -> li
         converter = Converter(folder, tuple(args))
         convert = engine_build.build_commands(facts, full, _PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER, converter)[0]
         script = converter.script(facts.app_dir)
-        uses.append(ProgramUse(str(script.relative_to(facts.app_dir)), ("python3", str(script), "--help"),
-                               tuple(sorted(flags_in(convert.argv)))))
+        uses.append(
+            ProgramUse(
+                str(script.relative_to(facts.app_dir)),
+                ("python3", str(script), "--help"),
+                tuple(sorted(flags_in(convert.argv))),
+            )
+        )
     # Quantizing replaces the model's converter by quantize.py, whatever the model.
-    quantize = engine_build.build_commands(facts, dataclasses.replace(full, quantization="fp8"), _PLACEHOLDER,
-                                           _PLACEHOLDER, _PLACEHOLDER, Converter("", ()))[0]
+    quantize = engine_build.build_commands(
+        facts,
+        dataclasses.replace(full, quantization="fp8"),
+        _PLACEHOLDER,
+        _PLACEHOLDER,
+        _PLACEHOLDER,
+        Converter("", ()),
+    )[0]
     script = Path(quantize.argv[1])
-    uses.append(ProgramUse(str(script.relative_to(facts.app_dir)), ("python3", str(script), "--help"),
-                           tuple(sorted(flags_in(quantize.argv)))))
+    uses.append(
+        ProgramUse(
+            str(script.relative_to(facts.app_dir)),
+            ("python3", str(script), "--help"),
+            tuple(sorted(flags_in(quantize.argv))),
+        )
+    )
     return uses
 
 
@@ -107,8 +135,15 @@ def run_help(argv: Sequence[str]) -> str:
     if script is not None and not Path(script).is_file():
         raise NotInImage(f"{script} does not exist")
     try:
-        proc = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              errors="replace", timeout=HELP_TIMEOUT_S, check=False)
+        proc = subprocess.run(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=HELP_TIMEOUT_S,
+            check=False,
+        )
     except FileNotFoundError:
         raise NotInImage(f"{argv[0]} is not installed") from None
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -119,6 +154,7 @@ def run_help(argv: Sequence[str]) -> str:
 def check(uses: Sequence[ProgramUse], get_help: Callable[[Sequence[str]], str] = run_help) -> list[ProgramCheck]:
     """Every use compared with its program's help. A program that is missing is an error; one whose help names no
     flag at all is reported as unverified (never as a pass)."""
+
     def one(use: ProgramUse) -> ProgramCheck:
         try:
             text = get_help(use.help_argv)
@@ -126,8 +162,9 @@ def check(uses: Sequence[ProgramUse], get_help: Callable[[Sequence[str]], str] =
             return ProgramCheck(use, (), error=str(exc))
         accepted = accepted_flags(text)
         if not accepted:
-            return ProgramCheck(use, (), unverified=f"`{' '.join(use.help_argv)}` listed no flags: "
-                                                    f"{text.strip()[-300:]}")
+            return ProgramCheck(
+                use, (), unverified=f"`{' '.join(use.help_argv)}` listed no flags: {text.strip()[-300:]}"
+            )
         return ProgramCheck(use, tuple(flag for flag in use.flags if flag not in accepted))
 
     with ThreadPoolExecutor(max_workers=PARALLEL_HELPS) as pool:

@@ -19,9 +19,9 @@ NO_DEVICES = "No devices were found"
 class Gpu:
     index: int
     name: str
-    compute_capability: str   # "9.0"
+    compute_capability: str  # "9.0"
     memory_mib: int
-    uuid: str = ""            # "GPU-6d70…"; lets CUDA/NVIDIA_VISIBLE_DEVICES name GPUs by UUID
+    uuid: str = ""  # "GPU-6d70…"; lets CUDA/NVIDIA_VISIBLE_DEVICES name GPUs by UUID
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,10 @@ class GpuInfo:
         """The one compute capability of the visible GPUs; None without GPUs. Engines are built per capability."""
         found = sorted({g.compute_capability for g in self.gpus})
         if len(found) > 1:
-            raise EntrypointError(f"the visible GPUs have different compute capabilities ({', '.join(found)})",
-                                  "an engine is built for one GPU type: set CUDA_VISIBLE_DEVICES to GPUs of one model")
+            raise EntrypointError(
+                f"the visible GPUs have different compute capabilities ({', '.join(found)})",
+                "an engine is built for one GPU type: set CUDA_VISIBLE_DEVICES to GPUs of one model",
+            )
         return found[0] if found else None
 
 
@@ -60,11 +62,20 @@ def parse_nvidia_smi(csv_text: str) -> GpuInfo:
         if not row or not "".join(row).strip():
             continue
         if len(row) not in (5, 6) or not (row[0].strip().isascii() and row[0].strip().isdigit()):
-            raise EntrypointError(f"could not parse this nvidia-smi line: {', '.join(row)!r}",
-                                  "run `nvidia-smi` in the container to see whether the driver works")
+            raise EntrypointError(
+                f"could not parse this nvidia-smi line: {', '.join(row)!r}",
+                "run `nvidia-smi` in the container to see whether the driver works",
+            )
         cells = [c.strip() for c in row]
-        gpus.append(Gpu(index=int(cells[0]), name=cells[1], compute_capability=cells[2],
-                        memory_mib=_mib(cells[3]), uuid=cells[5] if len(cells) == 6 else ""))
+        gpus.append(
+            Gpu(
+                index=int(cells[0]),
+                name=cells[1],
+                compute_capability=cells[2],
+                memory_mib=_mib(cells[3]),
+                uuid=cells[5] if len(cells) == 6 else "",
+            )
+        )
         drivers.append(cells[4])
     return GpuInfo(gpus=tuple(gpus), driver=drivers[0] if drivers else None)
 
@@ -121,17 +132,19 @@ def visible(info: GpuInfo, visibility: Visibility) -> GpuInfo:
     return GpuInfo(gpus=gpus, driver=info.driver)
 
 
-def detect_gpus(visibility: Visibility,
-                run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> GpuInfo:
+def detect_gpus(
+    visibility: Visibility, run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run
+) -> GpuInfo:
     """The usable GPUs; none when nvidia-smi is missing or finds no device (the image started without --gpus)."""
     try:
-        done = run(list(NVIDIA_SMI_ARGV), capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_SECS,
-                   check=False)
+        done = run(list(NVIDIA_SMI_ARGV), capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_SECS, check=False)
     except FileNotFoundError:
         return GpuInfo(gpus=(), driver=None)
     except subprocess.TimeoutExpired:
-        raise EntrypointError(f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT_SECS} s",
-                              "the GPU driver may be stuck: check `nvidia-smi` on the host") from None
+        raise EntrypointError(
+            f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT_SECS} s",
+            "the GPU driver may be stuck: check `nvidia-smi` on the host",
+        ) from None
     if done.returncode != 0 or NO_DEVICES in (done.stdout or ""):
         return GpuInfo(gpus=(), driver=None)
     return visible(parse_nvidia_smi(done.stdout), visibility)
@@ -144,4 +157,5 @@ def require_gpus(info: GpuInfo, needed: int, why: str) -> None:
     raise EntrypointError(
         f"{why} needs {needed} GPU{'s' if needed != 1 else ''}, but {seen}",
         "start the container with `--gpus all` (or a Kubernetes nvidia.com/gpu limit), check CUDA_VISIBLE_DEVICES, "
-        "or lower TP_SIZE x PP_SIZE")
+        "or lower TP_SIZE x PP_SIZE",
+    )

@@ -26,8 +26,11 @@ RANK_MODEL = "tensorrt_llm"
 
 
 def _common(settings: Settings, repository: Path, rank: int, auto_complete: bool) -> list[str]:
-    argv = [contract.TRITONSERVER, f"--model-repository={repository}",
-            f"--exit-timeout-secs={settings.exit_timeout_secs}"]
+    argv = [
+        contract.TRITONSERVER,
+        f"--model-repository={repository}",
+        f"--exit-timeout-secs={settings.exit_timeout_secs}",
+    ]
     if not auto_complete:
         argv.append("--disable-auto-complete-config")
     # Each rank's Python models need their own shared-memory regions.
@@ -36,26 +39,38 @@ def _common(settings: Settings, repository: Path, rank: int, auto_complete: bool
 
 
 def _ports(settings: Settings) -> list[str]:
-    return [f"--http-port={settings.http_port}", f"--grpc-port={settings.grpc_port}",
-            f"--metrics-port={settings.metrics_port}"]
+    return [
+        f"--http-port={settings.http_port}",
+        f"--grpc-port={settings.grpc_port}",
+        f"--metrics-port={settings.metrics_port}",
+    ]
 
 
 def _worker_rank(settings: Settings, repository: Path, rank: int) -> list[str]:
     """Ranks > 0 serve no endpoint (they would collide with rank 0's ports) and load only the engine model."""
     return _common(settings, repository, rank, auto_complete=False) + [
-        "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false",
-        "--model-control-mode=explicit", f"--load-model={RANK_MODEL}"]
+        "--allow-http=false",
+        "--allow-grpc=false",
+        "--allow-metrics=false",
+        "--model-control-mode=explicit",
+        f"--load-model={RANK_MODEL}",
+    ]
 
 
-def tritonserver_argv(settings: Settings, repository: Path, world_size: int, uid: int,
-                      restrict: Sequence[str] = ()) -> list[str]:
+def tritonserver_argv(
+    settings: Settings, repository: Path, world_size: int, uid: int, restrict: Sequence[str] = ()
+) -> list[str]:
     """`restrict`: the flags that close admin APIs on rank 0's endpoints (security.Restriction.argv)."""
     # The llmapi model reads max_batch_size/decoupled from model.yaml through auto-complete, and starts its own
     # workers for TP/PP; the engine workflow's configs are complete and need one tritonserver per rank.
     llmapi = settings.workflow == "llmapi"
     ranks = 1 if llmapi else world_size
-    rank0 = (_common(settings, repository, 0, auto_complete=llmapi) + _ports(settings) + list(restrict)
-             + list(settings.triton_args))
+    rank0 = (
+        _common(settings, repository, 0, auto_complete=llmapi)
+        + _ports(settings)
+        + list(restrict)
+        + list(settings.triton_args)
+    )
     if ranks == 1:
         return rank0
     argv = ["mpirun"] + (["--allow-run-as-root"] if uid == 0 else [])
@@ -68,27 +83,44 @@ def tritonserver_argv(settings: Settings, repository: Path, world_size: int, uid
 def openai_argv(settings: Settings, repository: Path, tokenizer: str | Path | None) -> list[str]:
     tokenizer = tokenizer or settings.model_id
     if not tokenizer:
-        raise UsageError("FRONTEND=openai needs a tokenizer for chat templates, and no model is known",
-                         "set MODEL_ID")
-    argv = ["python3", contract.OPENAI_FRONTEND_MAIN, f"--model-repository={repository}",
-            f"--tokenizer={tokenizer}", f"--openai-port={settings.openai_port}",
-            # Triton's own protocol stays on the usual ports, so probes and KServe clients keep working.
-            "--enable-kserve-frontends", f"--kserve-http-port={settings.http_port}",
-            f"--kserve-grpc-port={settings.grpc_port}"]
+        raise UsageError("FRONTEND=openai needs a tokenizer for chat templates, and no model is known", "set MODEL_ID")
+    argv = [
+        "python3",
+        contract.OPENAI_FRONTEND_MAIN,
+        f"--model-repository={repository}",
+        f"--tokenizer={tokenizer}",
+        f"--openai-port={settings.openai_port}",
+        # Triton's own protocol stays on the usual ports, so probes and KServe clients keep working.
+        "--enable-kserve-frontends",
+        f"--kserve-http-port={settings.http_port}",
+        f"--kserve-grpc-port={settings.grpc_port}",
+    ]
     if settings.workflow == "engine":
         argv.append("--backend=tensorrtllm")
     return argv + list(settings.triton_args)
 
 
-def server_argv(settings: Settings, facts: ImageFacts, repository: Path, world_size: int, *,
-                uid: int | None = None, tokenizer: str | Path | None = None) -> list[str]:
+def server_argv(
+    settings: Settings,
+    facts: ImageFacts,
+    repository: Path,
+    world_size: int,
+    *,
+    uid: int | None = None,
+    tokenizer: str | Path | None = None,
+) -> list[str]:
     """The command that serves `repository`. TRITON_ARGS go to the program that serves the endpoints (rank 0)."""
     if world_size < 1:
         raise UsageError(f"world size must be at least 1, got {world_size}", "check TP_SIZE and PP_SIZE")
     if settings.frontend == "openai":
         return openai_argv(settings, repository, tokenizer)
-    return tritonserver_argv(settings, repository, world_size, os.geteuid() if uid is None else uid,
-                             security.restriction(settings, facts).argv())
+    return tritonserver_argv(
+        settings,
+        repository,
+        world_size,
+        os.geteuid() if uid is None else uid,
+        security.restriction(settings, facts).argv(),
+    )
 
 
 def server_env(settings: Settings) -> dict[str, str]:
@@ -168,7 +200,8 @@ def exec_argv(argv: Sequence[str], environ: Mapping[str, str]) -> NoReturn:
     try:
         os.execvpe(argv[0], list(argv), dict(environ))
     except FileNotFoundError:
-        raise EntrypointError(f"cannot run {argv[0]}: not found",
-                              "is this a trtllm-images image? check PATH and the program's path") from None
+        raise EntrypointError(
+            f"cannot run {argv[0]}: not found", "is this a trtllm-images image? check PATH and the program's path"
+        ) from None
     except PermissionError:
         raise EntrypointError(f"cannot run {argv[0]}: permission denied") from None

@@ -59,10 +59,16 @@ class Prepared:
 
     def to_json(self) -> str:
         return json.dumps(
-            {"argv": self.argv, "repository": str(self.repository),
-             "engine_dir": str(self.engine_dir) if self.engine_dir else None,
-             "health_url": health_url(self.plan.health_port), "env": self.plan.env, "plan": self.plan.describe()},
-            indent=2)
+            {
+                "argv": self.argv,
+                "repository": str(self.repository),
+                "engine_dir": str(self.engine_dir) if self.engine_dir else None,
+                "health_url": health_url(self.plan.health_port),
+                "env": self.plan.env,
+                "plan": self.plan.describe(),
+            },
+            indent=2,
+        )
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> NoReturn:
@@ -74,8 +80,13 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         fail(env, exc.message, exc.hint, exc.exit_code)
     except OSError as exc:  # a file system the user gave us (read-only, full, not ours): say which, no traceback
         where = f"{exc.filename}: " if exc.filename else ""
-        fail(env, f"{where}{exc.strerror or exc}", "check that CACHE_DIR (and REPOSITORY_DIR) is a writable "
-             "directory with free space, and that the model directory is readable", 1)
+        fail(
+            env,
+            f"{where}{exc.strerror or exc}",
+            "check that CACHE_DIR (and REPOSITORY_DIR) is a writable "
+            "directory with free space, and that the model directory is readable",
+            1,
+        )
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(code)
@@ -105,9 +116,11 @@ def run(args: list[str], env: dict[str, str]) -> int:
     if command not in SUBCOMMANDS:
         return passthrough(args, env)
     if len(args) > 1:
-        raise UsageError(f"'{command}' takes no arguments, got {' '.join(args[1:])!r}",
-                         "configure it with environment variables (see the README's environment table), or give "
-                         "server options alone (they start with '-')")
+        raise UsageError(
+            f"'{command}' takes no arguments, got {' '.join(args[1:])!r}",
+            "configure it with environment variables (see the README's environment table), or give "
+            "server options alone (they start with '-')",
+        )
     return subcommand(command, env, CommandLine())
 
 
@@ -151,8 +164,13 @@ def _facts_or_none(env: Mapping[str, str]) -> ImageFacts | None:
         return None
 
 
-def decide(settings: Settings, facts: ImageFacts, log: Log, given: sources.ModelSource | None = None,
-           typed_argv: tuple[str, ...] = ()) -> ServePlan:
+def decide(
+    settings: Settings,
+    facts: ImageFacts,
+    log: Log,
+    given: sources.ModelSource | None = None,
+    typed_argv: tuple[str, ...] = (),
+) -> ServePlan:
     """Locate and check the model (downloading it last), then decide once what is served."""
     model = checked_model(settings, facts, log, locate_model(settings, facts, log, given))
     plan = serve_plan.decide(settings, model, typed_argv)
@@ -161,8 +179,9 @@ def decide(settings: Settings, facts: ImageFacts, log: Log, given: sources.Model
     return plan
 
 
-def locate_model(settings: Settings, facts: ImageFacts, log: Log,
-                 given: sources.ModelSource | None = None) -> sources.ModelSource:
+def locate_model(
+    settings: Settings, facts: ImageFacts, log: Log, given: sources.ModelSource | None = None
+) -> sources.ModelSource:
     """What the model is, from names and files only: nothing is downloaded or written yet. A prebuilt engine of
     another TensorRT-LLM gives way to the checkpoint MODEL_ID names, which is then built here."""
     with log.phase("resolve") as extra:
@@ -181,13 +200,13 @@ def locate_model(settings: Settings, facts: ImageFacts, log: Log,
     return source
 
 
-def checked_model(settings: Settings, facts: ImageFacts, log: Log,
-                  source: sources.ModelSource) -> sources.ModelSource:
+def checked_model(settings: Settings, facts: ImageFacts, log: Log, source: sources.ModelSource) -> sources.ModelSource:
     """The model, after every check that needs no download: the first write or download comes after them."""
     if source.kind in ("hub", "checkpoint"):
         # Refuse a checkpoint this image cannot serve with its workflow before any weight is downloaded or built.
-        models.require_support(models.load(facts.models_file), sources.read_config(source, settings), facts,
-                               settings.workflow)
+        models.require_support(
+            models.load(facts.models_file), sources.read_config(source, settings), facts, settings.workflow
+        )
     preflight.check(settings, facts, source)
     if source.kind != "hub":
         return source
@@ -200,10 +219,21 @@ def prepare(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log
     settings = plan.settings
     gpus = functools.lru_cache(maxsize=None)(functools.partial(gpu.detect_gpus, settings.gpu_visibility))
     if not plan.fills_repository:
-        log.info("model is a complete Triton model repository; serving it as given (its code is yours, not "
-                 "compared with the image's)", repository=plan.repository)
-        return finish(plan, settings, facts, log, repo=plan.repository, engine_dir=None,
-                      world_size=settings.world_size, tokenizer=None)
+        log.info(
+            "model is a complete Triton model repository; serving it as given (its code is yours, not "
+            "compared with the image's)",
+            repository=plan.repository,
+        )
+        return finish(
+            plan,
+            settings,
+            facts,
+            log,
+            repo=plan.repository,
+            engine_dir=None,
+            world_size=settings.world_size,
+            tokenizer=None,
+        )
     engine_dir = None if plan.engine == "none" else ensure_engine(plan, facts, env, log, gpus)
     world_size = settings.world_size
     if engine_dir is not None:
@@ -216,28 +246,41 @@ def prepare(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log
     tokenizer = preflight.tokenizer_dir(settings, plan.model, engine_dir)
     with log.phase("fill"):
         repo = write_repository(settings, facts, log, plan.model, engine_dir, tokenizer)
-    return finish(plan, settings, facts, log, repo=repo, engine_dir=engine_dir, world_size=world_size,
-                  tokenizer=tokenizer)
+    return finish(
+        plan, settings, facts, log, repo=repo, engine_dir=engine_dir, world_size=world_size, tokenizer=tokenizer
+    )
 
 
-def finish(plan: ServePlan, settings: Settings, facts: ImageFacts, log: Log, *, repo: Path,
-           engine_dir: Path | None, world_size: int, tokenizer: Path | None) -> Prepared:
+def finish(
+    plan: ServePlan,
+    settings: Settings,
+    facts: ImageFacts,
+    log: Log,
+    *,
+    repo: Path,
+    engine_dir: Path | None,
+    world_size: int,
+    tokenizer: Path | None,
+) -> Prepared:
     argv = serve_plan.launch_argv(plan, settings, facts, repo, world_size, tokenizer)
     for warning in security.start_warnings(settings, facts):
         log.warn(warning)
     return Prepared(plan=plan, argv=argv, repository=repo, engine_dir=engine_dir)
 
 
-def ensure_engine(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log,
-                  detect_gpus: Callable[[], gpu.GpuInfo]) -> Path:
+def ensure_engine(
+    plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log, detect_gpus: Callable[[], gpu.GpuInfo]
+) -> Path:
     """The plan's prebuilt engine, or the one from the cache (built once, under a lock; the build runs with `env`)."""
     settings, source = plan.settings, plan.model
     if plan.engine == "prebuilt" and source.path is not None:
         log.info("using the prebuilt engine", engine_dir=source.path)
         return source.path
     if source.kind != "checkpoint" or source.path is None:
-        raise UsageError(f"the {source.kind} at {source.path} cannot be turned into an engine",
-                         "give MODEL_ID a Hugging Face checkpoint, or ENGINE_DIR a prebuilt engine")
+        raise UsageError(
+            f"the {source.kind} at {source.path} cannot be turned into an engine",
+            "give MODEL_ID a Hugging Face checkpoint, or ENGINE_DIR a prebuilt engine",
+        )
     converter = models.converter(models.load(facts.models_file), sources.read_config(source, settings), facts)
     gpus = detect_gpus()
     # Engines are specific to the GPU's compute capability, so building needs one (ranks are built one by one).
@@ -247,25 +290,34 @@ def ensure_engine(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], lo
     cache = engine_cache.EngineCache(settings.cache_dir / "engines")
     build = engine_build.engine_builder(facts, settings, source.path, converter, log, env)
     with log.phase("engine", key=key) as extra:
-        engine_dir, built = cache.ensure(key, engine_cache.stamp_inputs(inputs, facts, gpus), build,
-                                         timeout_s=settings.lock_timeout_secs, log=log)
+        engine_dir, built = cache.ensure(
+            key, engine_cache.stamp_inputs(inputs, facts, gpus), build, timeout_s=settings.lock_timeout_secs, log=log
+        )
         extra.update(cache="built" if built else "hit", engine_dir=engine_dir)
     return engine_dir
 
 
-def write_repository(settings: Settings, facts: ImageFacts, log: Log, source: sources.ModelSource,
-                     engine_dir: Path | None, tokenizer_dir: Path) -> Path:
+def write_repository(
+    settings: Settings,
+    facts: ImageFacts,
+    log: Log,
+    source: sources.ModelSource,
+    engine_dir: Path | None,
+    tokenizer_dir: Path,
+) -> Path:
     values = fill.fill_values(settings, facts, engine_dir, tokenizer_dir)
     plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=source.path)
     log.info("optional template parameters", **dict(sorted(plan.effective.items())))
     if settings.repository_dir:
         # The returned lock descriptor stays open on purpose: the exec'd server inherits it and holds it while serving.
-        repository.write_named(plan, settings.repository_dir, settings.templates_dir, log,
-                               timeout_s=settings.lock_timeout_secs)
+        repository.write_named(
+            plan, settings.repository_dir, settings.templates_dir, log, timeout_s=settings.lock_timeout_secs
+        )
         return settings.repository_dir
     # Named by its content: a restart with the same settings finds it valid and skips the write.
-    dest, _ = repository.write_cached(plan, settings.cache_dir / "repositories", settings.templates_dir, log,
-                                      timeout_s=settings.lock_timeout_secs)
+    dest, _ = repository.write_cached(
+        plan, settings.cache_dir / "repositories", settings.templates_dir, log, timeout_s=settings.lock_timeout_secs
+    )
     return dest
 
 
@@ -297,6 +349,7 @@ def health(env: Mapping[str, str]) -> int:
     """Exit 0 when the server answers ready; the image's HEALTHCHECK runs this."""
     import urllib.error  # noqa: PLC0415  (only this short-lived subcommand needs HTTP)
     import urllib.request  # noqa: PLC0415
+
     try:
         url = json.loads(health_state().read_text())["url"]
     except (OSError, ValueError, KeyError):
@@ -360,20 +413,26 @@ def model_support(settings: Settings, facts: ImageFacts) -> dict[str, object] | 
     if source.kind not in ("hub", "checkpoint"):
         return None
     config = sources.read_config(source, settings)
-    return {"model": models.describe(config), "workflow": settings.workflow,
-            "problem": models.unsupported_reason(models.load(facts.models_file), config, facts, settings.workflow)}
+    return {
+        "model": models.describe(config),
+        "workflow": settings.workflow,
+        "problem": models.unsupported_reason(models.load(facts.models_file), config, facts, settings.workflow),
+    }
 
 
 def compatibility_problems(facts: ImageFacts, settings: Settings, gpus: gpu.GpuInfo) -> list[str]:
     problems = []
     if facts.installed and facts.tensorrt_llm != facts.matrix_tensorrt_llm:
-        problems.append(f"installed TensorRT-LLM {facts.tensorrt_llm} differs from {facts.matrix_tensorrt_llm} that "
-                        f"the matrix gives for {facts.tag}")
+        problems.append(
+            f"installed TensorRT-LLM {facts.tensorrt_llm} differs from {facts.matrix_tensorrt_llm} that "
+            f"the matrix gives for {facts.tag}"
+        )
     try:
         fill.workflow_templates(settings.templates_dir, settings.workflow)
     except UsageError as exc:
         problems.append(exc.message)
     if gpus.count < settings.world_size:
-        problems.append(f"TP_SIZE x PP_SIZE = {settings.world_size} needs {settings.world_size} GPUs, "
-                        f"{gpus.count} visible")
+        problems.append(
+            f"TP_SIZE x PP_SIZE = {settings.world_size} needs {settings.world_size} GPUs, {gpus.count} visible"
+        )
     return problems

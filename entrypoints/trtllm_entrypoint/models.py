@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ModelTable:
     models: tuple[dict[str, Any], ...]
-    tags: tuple[str, ...]   # every tag the table was made for, oldest first
+    tags: tuple[str, ...]  # every tag the table was made for, oldest first
 
     def lookup(self, hf_config: Mapping[str, Any]) -> dict[str, Any] | None:
         """The record for config.json's model_type (or an alias), else for its first known architecture."""
@@ -39,8 +39,8 @@ class ModelTable:
 
 @dataclass(frozen=True)
 class Converter:
-    folder: str               # under the app dir's examples/, for this image's layout
-    args: tuple[str, ...]     # what this model's converter needs at this tag besides our usual arguments
+    folder: str  # under the app dir's examples/, for this image's layout
+    args: tuple[str, ...]  # what this model's converter needs at this tag besides our usual arguments
 
     def script(self, app_dir: Path) -> Path:
         return app_dir / "examples" / self.folder / "convert_checkpoint.py"
@@ -61,9 +61,10 @@ def load(path: Path) -> ModelTable:
         data = json.loads(path.read_text())
         return ModelTable(tuple(data["models"]), tuple(data["tags"]))
     except FileNotFoundError:
-        raise UsageError(f"model list {path} does not exist",
-                         "images built by build.py carry it; elsewhere put `python build.py models --json` there"
-                         ) from None
+        raise UsageError(
+            f"model list {path} does not exist",
+            "images built by build.py carry it; elsewhere put `python build.py models --json` there",
+        ) from None
     except (ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"model list {path} is not what `python build.py models --json` writes: {exc}") from None
 
@@ -75,7 +76,7 @@ def describe(hf_config: Mapping[str, Any]) -> str:
 
 
 def _tag_span(tags: list[str], all_tags: tuple[str, ...]) -> str:
-    if tags[0] in all_tags and list(all_tags[all_tags.index(tags[0]):]) == tags:
+    if tags[0] in all_tags and list(all_tags[all_tags.index(tags[0]) :]) == tags:
         return f"tags {tags[0]} and later"
     return "tags " + ", ".join(tags)
 
@@ -87,7 +88,7 @@ def unsupported_reason(table: ModelTable, hf_config: Mapping[str, Any], facts: I
     if support is not None and facts.tag in support["tags"]:
         return None
     if workflow == "llmapi" and support is None:
-        return None   # not documented for the LLM API, which registers more architectures than any list names
+        return None  # not documented for the LLM API, which registers more architectures than any list names
     name = describe(hf_config)
     here = f"this image ({facts.tag}) has TensorRT-LLM {facts.tensorrt_llm}"
     if record is None:
@@ -96,11 +97,15 @@ def unsupported_reason(table: ModelTable, hf_config: Mapping[str, Any], facts: I
     if support is None:
         reason = f"{name} has no TensorRT-LLM engine converter in any release; {here}"
     elif not support["tags"]:
-        reason = (f"{name} needs TensorRT-LLM {support['since']} or later for WORKFLOW={workflow}, which no tag in "
-                  f"the matrix ships; {here}")
+        reason = (
+            f"{name} needs TensorRT-LLM {support['since']} or later for WORKFLOW={workflow}, which no tag in "
+            f"the matrix ships; {here}"
+        )
     else:
-        reason = (f"{name} needs TensorRT-LLM {support['since']} or later for WORKFLOW={workflow} "
-                  f"({_tag_span(support['tags'], table.tags)}); {here}")
+        reason = (
+            f"{name} needs TensorRT-LLM {support['since']} or later for WORKFLOW={workflow} "
+            f"({_tag_span(support['tags'], table.tags)}); {here}"
+        )
     if record[other] is not None and facts.tag in record[other]["tags"] and other in facts.workflows:
         reason += f"; this image serves it with WORKFLOW={other}"
     return reason
@@ -109,8 +114,11 @@ def unsupported_reason(table: ModelTable, hf_config: Mapping[str, Any], facts: I
 def require_support(table: ModelTable, hf_config: Mapping[str, Any], facts: ImageFacts, workflow: str) -> None:
     reason = unsupported_reason(table, hf_config, facts, workflow)
     if reason is not None:
-        raise UsageError(reason, "`python build.py models NAME` lists the tags that serve a model; or build the "
-                                 "engine elsewhere and set ENGINE_DIR")
+        raise UsageError(
+            reason,
+            "`python build.py models NAME` lists the tags that serve a model; or build the "
+            "engine elsewhere and set ENGINE_DIR",
+        )
 
 
 def converter(table: ModelTable, hf_config: Mapping[str, Any], facts: ImageFacts) -> Converter:

@@ -16,29 +16,55 @@ from typing import Any
 from trtllm_entrypoint.errors import EntrypointError
 
 # Repeated fields of Triton's ModelConfig that the repository code reads; always lists, even when written once.
-REPEATED = frozenset({
-    "input", "output", "parameters", "instance_group", "step", "input_map", "output_map", "dims",
-    "preferred_batch_size", "gpus", "batch_input", "batch_output", "dependencies",
-})
+REPEATED = frozenset(
+    {
+        "input",
+        "output",
+        "parameters",
+        "instance_group",
+        "step",
+        "input_map",
+        "output_map",
+        "dims",
+        "preferred_batch_size",
+        "gpus",
+        "batch_input",
+        "batch_output",
+        "dependencies",
+    }
+)
 
 _PUNCT = "{}[]:,;<>"
 _NUMBER = re.compile(r"[-+]?(?:0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fF]?|inf|nan)")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
-_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v",
-                   "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_SIMPLE_ESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "?": "?",
+}
 
 
 @dataclass(frozen=True)
 class Token:
-    kind: str        # "punct", "string", "number", "ident", "end"
+    kind: str  # "punct", "string", "number", "ident", "end"
     value: Any
     line: int
     col: int
 
 
 def _error(source: str, line: int, col: int, message: str) -> EntrypointError:
-    return EntrypointError(f"{source}:{line}:{col}: {message}",
-                           "the file is not valid protobuf text format; compare it with the backend's template")
+    return EntrypointError(
+        f"{source}:{line}:{col}: {message}",
+        "the file is not valid protobuf text format; compare it with the backend's template",
+    )
 
 
 def _unescape(body: str, source: str, line: int, col: int) -> str:
@@ -55,13 +81,13 @@ def _unescape(body: str, source: str, line: int, col: int) -> str:
             out.append(_SIMPLE_ESCAPES[nxt])
             i += 2
         elif nxt in "xX":
-            digits = re.match(r"[0-9a-fA-F]{1,2}", body[i + 2:])
+            digits = re.match(r"[0-9a-fA-F]{1,2}", body[i + 2 :])
             if not digits:
                 raise _error(source, line, col + i, "\\x escape without hex digits")
             out.append(chr(int(digits.group(), 16)))
             i += 2 + len(digits.group())
         elif nxt in "01234567":
-            octal = "".join(itertools.takewhile(lambda c: c in "01234567", body[i + 1:i + 4]))
+            octal = "".join(itertools.takewhile(lambda c: c in "01234567", body[i + 1 : i + 4]))
             out.append(chr(int(octal, 8)))
             i += 1 + len(octal)
         else:

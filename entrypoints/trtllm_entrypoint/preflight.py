@@ -36,8 +36,12 @@ def overlaps(a: Path, b: Path) -> bool:
 
 def named_paths(settings: Settings, source: ModelSource) -> dict[str, Path]:
     """The directories the user named (or that default), by the variable that names them; read-only inputs last."""
-    paths = {"REPOSITORY_DIR": settings.repository_dir, "CACHE_DIR": settings.cache_dir,
-             "ENGINE_DIR": settings.engine_dir, "TEMPLATES_DIR": settings.templates_dir}
+    paths = {
+        "REPOSITORY_DIR": settings.repository_dir,
+        "CACHE_DIR": settings.cache_dir,
+        "ENGINE_DIR": settings.engine_dir,
+        "TEMPLATES_DIR": settings.templates_dir,
+    }
     model = source.path if settings.engine_dir is None and source.repo_id is None else None
     if settings.engine_dir is not None and settings.model_id and os.path.isdir(settings.model_id):
         model = Path(os.path.abspath(settings.model_id))
@@ -54,15 +58,19 @@ def check_overlaps(paths: dict[str, Path]) -> None:
     must never touch a model, an engine or templates. Read-only inputs may overlap each other."""
     names = list(paths)  # REPOSITORY_DIR and CACHE_DIR first: each pair is checked once, from its written side
     for i, name in enumerate(n for n in names if n in ("REPOSITORY_DIR", "CACHE_DIR")):
-        for other in names[i + 1:]:
+        for other in names[i + 1 :]:
             path = paths[other]
             if not overlaps(paths[name], path):
                 continue
             if name == "CACHE_DIR" and _published_by_cache(path, paths[name]):
                 continue  # e.g. ENGINE_DIR=<CACHE_DIR>/engines/<key>, printed by build-engine
-            raise bad(name, paths[name], f"a directory apart from {other}={str(path)!r} (not the same, not inside "
-                                         "it, not containing it): it is written, and must never touch what it is "
-                                         "given")
+            raise bad(
+                name,
+                paths[name],
+                f"a directory apart from {other}={str(path)!r} (not the same, not inside "
+                "it, not containing it): it is written, and must never touch what it is "
+                "given",
+            )
 
 
 def check_repository_dir(path: Path | None) -> None:
@@ -73,12 +81,18 @@ def check_repository_dir(path: Path | None) -> None:
         kind = "a symbolic link" if path.is_symlink() else "not a directory"
         raise bad("REPOSITORY_DIR", path, f"an absent or empty directory (this is {kind})")
     if os.path.ismount(path):  # a new copy is renamed into place, which a mount point refuses
-        raise bad("REPOSITORY_DIR", path, "a directory that is not itself a mount point (mount the volume at its "
-                                          "parent and name a directory inside it)")
+        raise bad(
+            "REPOSITORY_DIR",
+            path,
+            "a directory that is not itself a mount point (mount the volume at its "
+            "parent and name a directory inside it)",
+        )
     if not publish.is_ours(path, repository.STAMP) and not publish.is_empty_dir(path):
-        raise UsageError(f"REPOSITORY_DIR={str(path)!r} is not allowed: it is not empty and was not written by "
-                         "trtllm-entrypoint, so it is never replaced",
-                         "point REPOSITORY_DIR at an absent or empty directory, or leave it unset")
+        raise UsageError(
+            f"REPOSITORY_DIR={str(path)!r} is not allowed: it is not empty and was not written by "
+            "trtllm-entrypoint, so it is never replaced",
+            "point REPOSITORY_DIR at an absent or empty directory, or leave it unset",
+        )
 
 
 def tokenizer_dir(settings: Settings, source: ModelSource, engine_dir: Path | None = None) -> Path:
@@ -93,8 +107,11 @@ def tokenizer_dir(settings: Settings, source: ModelSource, engine_dir: Path | No
         if any((path / name).is_file() for name in TOKENIZER_FILES):
             return path
     where = "beside the engine" if settings.engine_dir else "into the checkpoint directory"
-    hint = f"copy the tokenizer files {where}" if settings.model_id else \
-        f"set MODEL_ID to the Hugging Face checkpoint, or copy the tokenizer files {where}"
+    hint = (
+        f"copy the tokenizer files {where}"
+        if settings.model_id
+        else f"set MODEL_ID to the Hugging Face checkpoint, or copy the tokenizer files {where}"
+    )
     raise UsageError(f"no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {', '.join(map(str, candidates))}", hint)
 
 
@@ -104,8 +121,10 @@ def check_prebuilt_engine(settings: Settings, engine_dir: Path, installed: str) 
     world_size = engine_config.engine_world_size(engine_dir)
     missing = engine_config.missing_ranks(engine_dir, world_size)
     if missing:
-        raise UsageError(f"the engine in {engine_dir} was built for {world_size} ranks but has no "
-                         f"{', '.join(missing)}", "copy every rank<N>.engine file that trtllm-build wrote")
+        raise UsageError(
+            f"the engine in {engine_dir} was built for {world_size} ranks but has no {', '.join(missing)}",
+            "copy every rank<N>.engine file that trtllm-build wrote",
+        )
     try:
         engine_config.check_engine_version(engine_dir, installed)
     except EntrypointError:

@@ -107,6 +107,7 @@ def problem(path: Path, stamp_name: str, expected: Mapping[str, object], optiona
 
 # --- locks --------------------------------------------------------------------------------------------------------
 
+
 def try_flock(fd: int, mode: int = fcntl.LOCK_EX) -> bool:
     try:
         fcntl.flock(fd, mode | fcntl.LOCK_NB)
@@ -134,8 +135,9 @@ def read_holder(fd: int) -> str:
         return "an unknown process"
 
 
-def wait_for(fd: int, lock: Path, timeout_s: float, log: Log, waiting: str, hint: str,
-             attempt: Callable[[], bool] | None = None) -> None:
+def wait_for(
+    fd: int, lock: Path, timeout_s: float, log: Log, waiting: str, hint: str, attempt: Callable[[], bool] | None = None
+) -> None:
     """Poll until `attempt` (an exclusive flock by default) succeeds; a timeout error names the lock and holder."""
     attempt = attempt or (lambda: try_flock(fd))
     deadline = time.monotonic() + timeout_s
@@ -143,8 +145,7 @@ def wait_for(fd: int, lock: Path, timeout_s: float, log: Log, waiting: str, hint
     while not attempt():
         holder = read_holder(fd)
         if time.monotonic() >= deadline:
-            raise EntrypointError(f"gave up after {timeout_s:g}s waiting for the lock {lock} (held by {holder})",
-                                  hint)
+            raise EntrypointError(f"gave up after {timeout_s:g}s waiting for the lock {lock} (held by {holder})", hint)
         if not announced:
             log.info(waiting, holder=holder, lock=str(lock))
             announced = True
@@ -166,6 +167,7 @@ def locked(path: Path, timeout_s: float, log: Log, waiting: str, hint: str) -> I
 
 
 # --- building, replacing, cleaning up ---------------------------------------------------------------------------
+
 
 def _fsync(path: Path, directory: bool = False) -> None:
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
@@ -190,8 +192,10 @@ def discard(path: Path, log: Log, reason: str) -> None:
         os.rename(path, aside / "copy")
     except PermissionError:
         os.rmdir(aside)
-        raise EntrypointError(f"the invalid copy {path} belongs to another user and cannot be replaced",
-                              "remove it, or give each UID its own CACHE_DIR") from None
+        raise EntrypointError(
+            f"the invalid copy {path} belongs to another user and cannot be replaced",
+            "remove it, or give each UID its own CACHE_DIR",
+        ) from None
     shutil.rmtree(aside, ignore_errors=True)
 
 
@@ -222,19 +226,33 @@ def sweep(root: Path, log: Log, only: str | None = None) -> None:
             os.close(fd)
 
 
-def publish(path: Path, fill: Callable[[Path], Mapping[str, object] | None], stamp: Mapping[str, object],
-            stamp_name: str, log: Log, *, on_failure: Callable[[Path, BaseException], None] | None = None) -> Path:
+def publish(
+    path: Path,
+    fill: Callable[[Path], Mapping[str, object] | None],
+    stamp: Mapping[str, object],
+    stamp_name: str,
+    log: Log,
+    *,
+    on_failure: Callable[[Path, BaseException], None] | None = None,
+) -> Path:
     """Build `path` with `fill(tmp_dir)` (which may return more stamp values), stamp it, fsync it and rename it into
     place; the caller holds its lock. An existing `path` is replaced only when it carries our stamp or is empty."""
     if path.exists() and not is_ours(path, stamp_name) and not is_empty_dir(path):
-        raise UsageError(f"refusing to replace {path}: it is not empty and was not written by trtllm-entrypoint",
-                         "point the variable at an empty or absent directory; nothing was changed")
+        raise UsageError(
+            f"refusing to replace {path}: it is not empty and was not written by trtllm-entrypoint",
+            "point the variable at an empty or absent directory; nothing was changed",
+        )
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.new-", dir=path.parent))
     try:
         os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide it from replicas under other UIDs
         extra = fill(tmp) or {}
-        record = {**stamp, **extra, "publisher": "trtllm-entrypoint", "created": utc_now(),
-                  "files": manifest(tmp, stamp_name)}
+        record = {
+            **stamp,
+            **extra,
+            "publisher": "trtllm-entrypoint",
+            "created": utc_now(),
+            "files": manifest(tmp, stamp_name),
+        }
         (tmp / stamp_name).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")  # last: marks completion
         fsync_tree(tmp)
         if path.exists() and not is_empty_dir(path):

@@ -23,18 +23,24 @@ if TYPE_CHECKING:
     from trtllm_entrypoint.log import Log
 
 STAMP = ".trtllm-stamp.json"  # our marker: Triton loads only the repository's subdirectories
-LOCK_HINT = ("another replica is writing this model repository (a dead holder releases the lock): wait longer with "
-             "a larger LOCK_TIMEOUT_SECS; on a shared volume, check that it supports flock")
+LOCK_HINT = (
+    "another replica is writing this model repository (a dead holder releases the lock): wait longer with "
+    "a larger LOCK_TIMEOUT_SECS; on a shared volume, check that it supports flock"
+)
 
 
 def check_destination(dest: Path, template_root: Path) -> None:
     if under_model_dir(dest):
-        raise UsageError(f"refusing to write the model repository to {dest}: {contract.KSERVE_MODEL_DIR} is "
-                         "KServe's read-only model mount",
-                         "set REPOSITORY_DIR to a writable directory such as /tmp/model-repository")
+        raise UsageError(
+            f"refusing to write the model repository to {dest}: {contract.KSERVE_MODEL_DIR} is "
+            "KServe's read-only model mount",
+            "set REPOSITORY_DIR to a writable directory such as /tmp/model-repository",
+        )
     if within(dest, template_root) or within(template_root, dest):
-        raise UsageError(f"refusing to write the model repository to {dest}: it overlaps the templates at "
-                         f"{template_root}", "set REPOSITORY_DIR to a directory outside TEMPLATES_DIR")
+        raise UsageError(
+            f"refusing to write the model repository to {dest}: it overlaps the templates at {template_root}",
+            "set REPOSITORY_DIR to a directory outside TEMPLATES_DIR",
+        )
 
 
 def _copy_tree(source: Path, target: Path) -> None:
@@ -54,11 +60,18 @@ def plan_digest(plan: FillPlan, template_root: Path) -> str:
     """Names the repository a plan writes: same templates and values, same digest, so it can be reused."""
     # The copied template files (model.py …) count too: a new image on an old cache must not reuse old code.
     # By content, not mtime, so templates copied anew per pod still name the same repository.
-    copied = sorted((str(f.relative_to(template_root)), hashlib.sha256(f.read_bytes()).hexdigest())
-                    for m in plan.models for f in (template_root / m.source).rglob("*")
-                    if f.is_file() and "__pycache__" not in f.parts)
-    content = {"templates": str(template_root), "workflow": plan.workflow, "copied": copied,
-               "models": [[m.source, m.name, sorted(m.files.items())] for m in plan.models]}
+    copied = sorted(
+        (str(f.relative_to(template_root)), hashlib.sha256(f.read_bytes()).hexdigest())
+        for m in plan.models
+        for f in (template_root / m.source).rglob("*")
+        if f.is_file() and "__pycache__" not in f.parts
+    )
+    content = {
+        "templates": str(template_root),
+        "workflow": plan.workflow,
+        "copied": copied,
+        "models": [[m.source, m.name, sorted(m.files.items())] for m in plan.models],
+    }
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -71,6 +84,7 @@ def _fill(plan: FillPlan, template_root: Path, log: Log) -> Callable[[Path], Non
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text)
         validate_repository(staging, log=log)
+
     return fill
 
 
@@ -82,8 +96,11 @@ def _problem(dest: Path, plan: FillPlan, template_root: Path, digest: str, log: 
         return "absent"
     changed = served_code.changed_files(plan, template_root, dest, ignore=(STAMP,))
     if changed and log is not None:  # None: a first look without the lock, repeated under it
-        log.warn("the model repository differs from this image's templates; rebuilding it from the image",
-                 repository=dest, files=", ".join(changed))
+        log.warn(
+            "the model repository differs from this image's templates; rebuilding it from the image",
+            repository=dest,
+            files=", ".join(changed),
+        )
     if changed:
         return f"{', '.join(changed)} differ from this image's templates"
     problem = publish.problem(dest, STAMP, {"digest": digest})
@@ -139,14 +156,17 @@ def write_named(plan: FillPlan, dest: Path, template_root: Path, log: Log, *, ti
         return False
 
     try:
-        publish.wait_for(fd, lock, timeout_s, log, "waiting for another process writing the model repository",
-                         LOCK_HINT, attempt)
+        publish.wait_for(
+            fd, lock, timeout_s, log, "waiting for another process writing the model repository", LOCK_HINT, attempt
+        )
         problem = _problem(dest, plan, template_root, digest, log)
         if taken == [fcntl.LOCK_SH] and problem is not None:
-            raise EntrypointError(f"REPOSITORY_DIR={str(dest)!r} is served by another server "
-                                  f"({publish.read_holder(fd)}) and differs from what these settings write ({problem})",
-                                  "give each set of settings its own REPOSITORY_DIR, or leave it unset (the default "
-                                  "is named by its content)")
+            raise EntrypointError(
+                f"REPOSITORY_DIR={str(dest)!r} is served by another server "
+                f"({publish.read_holder(fd)}) and differs from what these settings write ({problem})",
+                "give each set of settings its own REPOSITORY_DIR, or leave it unset (the default "
+                "is named by its content)",
+            )
         if taken == [fcntl.LOCK_EX]:
             publish.write_holder(fd)
             publish.remove_leftovers(dest, log)

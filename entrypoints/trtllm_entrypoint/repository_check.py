@@ -23,12 +23,16 @@ def _load_configs(root: Path) -> dict[str, tuple[Path, str, dict[str, Any]]]:
         text = path.read_text()
         stuck = structural_placeholders(text)
         if stuck:
-            raise EntrypointError(f"{path}: unfilled required placeholder(s) {', '.join(sorted(stuck))}",
-                                  "fill them (see the backend's docs/model_config.md) before serving")
+            raise EntrypointError(
+                f"{path}: unfilled required placeholder(s) {', '.join(sorted(stuck))}",
+                "fill them (see the backend's docs/model_config.md) before serving",
+            )
         parsed = pbtxt.parse(text, str(path))
         if parsed.get("name", path.parent.name) != path.parent.name:
-            raise EntrypointError(f"{path}: name {parsed.get('name')!r} differs from its directory "
-                                  f"{path.parent.name!r}", "Triton requires them to match")
+            raise EntrypointError(
+                f"{path}: name {parsed.get('name')!r} differs from its directory {path.parent.name!r}",
+                "Triton requires them to match",
+            )
         configs[path.parent.name] = (path, text, parsed)
     if not configs:
         raise EntrypointError(f"{root} holds no model (no */config.pbtxt)")
@@ -66,6 +70,7 @@ def _check_protobuf(configs: Mapping[str, tuple[Path, str, dict[str, Any]]], log
             log.info("protobuf check skipped: tritonclient is not installed")
         return
     from google.protobuf import text_format
+
     for path, text, _ in configs.values():
         try:
             text_format.Parse(text, model_config())
@@ -81,19 +86,25 @@ def _check_ensemble(name: str, parsed: dict[str, Any], configs: Mapping[str, tup
         if model not in configs:
             raise EntrypointError(f"ensemble {name!r} has a step for model {model!r}, which is not in the repository")
         step_config = configs[model][2]
-        for kind, tensors, declared in (("input", step.get("input_map"), step_config.get("input")),
-                                        ("output", step.get("output_map"), step_config.get("output"))):
+        for kind, tensors, declared in (
+            ("input", step.get("input_map"), step_config.get("input")),
+            ("output", step.get("output_map"), step_config.get("output")),
+        ):
             mapping = pbtxt.map_entries(tensors)
             wrong = set(mapping) - set(pbtxt.names(declared))
             if wrong:
-                raise EntrypointError(f"ensemble {name!r} maps {kind}(s) {', '.join(sorted(wrong))} of model "
-                                      f"{model!r}, which declares no such {kind}")
+                raise EntrypointError(
+                    f"ensemble {name!r} maps {kind}(s) {', '.join(sorted(wrong))} of model "
+                    f"{model!r}, which declares no such {kind}"
+                )
             (used_inputs if kind == "input" else produced).update(mapping.values())
     unused = set(pbtxt.names(parsed.get("input"))) - used_inputs
     unproduced = set(pbtxt.names(parsed.get("output"))) - produced
     if unused or unproduced:
-        raise EntrypointError(f"ensemble {name!r} wiring is incomplete: inputs never used "
-                              f"{sorted(unused)}, outputs never produced {sorted(unproduced)}")
+        raise EntrypointError(
+            f"ensemble {name!r} wiring is incomplete: inputs never used "
+            f"{sorted(unused)}, outputs never produced {sorted(unproduced)}"
+        )
 
 
 def validate_repository(root: Path, log: Log | None = None) -> None:

@@ -22,8 +22,7 @@ if TYPE_CHECKING:
 
 # Triton's names (src/restricted_features.h, unchanged from 2.40 to 2.71) except `health`: the image's
 # HEALTHCHECK and Kubernetes probes call it without headers.
-APIS = ("metadata", "inference", "shared-memory", "model-config", "model-repository", "statistics", "trace",
-        "logging")
+APIS = ("metadata", "inference", "shared-memory", "model-config", "model-repository", "statistics", "trace", "logging")
 # What no inference client needs: memory regions, loading code, per-model numbers, traces and verbose logs.
 DEFAULT_APIS = ("shared-memory", "model-repository", "statistics", "trace", "logging")
 # Closed without a key, these would make the model unusable.
@@ -48,8 +47,10 @@ def parse_apis(raw: str | None) -> tuple[str, ...]:
     unknown = [name for name in names if name not in APIS]
     if unknown:
         shown = raw if len(raw) <= 80 else raw[:77] + "..."
-        raise UsageError(f"RESTRICTED_APIS={shown!r} is not allowed: expected '{OPEN}' or a comma-separated list of "
-                         f"{', '.join(APIS)} (unknown: {', '.join(repr(n) for n in unknown)})")
+        raise UsageError(
+            f"RESTRICTED_APIS={shown!r} is not allowed: expected '{OPEN}' or a comma-separated list of "
+            f"{', '.join(APIS)} (unknown: {', '.join(repr(n) for n in unknown)})"
+        )
     return tuple(dict.fromkeys(names))
 
 
@@ -57,9 +58,11 @@ def check_key(key: str, variable: str) -> str:
     """The key as given; the message of a bad one never shows it."""
     low, high = KEY_LENGTH
     if not low <= len(key) <= high or not set(key) <= KEY_CHARACTERS:
-        raise UsageError(f"{variable} is not allowed (the value is not shown): expected {low} to {high} visible "
-                         "ASCII characters without spaces, '\"' or '\\'",
-                         "generate one with: openssl rand -hex 32")
+        raise UsageError(
+            f"{variable} is not allowed (the value is not shown): expected {low} to {high} visible "
+            "ASCII characters without spaces, '\"' or '\\'",
+            "generate one with: openssl rand -hex 32",
+        )
     return key
 
 
@@ -75,9 +78,11 @@ def flags_in(args: Sequence[str]) -> list[str]:
 def check_relations(apis: tuple[str, ...], key_generated: bool) -> None:
     closed = [api for api in apis if api in CLIENT_APIS]
     if closed and key_generated:
-        raise UsageError(f"RESTRICTED_APIS closes {', '.join(closed)} but no TRITON_ADMIN_KEY or "
-                         "TRITON_ADMIN_KEY_FILE is set: no client could use the model",
-                         "set TRITON_ADMIN_KEY_FILE to a mounted secret, or leave those APIs out")
+        raise UsageError(
+            f"RESTRICTED_APIS closes {', '.join(closed)} but no TRITON_ADMIN_KEY or "
+            "TRITON_ADMIN_KEY_FILE is set: no client could use the model",
+            "set TRITON_ADMIN_KEY_FILE to a mounted secret, or leave those APIs out",
+        )
 
 
 @dataclass(frozen=True)
@@ -97,8 +102,11 @@ class Restriction:
 
 def restriction(settings: Settings, facts: ImageFacts) -> Restriction:
     """Only tritonserver takes the flags: the OpenAI frontend's KServe endpoints have no such option."""
-    return Restriction(apis=settings.restricted_apis, key=settings.admin_key,
-                       supported=facts.restricted_apis and settings.frontend == "triton")
+    return Restriction(
+        apis=settings.restricted_apis,
+        key=settings.admin_key,
+        supported=facts.restricted_apis and settings.frontend == "triton",
+    )
 
 
 def start_warnings(settings: Settings, facts: ImageFacts) -> list[str]:
@@ -106,12 +114,16 @@ def start_warnings(settings: Settings, facts: ImageFacts) -> list[str]:
     if flags_in(settings.triton_args):
         return []  # a `tritonserver …` command line of the user's own that restricts APIs itself
     if not settings.restricted_apis:
-        return ["RESTRICTED_APIS=none: every Triton API (shared memory, model repository, logging, trace, "
-                "statistics) is open to any client that reaches the ports"]
+        return [
+            "RESTRICTED_APIS=none: every Triton API (shared memory, model repository, logging, trace, "
+            "statistics) is open to any client that reaches the ports"
+        ]
     what = ", ".join(settings.restricted_apis)
     if settings.frontend == "openai":
-        return [f"FRONTEND=openai: the KServe HTTP/gRPC endpoints of Triton's OpenAI frontend cannot restrict APIs; "
-                f"{what} stay open on HTTP_PORT and GRPC_PORT"]
+        return [
+            f"FRONTEND=openai: the KServe HTTP/gRPC endpoints of Triton's OpenAI frontend cannot restrict APIs; "
+            f"{what} stay open on HTTP_PORT and GRPC_PORT"
+        ]
     if not facts.restricted_apis:
         return [f"tritonserver {facts.triton} in image {facts.tag} cannot restrict APIs; {what} stay open"]
     return []

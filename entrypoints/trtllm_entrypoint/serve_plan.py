@@ -23,14 +23,14 @@ ENGINES = ("none", "prebuilt", "cache")
 
 @dataclass(frozen=True)
 class ServePlan:
-    settings: Settings               # as served: the workflow is the plan's
-    model: ModelSource               # what is served as is, or built and served from
-    engine: str                      # one of ENGINES
-    repository: Path                 # the given repository, REPOSITORY_DIR, or the cache's (content-named below it)
-    env: dict[str, str]              # environment the server gets on top of the container's
-    health_port: int                 # where `health` asks whether the server is ready
+    settings: Settings  # as served: the workflow is the plan's
+    model: ModelSource  # what is served as is, or built and served from
+    engine: str  # one of ENGINES
+    repository: Path  # the given repository, REPOSITORY_DIR, or the cache's (content-named below it)
+    env: dict[str, str]  # environment the server gets on top of the container's
+    health_port: int  # where `health` asks whether the server is ready
     typed_argv: tuple[str, ...] = ()  # a typed `tritonserver …` command: kept, with only its repository replaced
-    notes: tuple[str, ...] = ()      # how the plan departs from the settings, for the log
+    notes: tuple[str, ...] = ()  # how the plan departs from the settings, for the log
 
     @property
     def workflow(self) -> str:
@@ -41,10 +41,15 @@ class ServePlan:
         return self.model.kind != "repository"
 
     def describe(self) -> dict[str, object]:
-        return {"workflow": self.workflow, "model": {"kind": self.model.kind, "path": _text(self.model.path),
-                                                      "repo_id": self.model.repo_id},
-                "engine": self.engine, "repository": str(self.repository), "env": self.env,
-                "health_port": self.health_port, "typed_argv": list(self.typed_argv) or None}
+        return {
+            "workflow": self.workflow,
+            "model": {"kind": self.model.kind, "path": _text(self.model.path), "repo_id": self.model.repo_id},
+            "engine": self.engine,
+            "repository": str(self.repository),
+            "env": self.env,
+            "health_port": self.health_port,
+            "typed_argv": list(self.typed_argv) or None,
+        }
 
 
 def _text(path: Path | None) -> str | None:
@@ -57,8 +62,10 @@ def decide(settings: Settings, model: ModelSource, typed_argv: tuple[str, ...] =
     workflow = settings.workflow
     if model.kind == "engine" and workflow == "llmapi":
         if "workflow" in settings.explicit:
-            raise UsageError(f"WORKFLOW=llmapi cannot serve the prebuilt engine at {model.path}",
-                             "set WORKFLOW=engine, or give MODEL_ID a Hugging Face checkpoint")
+            raise UsageError(
+                f"WORKFLOW=llmapi cannot serve the prebuilt engine at {model.path}",
+                "set WORKFLOW=engine, or give MODEL_ID a Hugging Face checkpoint",
+            )
         notes.append("the model is a prebuilt engine: using the engine workflow (this image's default is llmapi)")
         workflow = "engine"
     settings = dataclasses.replace(settings, workflow=workflow)
@@ -67,13 +74,21 @@ def decide(settings: Settings, model: ModelSource, typed_argv: tuple[str, ...] =
     else:
         engine = "prebuilt" if model.kind == "engine" else "cache" if workflow == "engine" else "none"
         repository = settings.repository_dir or settings.cache_dir / "repositories"
-    return ServePlan(settings=settings, model=model, engine=engine, repository=repository,
-                     env=launch.server_env(settings), health_port=settings.http_port, typed_argv=typed_argv,
-                     notes=tuple(notes))
+    return ServePlan(
+        settings=settings,
+        model=model,
+        engine=engine,
+        repository=repository,
+        env=launch.server_env(settings),
+        health_port=settings.http_port,
+        typed_argv=typed_argv,
+        notes=tuple(notes),
+    )
 
 
-def launch_argv(plan: ServePlan, settings: Settings, facts: ImageFacts, repository: Path, world_size: int,
-                tokenizer: Path | None) -> list[str]:
+def launch_argv(
+    plan: ServePlan, settings: Settings, facts: ImageFacts, repository: Path, world_size: int, tokenizer: Path | None
+) -> list[str]:
     """The command that serves `repository`; `settings` are the plan's with the engine's own limits taken."""
     argv = launch.server_argv(settings, facts, repository, world_size, tokenizer=tokenizer)
     if plan.typed_argv and Path(argv[0]).name == "tritonserver":

@@ -16,7 +16,9 @@ PORT_FLAGS = {"--http-port": "http_port", "--grpc-port": "grpc_port", "--metrics
 RESERVED = {
     **dict.fromkeys(REPOSITORY_FLAGS, "REPOSITORY_DIR (or MODEL_ID naming a complete model repository)"),
     **{flag: field.upper() for flag, field in PORT_FLAGS.items()},
-    "--openai-port": "OPENAI_PORT", "--kserve-http-port": "HTTP_PORT", "--kserve-grpc-port": "GRPC_PORT",
+    "--openai-port": "OPENAI_PORT",
+    "--kserve-http-port": "HTTP_PORT",
+    "--kserve-grpc-port": "GRPC_PORT",
     # A second restriction group for an API even stops Triton; an empty one would silently open it.
     **dict.fromkeys(security.FLAGS, "RESTRICTED_APIS (and the key with TRITON_ADMIN_KEY or TRITON_ADMIN_KEY_FILE)"),
 }

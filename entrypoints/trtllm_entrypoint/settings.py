@@ -86,9 +86,9 @@ class Settings:
     triton_args: tuple[str, ...]
     exit_timeout_secs: int
     lock_timeout_secs: int
-    restricted_apis: tuple[str, ...]            # closed to clients without the admin key (RESTRICTED_APIS)
+    restricted_apis: tuple[str, ...]  # closed to clients without the admin key (RESTRICTED_APIS)
     admin_key: str = field(repr=False, compare=False)  # TRITON_ADMIN_KEY(_FILE), or random per start
-    admin_key_generated: bool                   # no key given: nobody can call the restricted APIs
+    admin_key_generated: bool  # no key given: nobody can call the restricted APIs
     preprocessing_instances: int
     postprocessing_instances: int
     enable_bls: bool = False
@@ -104,17 +104,23 @@ class Settings:
         return self.tp_size * self.pp_size
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str], facts: ImageFacts,
-                 command_line: CommandLine = CommandLine()) -> Settings:
+    def from_env(
+        cls, environ: Mapping[str, str], facts: ImageFacts, command_line: CommandLine = CommandLine()
+    ) -> Settings:
         env = _Env(environ)
-        values = {**_model_values(env, facts), **_limit_values(env), **_server_values(env, facts, command_line),
-                  **_admin_values(env, command_line),
-                  **_instance_values(env, cpus.usable_cpus())}
+        values = {
+            **_model_values(env, facts),
+            **_limit_values(env),
+            **_server_values(env, facts, command_line),
+            **_admin_values(env, command_line),
+            **_instance_values(env, cpus.usable_cpus()),
+        }
         values["cache_dir"], values["cache_fallback_reason"] = _cache_dir(env)
         values["model_init_async"] = env.text("MODEL_INIT_MODE") == "async"
         # Presence matters (an empty NVIDIA_VISIBLE_DEVICES hides every GPU), so these are read as given.
-        values["gpu_visibility"] = Visibility(environ.get("NVIDIA_VISIBLE_DEVICES"),
-                                              environ.get("CUDA_VISIBLE_DEVICES"))
+        values["gpu_visibility"] = Visibility(
+            environ.get("NVIDIA_VISIBLE_DEVICES"), environ.get("CUDA_VISIBLE_DEVICES")
+        )
         settings = cls(**values, explicit=frozenset(name.lower() for name in env.given))
         _check_relations(settings)
         return settings
@@ -264,8 +270,10 @@ def _secret(env: _Env, variables: tuple[str, ...], file_variable: str) -> str | 
     if path is None:
         return value
     if value is not None:
-        raise UsageError(f"{variables[0]} and {file_variable} are both set: expected only one of them",
-                         f"keep {file_variable} (a mounted secret) and unset {' / '.join(variables)}")
+        raise UsageError(
+            f"{variables[0]} and {file_variable} are both set: expected only one of them",
+            f"keep {file_variable} (a mounted secret) and unset {' / '.join(variables)}",
+        )
     return _read_secret_file(file_variable, path)
 
 
@@ -273,8 +281,10 @@ def _hf_token(env: _Env) -> str | None:
     token = _secret(env, *SECRETS[0])
     source = "HF_TOKEN_FILE" if env.text("HF_TOKEN_FILE") is not None else "HF_TOKEN"
     if token is not None and not TOKEN.fullmatch(token):  # never shown: it may be a real token with a typo
-        raise UsageError(f"{source} is not allowed: expected a Hugging Face token (printable ASCII, no spaces)",
-                         "copy the token again from https://huggingface.co/settings/tokens")
+        raise UsageError(
+            f"{source} is not allowed: expected a Hugging Face token (printable ASCII, no spaces)",
+            "copy the token again from https://huggingface.co/settings/tokens",
+        )
     return token
 
 
@@ -282,8 +292,11 @@ def _model_values(env: _Env, facts: ImageFacts) -> dict[str, Any]:
     workflows = facts.workflows
     workflow = env.text("WORKFLOW")
     if workflow is not None and workflow.lower() not in workflows:
-        raise bad("WORKFLOW", workflow, f"one of {', '.join(workflows)} "
-                                        f"(what TensorRT-LLM {facts.tensorrt_llm} in this image supports)")
+        raise bad(
+            "WORKFLOW",
+            workflow,
+            f"one of {', '.join(workflows)} (what TensorRT-LLM {facts.tensorrt_llm} in this image supports)",
+        )
     templates_dir = env.path("TEMPLATES_DIR") or facts.templates_dir
     engine_dir = env.path("ENGINE_DIR")
     # A prebuilt engine can only be served by the engine workflow, whatever this image defaults to.
@@ -334,8 +347,9 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
         raise bad("FRONTEND", "openai", f"triton (image {facts.tag} has no OpenAI-compatible frontend)")
     name = env.text("SERVED_MODEL_NAME")
     if name is not None and not SERVED_NAME.fullmatch(name):
-        raise bad("SERVED_MODEL_NAME", name,
-                  "up to 128 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        raise bad(
+            "SERVED_MODEL_NAME", name, "up to 128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
     raw_args = env.text("TRITON_ARGS") or ""
     try:
         triton_args = tuple(shlex.split(raw_args))
@@ -344,10 +358,15 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
     check_extra_arguments(triton_args)
     if not command_line.typed_server:
         check_extra_arguments(command_line.server_args, source="the command line")
-    ports = {name: command_line.ports.get(name) or env.integer(name.upper(), default, 1, 65535)
-             for name, default in (("http_port", contract.DEFAULT_HTTP_PORT), ("grpc_port", contract.DEFAULT_GRPC_PORT),
-                                   ("metrics_port", contract.DEFAULT_METRICS_PORT),
-                                   ("openai_port", contract.DEFAULT_OPENAI_PORT))}
+    ports = {
+        name: command_line.ports.get(name) or env.integer(name.upper(), default, 1, 65535)
+        for name, default in (
+            ("http_port", contract.DEFAULT_HTTP_PORT),
+            ("grpc_port", contract.DEFAULT_GRPC_PORT),
+            ("metrics_port", contract.DEFAULT_METRICS_PORT),
+            ("openai_port", contract.DEFAULT_OPENAI_PORT),
+        )
+    }
     return {
         **ports,
         "frontend": frontend,
@@ -364,8 +383,11 @@ def _admin_values(env: _Env, command_line: CommandLine) -> dict[str, Any]:
     key = _secret(env, *SECRETS[1])
     variable = "TRITON_ADMIN_KEY_FILE" if env.text("TRITON_ADMIN_KEY_FILE") else "TRITON_ADMIN_KEY"
     security.check_relations(apis, key_generated=key is None)
-    return {"restricted_apis": apis, "admin_key": security.check_key(key, variable) if key else security.random_key(),
-            "admin_key_generated": key is None}
+    return {
+        "restricted_apis": apis,
+        "admin_key": security.check_key(key, variable) if key else security.random_key(),
+        "admin_key_generated": key is None,
+    }
 
 
 def _writable(path: Path) -> bool:
@@ -384,8 +406,10 @@ def _cache_dir(env: _Env) -> tuple[Path, str | None]:
     if _writable(default):
         return default, None
     fallback = Path(tempfile.gettempdir()) / FALLBACK_CACHE_NAME
-    reason = (f"the default CACHE_DIR {default} is not writable (read-only root file system?); using {fallback}, "
-              f"which is lost with the container: mount a volume at {default} or set CACHE_DIR to keep engines")
+    reason = (
+        f"the default CACHE_DIR {default} is not writable (read-only root file system?); using {fallback}, "
+        f"which is lost with the container: mount a volume at {default} or set CACHE_DIR to keep engines"
+    )
     return fallback, reason
 
 
@@ -406,14 +430,21 @@ def _check_relations(s: Settings) -> None:
         seen[port] = name
     inner = INNER_MODELS[s.workflow]
     if s.served_model_name in inner:
-        raise bad("SERVED_MODEL_NAME", s.served_model_name,
-                  f"a name other than {', '.join(inner)} (the repository's own models have them)")
+        raise bad(
+            "SERVED_MODEL_NAME",
+            s.served_model_name,
+            f"a name other than {', '.join(inner)} (the repository's own models have them)",
+        )
     if s.workflow == "llmapi" and s.quantization != "none":
-        raise bad("QUANTIZATION", s.quantization,
-                  "none with WORKFLOW=llmapi (it serves the checkpoint as is: use a pre-quantized checkpoint)")
+        raise bad(
+            "QUANTIZATION",
+            s.quantization,
+            "none with WORKFLOW=llmapi (it serves the checkpoint as is: use a pre-quantized checkpoint)",
+        )
     if s.workflow == "llmapi" and s.engine_dir is not None:
         raise bad("ENGINE_DIR", s.engine_dir, "unset with WORKFLOW=llmapi (prebuilt engines need WORKFLOW=engine)")
     for name, path in (("CACHE_DIR", s.cache_dir), ("REPOSITORY_DIR", s.repository_dir)):
         if path is not None and under_model_dir(path):
-            raise bad(name, path, f"a writable directory outside {contract.KSERVE_MODEL_DIR} (KServe mounts it "
-                                  "read-only)")
+            raise bad(
+                name, path, f"a writable directory outside {contract.KSERVE_MODEL_DIR} (KServe mounts it read-only)"
+            )

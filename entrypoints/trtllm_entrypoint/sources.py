@@ -29,25 +29,36 @@ if TYPE_CHECKING:
 # letter, digit or '_', the name at most 96 characters, no '--' or '..' anywhere, no '.git' at the end.
 _HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
 HUB_ID = re.compile(rf"(?:[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?)/{_HUB_PART}")
-HUB_ID_RULE = ("a Hugging Face id (org/name: letters, digits, '-', '_' and '.', each part starting and ending with a "
-               "letter, digit or '_', the name at most 96 characters, no '--' or '..')")
+HUB_ID_RULE = (
+    "a Hugging Face id (org/name: letters, digits, '-', '_' and '.', each part starting and ending with a "
+    "letter, digit or '_', the name at most 96 characters, no '--' or '..')"
+)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
-LOOKED_FOR = ("a prebuilt engine (config.json with build_config, and rank*.engine files)",
-              "a Triton model repository (<model>/config.pbtxt with every ${...} filled in)",
-              "a Hugging Face checkpoint (config.json with architectures or model_type)")
+LOOKED_FOR = (
+    "a prebuilt engine (config.json with build_config, and rank*.engine files)",
+    "a Triton model repository (<model>/config.pbtxt with every ${...} filled in)",
+    "a Hugging Face checkpoint (config.json with architectures or model_type)",
+)
 # Small files a checkpoint needs besides weights: configs, tokenizers, and remote-code modules some of them import.
-METADATA_FILES = ("config.json", "generation_config.json", "special_tokens_map.json", "added_tokens.json",
-                  "merges.txt", "chat_template.json", "chat_template.jinja")
+METADATA_FILES = (
+    "config.json",
+    "generation_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "merges.txt",
+    "chat_template.json",
+    "chat_template.jinja",
+)
 METADATA_GLOBS = ("tokenizer*", "vocab*", "*.model", "*.tiktoken", "*.py")
 
 
 @dataclass(frozen=True)
 class ModelSource:
-    kind: str              # "hub" (not downloaded yet) | "checkpoint" | "engine" | "repository"
-    path: Path | None      # local path; None for a hub model not yet downloaded
-    repo_id: str | None    # also kept after download()
-    revision: str | None   # as asked (MODEL_REVISION); after download() the resolved commit
-    read_only: bool        # True under /mnt/models and in the hub cache: never written, re-created per pod
+    kind: str  # "hub" (not downloaded yet) | "checkpoint" | "engine" | "repository"
+    path: Path | None  # local path; None for a hub model not yet downloaded
+    repo_id: str | None  # also kept after download()
+    revision: str | None  # as asked (MODEL_REVISION); after download() the resolved commit
+    read_only: bool  # True under /mnt/models and in the hub cache: never written, re-created per pod
 
 
 def _json_keys(path: Path) -> set[str]:
@@ -61,7 +72,7 @@ def _json_keys(path: Path) -> set[str]:
 
 
 def classify_dir(path: Path) -> str:
-    """"engine", "repository" or "checkpoint"; UsageError (listing what was looked for) otherwise."""
+    """ "engine", "repository" or "checkpoint"; UsageError (listing what was looked for) otherwise."""
     if not path.is_dir():
         raise UsageError(f"{path} is not a directory", "point MODEL_ID / ENGINE_DIR at a model directory")
     keys = _json_keys(path / "config.json")
@@ -71,10 +82,11 @@ def classify_dir(path: Path) -> str:
     if pbtxts:
         unfilled = [p.parent.name for p in pbtxts if any(fill.unfilled(p.read_text(errors="replace")))]
         if unfilled:
-            raise UsageError(f"{path} is a repository template: ${{...}} placeholders are left in "
-                             f"{', '.join(unfilled)}/config.pbtxt",
-                             "point MODEL_ID at the Hugging Face checkpoint instead; the entrypoint fills "
-                             "the templates itself")
+            raise UsageError(
+                f"{path} is a repository template: ${{...}} placeholders are left in "
+                f"{', '.join(unfilled)}/config.pbtxt",
+                "point MODEL_ID at the Hugging Face checkpoint instead; the entrypoint fills the templates itself",
+            )
         return "repository"
     if keys & {"architectures", "model_type"}:
         return "checkpoint"
@@ -83,8 +95,7 @@ def classify_dir(path: Path) -> str:
 
 def _local(path: Path) -> ModelSource:
     path = Path(os.path.abspath(path))
-    return ModelSource(kind=classify_dir(path), path=path, repo_id=None, revision=None,
-                       read_only=under_model_dir(path))
+    return ModelSource(kind=classify_dir(path), path=path, repo_id=None, revision=None, read_only=under_model_dir(path))
 
 
 def resolve_model(settings: Settings, exists: Callable[[str], bool] = os.path.exists) -> ModelSource:
@@ -93,21 +104,24 @@ def resolve_model(settings: Settings, exists: Callable[[str], bool] = os.path.ex
     if model_id is None:
         if exists(contract.KSERVE_MODEL_DIR):
             return _local(Path(contract.KSERVE_MODEL_DIR))
-        late = " (MODEL_INIT_MODE=async: the modelcar has not put it there yet)" \
-            if settings.model_init_async else ""
-        raise UsageError(f"MODEL_ID is not set and {contract.KSERVE_MODEL_DIR} does not exist{late}",
-                         "set MODEL_ID to a Hugging Face id (org/name) or a local path, "
-                         f"or mount the model at {contract.KSERVE_MODEL_DIR}")
+        late = " (MODEL_INIT_MODE=async: the modelcar has not put it there yet)" if settings.model_init_async else ""
+        raise UsageError(
+            f"MODEL_ID is not set and {contract.KSERVE_MODEL_DIR} does not exist{late}",
+            "set MODEL_ID to a Hugging Face id (org/name) or a local path, "
+            f"or mount the model at {contract.KSERVE_MODEL_DIR}",
+        )
     if exists(model_id):
         return _local(Path(model_id))
     if model_id.startswith(("/", "./", "../", "~")):
-        raise UsageError(f"MODEL_ID={model_id!r} is not allowed: the path does not exist",
-                         "mount the model directory into the container at that path")
+        raise UsageError(
+            f"MODEL_ID={model_id!r} is not allowed: the path does not exist",
+            "mount the model directory into the container at that path",
+        )
     if is_hub_id(model_id):
-        return ModelSource(kind="hub", path=None, repo_id=model_id, revision=settings.model_revision,
-                           read_only=False)
-    raise UsageError(f"MODEL_ID={model_id!r} is not allowed: expected {HUB_ID_RULE}, or the path of an existing "
-                     "directory")
+        return ModelSource(kind="hub", path=None, repo_id=model_id, revision=settings.model_revision, read_only=False)
+    raise UsageError(
+        f"MODEL_ID={model_id!r} is not allowed: expected {HUB_ID_RULE}, or the path of an existing directory"
+    )
 
 
 def is_hub_id(text: str) -> bool:
@@ -122,14 +136,16 @@ def resolve(settings: Settings, exists: Callable[[str], bool] = os.path.exists) 
         raise UsageError(f"ENGINE_DIR={str(settings.engine_dir)!r} is not allowed: the directory does not exist")
     source = _local(settings.engine_dir)
     if source.kind != "engine":
-        raise UsageError(f"ENGINE_DIR={str(settings.engine_dir)!r} is not allowed: it holds a {source.kind}, "
-                         "expected a prebuilt engine (config.json with build_config, and rank*.engine files)",
-                         "use MODEL_ID for checkpoints and repositories")
+        raise UsageError(
+            f"ENGINE_DIR={str(settings.engine_dir)!r} is not allowed: it holds a {source.kind}, "
+            "expected a prebuilt engine (config.json with build_config, and rank*.engine files)",
+            "use MODEL_ID for checkpoints and repositories",
+        )
     return source
 
 
 SMALL_FILE = 1 << 20  # configs and tokenizers are below this; weight shards are far above it
-SAMPLE = 1 << 16      # bytes read from the middle and from the end of a large file in a per-pod copy
+SAMPLE = 1 << 16  # bytes read from the middle and from the end of a large file in a per-pod copy
 
 
 def _sample(path: str, size: int) -> bytes:
@@ -185,8 +201,7 @@ def hub_allow_patterns(files: list[str]) -> list[str]:
         weights += [f for f in top if f.endswith(".safetensors.index.json")]
     else:
         weights = [f for f in top if f.endswith((".bin", ".bin.index.json")) and f != "training_args.bin"]
-    metadata = [f for f in top
-                if f in METADATA_FILES or any(fnmatch.fnmatchcase(f, g) for g in METADATA_GLOBS)]
+    metadata = [f for f in top if f in METADATA_FILES or any(fnmatch.fnmatchcase(f, g) for g in METADATA_GLOBS)]
     return sorted(glob.escape(f) for f in set(weights) | set(metadata))
 
 
@@ -201,6 +216,7 @@ def identity(source: ModelSource) -> dict[str, Any]:
 
 def _offline() -> bool:
     from huggingface_hub import constants
+
     return bool(constants.HF_HUB_OFFLINE)
 
 
@@ -210,32 +226,45 @@ def _hub_error(exc: Exception, source: ModelSource) -> EntrypointError | None:
     from huggingface_hub import utils as errors
 
     repo, rev = source.repo_id, source.revision or "main"
-    offline_hint = ("without network, mount the model and set MODEL_ID to its path, or fill the cache under "
-                    "CACHE_DIR/models/hub and set HF_HUB_OFFLINE=1")
+    offline_hint = (
+        "without network, mount the model and set MODEL_ID to its path, or fill the cache under "
+        "CACHE_DIR/models/hub and set HF_HUB_OFFLINE=1"
+    )
     names = {cls.__name__ for cls in type(exc).__mro__}
     if isinstance(exc, errors.GatedRepoError):
-        return EntrypointError(f"{repo} is a gated model and this token has no access to it",
-                               f"request access on https://huggingface.co/{repo} and set HF_TOKEN")
+        return EntrypointError(
+            f"{repo} is a gated model and this token has no access to it",
+            f"request access on https://huggingface.co/{repo} and set HF_TOKEN",
+        )
     if isinstance(exc, errors.RepositoryNotFoundError):
-        return EntrypointError(f"model {repo} was not found on the Hugging Face hub",
-                               "check MODEL_ID; a private model also needs HF_TOKEN")
+        return EntrypointError(
+            f"model {repo} was not found on the Hugging Face hub", "check MODEL_ID; a private model also needs HF_TOKEN"
+        )
     if isinstance(exc, errors.RevisionNotFoundError):
         return EntrypointError(f"revision {rev!r} of {repo} was not found", "check MODEL_REVISION")
     if isinstance(exc, errors.LocalEntryNotFoundError):
         return EntrypointError(f"{repo}@{rev} is not in the local cache and the hub cannot be reached", offline_hint)
     # requests (older hub clients) and httpx (newer) name their network failures like this.
-    if isinstance(exc, (ConnectionError, TimeoutError)) or names & {"ConnectionError", "ConnectError",
-                                                                    "TransportError", "Timeout", "TimeoutException"}:
+    if isinstance(exc, (ConnectionError, TimeoutError)) or names & {
+        "ConnectionError",
+        "ConnectError",
+        "TransportError",
+        "Timeout",
+        "TimeoutException",
+    }:
         return EntrypointError(f"the Hugging Face hub cannot be reached to fetch {repo}", offline_hint)
     if isinstance(exc, ValueError) and "JSONDecodeError" in names:  # e.g. a proxy's HTML page instead of the API
-        return EntrypointError(f"the Hugging Face hub's answer about {repo} is not JSON",
-                               "check the network path to the hub (a proxy or captive portal in between?) and "
-                               "HF_ENDPOINT if set")
+        return EntrypointError(
+            f"the Hugging Face hub's answer about {repo} is not JSON",
+            "check the network path to the hub (a proxy or captive portal in between?) and HF_ENDPOINT if set",
+        )
     if isinstance(exc, errors.HfHubHTTPError):
         # Only the status: the client's message may quote request details.
         status = getattr(getattr(exc, "response", None), "status_code", "unknown")
-        return EntrypointError(f"the Hugging Face hub refused to serve {repo}: HTTP status {status}",
-                               "check MODEL_ID, MODEL_REVISION and HF_TOKEN")
+        return EntrypointError(
+            f"the Hugging Face hub refused to serve {repo}: HTTP status {status}",
+            "check MODEL_ID, MODEL_REVISION and HF_TOKEN",
+        )
     return None
 
 
@@ -250,24 +279,35 @@ def _fetch(source: ModelSource, settings: Settings, cache_dir: Path) -> tuple[st
     import huggingface_hub
 
     repo_id = _repo_id(source)
-    common: dict[str, Any] = {"repo_id": repo_id, "revision": source.revision, "token": settings.hf_token,
-                              "cache_dir": str(cache_dir)}
+    common: dict[str, Any] = {
+        "repo_id": repo_id,
+        "revision": source.revision,
+        "token": settings.hf_token,
+        "cache_dir": str(cache_dir),
+    }
     if _offline():
         # The file list needs the network; a cached snapshot is served as is, and its folder name is the commit.
         path = huggingface_hub.snapshot_download(**common)
         return str(path), Path(path).name
-    info = huggingface_hub.HfApi().model_info(repo_id, revision=source.revision, token=settings.hf_token,
-                                              files_metadata=False)
+    info = huggingface_hub.HfApi().model_info(
+        repo_id, revision=source.revision, token=settings.hf_token, files_metadata=False
+    )
     if info.sha is None:  # the weights must be named by their commit in the engine cache key
-        raise EntrypointError(f"the Hugging Face hub did not say which commit of {repo_id} it serves",
-                              "try again, or set MODEL_REVISION to a commit")
+        raise EntrypointError(
+            f"the Hugging Face hub did not say which commit of {repo_id} it serves",
+            "try again, or set MODEL_REVISION to a commit",
+        )
     patterns = hub_allow_patterns([s.rfilename for s in info.siblings or ()])
     if not any(p.endswith((".safetensors", ".bin")) for p in patterns):
-        raise UsageError(f"{source.repo_id} has no *.safetensors or *.bin weights at its top level",
-                         "choose a repository with Hugging Face weights (GGUF and ONNX files cannot be built)")
+        raise UsageError(
+            f"{source.repo_id} has no *.safetensors or *.bin weights at its top level",
+            "choose a repository with Hugging Face weights (GGUF and ONNX files cannot be built)",
+        )
     if not set(TOKENIZER_FILES) & {s.rfilename for s in info.siblings or ()}:
-        raise UsageError(f"{source.repo_id} has no tokenizer files ({', '.join(TOKENIZER_FILES)}) at its top level",
-                         "choose a repository with the Hugging Face tokenizer; the pre/postprocessing models need it")
+        raise UsageError(
+            f"{source.repo_id} has no tokenizer files ({', '.join(TOKENIZER_FILES)}) at its top level",
+            "choose a repository with the Hugging Face tokenizer; the pre/postprocessing models need it",
+        )
     path = huggingface_hub.snapshot_download(**{**common, "revision": info.sha}, allow_patterns=patterns)
     return str(path), info.sha
 
@@ -279,15 +319,20 @@ def read_config(source: ModelSource, settings: Settings) -> dict[str, Any]:
         path: Path | str = source.path / "config.json"
     else:
         import huggingface_hub
+
         try:
-            path = huggingface_hub.hf_hub_download(_repo_id(source), "config.json", revision=source.revision,
-                                                   token=settings.hf_token,
-                                                   cache_dir=str(settings.cache_dir / "models" / "hub"))
+            path = huggingface_hub.hf_hub_download(
+                _repo_id(source),
+                "config.json",
+                revision=source.revision,
+                token=settings.hf_token,
+                cache_dir=str(settings.cache_dir / "models" / "hub"),
+            )
         except Exception as exc:
             error = _hub_error(exc, source)
             if error is None:
                 raise
-            raise error from None   # as in download(): the chained traceback could show the token
+            raise error from None  # as in download(): the chained traceback could show the token
     try:
         config = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:

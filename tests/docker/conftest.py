@@ -72,6 +72,7 @@ def session_dir(tmp_path_factory) -> Path:
 
 # --- stand-ins and our images ---------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def standin(docker_client):
     """standin(tag, tensorrt_llm=None, image=None) -> Standin, built once per session and arguments."""
@@ -81,8 +82,13 @@ def standin(docker_client):
         key = (tag, tensorrt_llm, image)
         if key not in built:
             try:
-                built[key] = build_standin(tag, image=image, tensorrt_llm=tensorrt_llm, client=docker_client,
-                                           log=lambda msg: print(msg, file=sys.stderr))
+                built[key] = build_standin(
+                    tag,
+                    image=image,
+                    tensorrt_llm=tensorrt_llm,
+                    client=docker_client,
+                    log=lambda msg: print(msg, file=sys.stderr),
+                )
             except StandinUnavailable as exc:
                 built[key] = exc
         result = built[key]
@@ -118,14 +124,31 @@ class Build:
         return ref
 
 
-def run_build(tag: str, base_image: str, matrix: Path, out: Path, *, backend_dir: Path | None = None,
-              registry: str | None = None) -> Build:
-    argv = [sys.executable, "build.py", "--tag", tag, "--base-image", base_image, "--matrix", str(matrix),
-            "--out", str(out)]
+def run_build(
+    tag: str, base_image: str, matrix: Path, out: Path, *, backend_dir: Path | None = None, registry: str | None = None
+) -> Build:
+    argv = [
+        sys.executable,
+        "build.py",
+        "--tag",
+        tag,
+        "--base-image",
+        base_image,
+        "--matrix",
+        str(matrix),
+        "--out",
+        str(out),
+    ]
     argv += ["--backend-dir", str(backend_dir)] if backend_dir else []
     argv += ["--registry", registry] if registry else []
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
-                          env={**os.environ, "HF_TOKEN": E2E_TOKEN})
+    done = subprocess.run(
+        argv,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        env={**os.environ, "HF_TOKEN": E2E_TOKEN},
+    )
     report_path = out / "reports" / f"{tag}.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else None
     return Build(done.returncode, done.stdout + done.stderr, report)
@@ -158,6 +181,7 @@ def built(standin, session_dir):
 
 # --- models ---------------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def tiny_model(session_dir) -> Path:
     model = tiny_llama(session_dir / "models" / "tiny")
@@ -175,9 +199,19 @@ def prebuilt_engine(session_dir, tiny_model, standin) -> Path:
     paths = install_doubles(root, trtllm_version=version, tensorrt_version="0", with_app=True, templates_src=None)
     env = double_environ(paths, root / "records")
     dest, ckpt = session_dir / "mnt-models", root / "ckpt"
-    for argv in ([sys.executable, str(paths["app"] / "examples/llama/convert_checkpoint.py"), "--model_dir",
-                  str(tiny_model), "--output_dir", str(ckpt), "--dtype", "float16"],
-                 ["trtllm-build", "--checkpoint_dir", str(ckpt), "--output_dir", str(dest)]):
+    for argv in (
+        [
+            sys.executable,
+            str(paths["app"] / "examples/llama/convert_checkpoint.py"),
+            "--model_dir",
+            str(tiny_model),
+            "--output_dir",
+            str(ckpt),
+            "--dtype",
+            "float16",
+        ],
+        ["trtllm-build", "--checkpoint_dir", str(ckpt), "--output_dir", str(dest)],
+    ):
         subprocess.run(argv, env=env, check=True, capture_output=True)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         (dest / name).write_bytes((tiny_model / name).read_bytes())
@@ -187,6 +221,7 @@ def prebuilt_engine(session_dir, tiny_model, standin) -> Path:
 
 
 # --- containers -----------------------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def records(tmp_path) -> Path:
@@ -263,13 +298,21 @@ def record_mount(records_dir: Path) -> dict:
 
 # --- talking to the real server in a container ----------------------------------------------------------------------
 
+
 def address(container) -> str:
     container.reload()
     return container.attrs["NetworkSettings"]["IPAddress"]
 
 
-def http(container, route: str, body: dict | None = None, *, port: int = 8000, timeout_s: float = 60,
-         headers: dict | None = None) -> dict:
+def http(
+    container,
+    route: str,
+    body: dict | None = None,
+    *,
+    port: int = 8000,
+    timeout_s: float = 60,
+    headers: dict | None = None,
+) -> dict:
     """GET (body None) or POST a JSON body to the server in `container`; the decoded JSON answer."""
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(f"http://{address(container)}:{port}{route}", data=data, headers=headers or {})
@@ -293,7 +336,7 @@ def stream(container, route: str, body: dict, *, port: int = 8000) -> list[dict]
     """The server-sent events of a generate_stream call, decoded."""
     request = urllib.request.Request(f"http://{address(container)}:{port}{route}", data=json.dumps(body).encode())
     with urllib.request.urlopen(request, timeout=60) as response:
-        return [json.loads(line[len(b"data: "):]) for line in response if line.startswith(b"data: ")]
+        return [json.loads(line[len(b"data: ") :]) for line in response if line.startswith(b"data: ")]
 
 
 def in_background(function, *args, **kwargs) -> tuple[threading.Thread, dict]:

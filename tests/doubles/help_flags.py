@@ -16,16 +16,35 @@ from importlib import metadata
 ALWAYS = (None, None)
 
 TRTLLM_BUILD = {
-    **dict.fromkeys(("--checkpoint_dir", "--model_config", "--output_dir", "--max_batch_size", "--max_input_len",
-                     "--max_num_tokens", "--max_beam_width", "--max_prompt_embedding_table_size", "--workers",
-                     "--log_level", "--timing_cache", "--tokens_per_block", "--gemm_plugin",
-                     "--gpt_attention_plugin", "--context_fmha", "--remove_input_padding",
-                     "--use_paged_context_fmha", "--multiple_profiles", "--paged_kv_cache",
-                     "--gather_generation_logits"), ALWAYS),
-    "--max_output_len": (None, (0, 12)),       # deprecated 0.11, removed 0.12
+    **dict.fromkeys(
+        (
+            "--checkpoint_dir",
+            "--model_config",
+            "--output_dir",
+            "--max_batch_size",
+            "--max_input_len",
+            "--max_num_tokens",
+            "--max_beam_width",
+            "--max_prompt_embedding_table_size",
+            "--workers",
+            "--log_level",
+            "--timing_cache",
+            "--tokens_per_block",
+            "--gemm_plugin",
+            "--gpt_attention_plugin",
+            "--context_fmha",
+            "--remove_input_padding",
+            "--use_paged_context_fmha",
+            "--multiple_profiles",
+            "--paged_kv_cache",
+            "--gather_generation_logits",
+        ),
+        ALWAYS,
+    ),
+    "--max_output_len": (None, (0, 12)),  # deprecated 0.11, removed 0.12
     "--max_seq_len": ((0, 11), None),
     "--kv_cache_type": ((0, 12), None),
-    "--tp_size": ((0, 10), (0, 12)),           # only for some weight loaders; removed 0.12
+    "--tp_size": ((0, 10), (0, 12)),  # only for some weight loaders; removed 0.12
     "--pp_size": ((0, 10), (0, 12)),
     "--context_fmha_fp32_acc": (None, (0, 12)),
     "--use_custom_all_reduce": (None, (0, 12)),
@@ -45,9 +64,25 @@ TRTLLM_BUILD = {
     "--monitor_memory": ((0, 17), None),
 }
 
-CONVERTER = dict.fromkeys(("--model_dir", "--output_dir", "--dtype", "--tp_size", "--pp_size", "--workers",
-                           "--load_model_on_cpu", "--use_weight_only", "--weight_only_precision", "--int8_kv_cache",
-                           "--smoothquant", "--per_channel", "--per_token", "--calib_dataset"), ALWAYS)
+CONVERTER = dict.fromkeys(
+    (
+        "--model_dir",
+        "--output_dir",
+        "--dtype",
+        "--tp_size",
+        "--pp_size",
+        "--workers",
+        "--load_model_on_cpu",
+        "--use_weight_only",
+        "--weight_only_precision",
+        "--int8_kv_cache",
+        "--smoothquant",
+        "--per_channel",
+        "--per_token",
+        "--calib_dataset",
+    ),
+    ALWAYS,
+)
 # Converter folder -> its own flags (model-support.md: "Some converters need extra flags at some tags").
 CONVERTER_EXTRA = {
     "qwen": {"--qwen_type": ((0, 10), (0, 11))},
@@ -55,36 +90,116 @@ CONVERTER_EXTRA = {
     "gpt": {"--gpt_variant": ALWAYS},
     "chatglm": {"--chatglm_version": ALWAYS},
 }
-QUANTIZE = dict.fromkeys(("--model_dir", "--output_dir", "--dtype", "--tp_size", "--pp_size", "--qformat",
-                          "--kv_cache_dtype", "--calib_size", "--batch_size", "--device", "--seed",
-                          "--tokenizer_max_seq_length"), ALWAYS)
+QUANTIZE = dict.fromkeys(
+    (
+        "--model_dir",
+        "--output_dir",
+        "--dtype",
+        "--tp_size",
+        "--pp_size",
+        "--qformat",
+        "--kv_cache_dtype",
+        "--calib_size",
+        "--batch_size",
+        "--device",
+        "--seed",
+        "--tokenizer_max_seq_length",
+    ),
+    ALWAYS,
+)
 # The long options `tritonserver --help` lists (2.51.0, from the nvidia-pytriton 0.7.0 wheel); the doubles of other
 # Triton releases answer with the same set.
 TRITONSERVER = (
-    "--allow-cpu-metrics", "--allow-gpu-metrics", "--allow-grpc", "--allow-http", "--allow-metrics",
-    "--allow-sagemaker", "--allow-vertex-ai", "--backend-config", "--backend-directory",
-    "--buffer-manager-thread-count", "--cache-config", "--cache-directory", "--cuda-memory-pool-byte-size",
-    "--cuda-virtual-address-size", "--disable-auto-complete-config", "--enable-peer-access", "--exit-on-error",
-    "--exit-timeout-secs", "--grpc-address", "--grpc-header-forward-pattern", "--grpc-http2-max-ping-strikes",
-    "--grpc-http2-max-pings-without-data", "--grpc-http2-min-recv-ping-interval-without-data",
-    "--grpc-infer-allocation-pool-size", "--grpc-infer-response-compression-level",
-    "--grpc-keepalive-permit-without-calls", "--grpc-keepalive-time", "--grpc-keepalive-timeout",
-    "--grpc-max-connection-age", "--grpc-max-connection-age-grace", "--grpc-port", "--grpc-restricted-protocol",
-    "--grpc-root-cert", "--grpc-server-cert", "--grpc-server-key", "--grpc-use-ssl", "--grpc-use-ssl-mutual",
-    "--help", "--host-policy", "--http-address", "--http-header-forward-pattern", "--http-port",
-    "--http-restricted-api", "--http-thread-count", "--id", "--load-model", "--log-error", "--log-file",
-    "--log-format", "--log-info", "--log-verbose", "--log-warning", "--metrics-address", "--metrics-config",
-    "--metrics-interval-ms", "--metrics-port", "--min-supported-compute-capability", "--model-config-name",
-    "--model-control-mode", "--model-load-gpu-limit", "--model-load-retry-count", "--model-load-thread-count",
-    "--model-namespacing", "--model-repository", "--model-store", "--pinned-memory-pool",
-    "--pinned-memory-pool-byte-size", "--rate-limit", "--rate-limit-resource", "--repoagent-directory",
-    "--repository-poll-secs", "--response-cache-byte-size", "--reuse-grpc-port", "--reuse-http-port",
-    "--sagemaker-port", "--sagemaker-safe-port-range", "--sagemaker-thread-count", "--strict-model-config",
-    "--strict-readiness", "--trace-config", "--trace-count", "--trace-file", "--trace-level",
-    "--trace-log-frequency", "--trace-rate", "--vertex-ai-default-model", "--vertex-ai-port",
+    "--allow-cpu-metrics",
+    "--allow-gpu-metrics",
+    "--allow-grpc",
+    "--allow-http",
+    "--allow-metrics",
+    "--allow-sagemaker",
+    "--allow-vertex-ai",
+    "--backend-config",
+    "--backend-directory",
+    "--buffer-manager-thread-count",
+    "--cache-config",
+    "--cache-directory",
+    "--cuda-memory-pool-byte-size",
+    "--cuda-virtual-address-size",
+    "--disable-auto-complete-config",
+    "--enable-peer-access",
+    "--exit-on-error",
+    "--exit-timeout-secs",
+    "--grpc-address",
+    "--grpc-header-forward-pattern",
+    "--grpc-http2-max-ping-strikes",
+    "--grpc-http2-max-pings-without-data",
+    "--grpc-http2-min-recv-ping-interval-without-data",
+    "--grpc-infer-allocation-pool-size",
+    "--grpc-infer-response-compression-level",
+    "--grpc-keepalive-permit-without-calls",
+    "--grpc-keepalive-time",
+    "--grpc-keepalive-timeout",
+    "--grpc-max-connection-age",
+    "--grpc-max-connection-age-grace",
+    "--grpc-port",
+    "--grpc-restricted-protocol",
+    "--grpc-root-cert",
+    "--grpc-server-cert",
+    "--grpc-server-key",
+    "--grpc-use-ssl",
+    "--grpc-use-ssl-mutual",
+    "--help",
+    "--host-policy",
+    "--http-address",
+    "--http-header-forward-pattern",
+    "--http-port",
+    "--http-restricted-api",
+    "--http-thread-count",
+    "--id",
+    "--load-model",
+    "--log-error",
+    "--log-file",
+    "--log-format",
+    "--log-info",
+    "--log-verbose",
+    "--log-warning",
+    "--metrics-address",
+    "--metrics-config",
+    "--metrics-interval-ms",
+    "--metrics-port",
+    "--min-supported-compute-capability",
+    "--model-config-name",
+    "--model-control-mode",
+    "--model-load-gpu-limit",
+    "--model-load-retry-count",
+    "--model-load-thread-count",
+    "--model-namespacing",
+    "--model-repository",
+    "--model-store",
+    "--pinned-memory-pool",
+    "--pinned-memory-pool-byte-size",
+    "--rate-limit",
+    "--rate-limit-resource",
+    "--repoagent-directory",
+    "--repository-poll-secs",
+    "--response-cache-byte-size",
+    "--reuse-grpc-port",
+    "--reuse-http-port",
+    "--sagemaker-port",
+    "--sagemaker-safe-port-range",
+    "--sagemaker-thread-count",
+    "--strict-model-config",
+    "--strict-readiness",
+    "--trace-config",
+    "--trace-count",
+    "--trace-file",
+    "--trace-level",
+    "--trace-log-frequency",
+    "--trace-rate",
+    "--vertex-ai-default-model",
+    "--vertex-ai-port",
     "--vertex-ai-thread-count",
 )
-DTYPE_AUTO_SINCE = (0, 15)   # converters and quantize.py accept --dtype auto from 0.15
+DTYPE_AUTO_SINCE = (0, 15)  # converters and quantize.py accept --dtype auto from 0.15
 
 
 def release(version: str) -> tuple[int, ...]:
@@ -100,8 +215,11 @@ def installed_release() -> tuple[int, ...]:
 
 
 def flags_at(table: dict, version: tuple[int, ...]) -> list[str]:
-    return [flag for flag, (since, until) in table.items()
-            if (since is None or version >= since) and (until is None or version < until)]
+    return [
+        flag
+        for flag, (since, until) in table.items()
+        if (since is None or version >= since) and (until is None or version < until)
+    ]
 
 
 def program_flags(program: str, version: tuple[int, ...], folder: str = "") -> list[str]:
@@ -117,8 +235,12 @@ def program_flags(program: str, version: tuple[int, ...], folder: str = "") -> l
 def usage(program: str, flags: list[str]) -> str:
     """An argparse-style help text."""
     upper = [f"[{flag} {flag[2:].upper()}]" for flag in flags]
-    return (f"usage: {program} [-h] " + " ".join(upper) + "\n\n(trtllm-images test double)\n\noptions:\n"
-            + "".join(f"  {flag} {flag[2:].upper()}\n" for flag in flags))
+    return (
+        f"usage: {program} [-h] "
+        + " ".join(upper)
+        + "\n\n(trtllm-images test double)\n\noptions:\n"
+        + "".join(f"  {flag} {flag[2:].upper()}\n" for flag in flags)
+    )
 
 
 def parse_or_exit(program: str, argv: list[str], folder: str = "") -> None:

@@ -33,8 +33,12 @@ PYTHON_MODEL_DOUBLES = DOUBLES_DIR / "python_models_double"
 def examples() -> dict[str, str]:
     """Every converter models.yaml names, in both examples layouts (TensorRT-LLM <= 0.19 and >= 0.20), and the
     quantization script: path under the app dir -> the double that plays it."""
-    paths = {f"{model.converter_dir(layout)}/convert_checkpoint.py": "convert_checkpoint_double.py"
-             for model in load_models() if model.engine is not None for layout in LAYOUTS}
+    paths = {
+        f"{model.converter_dir(layout)}/convert_checkpoint.py": "convert_checkpoint_double.py"
+        for model in load_models()
+        if model.engine is not None
+        for layout in LAYOUTS
+    }
     return {**dict(sorted(paths.items())), "examples/quantization/quantize.py": "quantize_double.py"}
 
 
@@ -59,12 +63,14 @@ def write_distribution(site: Path, name: str, version: str) -> Path:
     package = site / name
     package.mkdir(parents=True, exist_ok=True)
     init = package / "__init__.py"
-    init.write_text(f'"""Test double of the {name} package: versions only, no functionality."""\n'
-                    f"__version__ = {version!r}\n")
+    init.write_text(
+        f'"""Test double of the {name} package: versions only, no functionality."""\n__version__ = {version!r}\n'
+    )
     dist_info = site / f"{name}-{version}.dist-info"
     dist_info.mkdir(exist_ok=True)
-    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-                                        "Summary: trtllm-images test double\n")
+    (dist_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: trtllm-images test double\n"
+    )
     (dist_info / "INSTALLER").write_text("trtllm-images-doubles\n")
     files = [f"{name}/__init__.py", *(f"{dist_info.name}/{f}" for f in ("METADATA", "INSTALLER", "RECORD"))]
     (dist_info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
@@ -93,8 +99,15 @@ def complete_templates(all_models: Path) -> None:
             shutil.copyfile(double, version / "model.py")
 
 
-def install_doubles(root: Path, *, trtllm_version: str, tensorrt_version: str, with_app: bool,
-                    templates_src: Path | None, scripts_dir: str | None = None) -> dict[str, Path]:
+def install_doubles(
+    root: Path,
+    *,
+    trtllm_version: str,
+    tensorrt_version: str,
+    with_app: bool,
+    templates_src: Path | None,
+    scripts_dir: str | None = None,
+) -> dict[str, Path]:
     """Create bin/, site/ and (with_app) app/ under `root`; return {"bin", "site", "app"?: path}.
 
     `templates_src` is an `all_models` directory (holding inflight_batcher_llm/ …); `scripts_dir` is where the

@@ -11,8 +11,20 @@ sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from double_records import record  # noqa: E402
 
 # How many words each mpirun option takes after it; an option not listed is a switch.
-_VALUES = {"-n": 1, "-np": 1, "--np": 1, "-x": 1, "--map-by": 1, "--bind-to": 1, "-host": 1, "--host": 1, "-H": 1,
-           "-wdir": 1, "--wdir": 1, "--mca": 2}
+_VALUES = {
+    "-n": 1,
+    "-np": 1,
+    "--np": 1,
+    "-x": 1,
+    "--map-by": 1,
+    "--bind-to": 1,
+    "-host": 1,
+    "--host": 1,
+    "-H": 1,
+    "-wdir": 1,
+    "--wdir": 1,
+    "--mca": 2,
+}
 
 
 def app_contexts(args: list[str]) -> list[list[str]]:

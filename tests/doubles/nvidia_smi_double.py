@@ -25,10 +25,16 @@ def gpus_from_env(environ: dict[str, str]) -> list[dict[str, str]]:
     gpus = []
     for index, item in enumerate(s for s in spec.split(";") if s.strip()):
         name, compute_cap, memory = (part.strip() for part in item.split("|"))
-        gpus.append({
-            "index": str(index), "name": name, "compute_cap": compute_cap, "memory.total": f"{memory} MiB",
-            "driver_version": driver, "uuid": f"GPU-00000000-0000-0000-0000-{index:012d}",
-        })
+        gpus.append(
+            {
+                "index": str(index),
+                "name": name,
+                "compute_cap": compute_cap,
+                "memory.total": f"{memory} MiB",
+                "driver_version": driver,
+                "uuid": f"GPU-00000000-0000-0000-0000-{index:012d}",
+            }
+        )
     return gpus
 
 

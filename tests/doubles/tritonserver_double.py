@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
     if "--help" in argv or "-h" in argv:
         record("tritonserver", argv)
         print(USAGE + "\n\n" + usage("tritonserver", program_flags("tritonserver", ())))
-        return 1   # as the real one does
+        return 1  # as the real one does
     flags = parse_flags(argv)
     repositories = flags.get("model-repository", []) + flags.get("model-store", [])
     models, error = check_repositories(repositories)

@@ -40,7 +40,7 @@ def installed_trtllm_version() -> str:
 
 
 def main(argv: list[str]) -> int:
-    parse_or_exit("trtllm-build", argv)   # --help, and the flags this release's trtllm-build has
+    parse_or_exit("trtllm-build", argv)  # --help, and the flags this release's trtllm-build has
     flags = parse_flags(argv)
     record("trtllm-build", argv)
     checkpoint_dir, output_dir = last(flags, "checkpoint_dir"), last(flags, "output_dir")

@@ -66,15 +66,15 @@ class StandinSpec:
     triton: str
     tensorrt_llm: str
     tensorrt: str
-    with_app: bool                 # NGC images ship /app from 25.01
+    with_app: bool  # NGC images ship /app from 25.01
     openai_frontend: bool
-    templates: Path | None         # an all_models directory copied to /app/all_models
+    templates: Path | None  # an all_models directory copied to /app/all_models
 
 
 @dataclass(frozen=True)
 class Standin:
     image: str
-    python: str                    # Debian's Python in the stand-in (not NGC's): matrix overrides need it
+    python: str  # Debian's Python in the stand-in (not NGC's): matrix overrides need it
     spec: StandinSpec
 
 
@@ -91,16 +91,22 @@ def upstream_templates(tensorrt_llm: str, upstream: Path | None = None) -> Path:
         if candidate.is_dir():
             return candidate
         raise TemplatesMissing(f"no TensorRT-LLM backend templates under {candidate}")
-    releases = sorted((version_tuple(p.name.lstrip("v")), p) for p in (upstream / "tensorrtllm_backend").glob("v*")
-                      if p.is_dir()) if (upstream / "tensorrtllm_backend").is_dir() else []
+    releases = (
+        sorted(
+            (version_tuple(p.name.lstrip("v")), p) for p in (upstream / "tensorrtllm_backend").glob("v*") if p.is_dir()
+        )
+        if (upstream / "tensorrtllm_backend").is_dir()
+        else []
+    )
     older = [path for version, path in releases if version <= wanted]
     if not older:
         raise TemplatesMissing(f"no backend templates <= {tensorrt_llm} under {upstream / 'tensorrtllm_backend'}")
     return older[-1]
 
 
-def spec_for(entry: MatrixEntry, *, image: str | None = None, tensorrt_llm: str | None = None,
-             upstream: Path | None = None) -> StandinSpec:
+def spec_for(
+    entry: MatrixEntry, *, image: str | None = None, tensorrt_llm: str | None = None, upstream: Path | None = None
+) -> StandinSpec:
     """What the stand-in for `entry` contains; `tensorrt_llm` overrides the installed version (mismatch tests)."""
     with_app = entry.backend.in_image
     return StandinSpec(
@@ -150,13 +156,20 @@ def dockerfile_text(spec: StandinSpec, site_dir: str, py: str) -> str:
 
 def assemble_context(spec: StandinSpec, context: Path, site_dir: str, python: str) -> Path:
     """Write the build context for `spec` into the (empty) directory `context`; `python` is the OS image's."""
-    shutil.copytree(DOUBLES_DIR, context / "doubles",
-                    ignore=shutil.ignore_patterns("__pycache__", "test_*.py", "install.py"))
+    shutil.copytree(
+        DOUBLES_DIR, context / "doubles", ignore=shutil.ignore_patterns("__pycache__", "test_*.py", "install.py")
+    )
     # COPY keeps modes: make the entrypoint executable even from a checkout that lost the bit.
     (context / "doubles" / "nvidia_entrypoint_double.sh").chmod(0o755)
     layout = context / "layout"
-    install_doubles(layout, trtllm_version=spec.tensorrt_llm, tensorrt_version=spec.tensorrt,
-                    with_app=spec.with_app, templates_src=spec.templates, scripts_dir=SCRIPTS_DIR)
+    install_doubles(
+        layout,
+        trtllm_version=spec.tensorrt_llm,
+        tensorrt_version=spec.tensorrt,
+        with_app=spec.with_app,
+        templates_src=spec.templates,
+        scripts_dir=SCRIPTS_DIR,
+    )
     if spec.openai_frontend:
         write_wrapper(layout / "openai_main.py", f"{SCRIPTS_DIR}/openai_frontend_double.py")
     py = ".".join(python.split(".")[:2])
@@ -174,8 +187,14 @@ def assemble_context(spec: StandinSpec, context: Path, site_dir: str, python: st
 
 
 def debootstrap_argv(rootfs: Path) -> list[str]:
-    return ["debootstrap", "--variant=minbase", "--include=python3,python3-pip,ca-certificates",
-            "bookworm", str(rootfs), DEBIAN_MIRROR]
+    return [
+        "debootstrap",
+        "--variant=minbase",
+        "--include=python3,python3-pip,ca-certificates",
+        "bookworm",
+        str(rootfs),
+        DEBIAN_MIRROR,
+    ]
 
 
 def _run(argv: list[str]) -> str:
@@ -193,8 +212,11 @@ def _import_rootfs(client, rootfs: Path) -> None:
         tarball = Path(tmp) / "rootfs.tar"
         _run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."])
         repository, tag = OS_IMAGE.split(":")
-        changes = [f"LABEL {PYTHON_LABEL}={python} {SITE_LABEL}={site_dir}", 'CMD ["/bin/bash"]',
-                   "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8"]
+        changes = [
+            f"LABEL {PYTHON_LABEL}={python} {SITE_LABEL}={site_dir}",
+            'CMD ["/bin/bash"]',
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8",
+        ]
         client.api.import_image_from_file(str(tarball), repository=repository, tag=tag, changes=changes)
 
 
@@ -208,8 +230,10 @@ def ensure_os_image(client, log=print) -> None:
         except docker.errors.ImageNotFound:
             pass
         if os.geteuid() != 0 or shutil.which("debootstrap") is None:
-            raise StandinUnavailable(f"{OS_IMAGE} is missing and building it needs root and debootstrap "
-                                     "(apt-get install debootstrap; .ci/run does it)")
+            raise StandinUnavailable(
+                f"{OS_IMAGE} is missing and building it needs root and debootstrap "
+                "(apt-get install debootstrap; .ci/run does it)"
+            )
         log(f"building {OS_IMAGE} with debootstrap (once; a few minutes)")
         rootfs = Path(tempfile.mkdtemp(prefix="trtllm-standin-rootfs-", dir="/var/tmp"))
         try:
@@ -223,8 +247,15 @@ def os_image_labels(client) -> dict[str, str]:
     return client.images.get(OS_IMAGE).labels or {}
 
 
-def build_standin(tag: str, *, image: str | None = None, tensorrt_llm: str | None = None,
-                  matrix_path: Path = DEFAULT_PATH, client=None, log=print) -> Standin:
+def build_standin(
+    tag: str,
+    *,
+    image: str | None = None,
+    tensorrt_llm: str | None = None,
+    matrix_path: Path = DEFAULT_PATH,
+    client=None,
+    log=print,
+) -> Standin:
     """Build (or refresh from Docker's layer cache) the stand-in for `tag`; return its name and Python version."""
     client = client or docker.from_env()
     spec = spec_for(load(matrix_path).get(tag), image=image, tensorrt_llm=tensorrt_llm)
@@ -233,8 +264,9 @@ def build_standin(tag: str, *, image: str | None = None, tensorrt_llm: str | Non
     with tempfile.TemporaryDirectory(prefix="trtllm-standin-ctx-") as tmp:
         context = assemble_context(spec, Path(tmp), labels[SITE_LABEL], labels[PYTHON_LABEL])
         output = []
-        for chunk in client.api.build(path=str(context), tag=spec.image, rm=True, forcerm=True, pull=False,
-                                      decode=True):
+        for chunk in client.api.build(
+            path=str(context), tag=spec.image, rm=True, forcerm=True, pull=False, decode=True
+        ):
             output.append(chunk.get("stream", ""))
             if "error" in chunk:
                 raise RuntimeError(f"building {spec.image} failed: {chunk['error']}\n{''.join(output[-20:])}")
@@ -253,7 +285,8 @@ def matrix_for_standin(dest: Path, tag: str, python: str) -> Path:
     data = yaml.safe_load(DEFAULT_PATH.read_text())
     [entry] = [e for e in data["entries"] if e["tag"] == tag]
     entry.setdefault("uncertain", {})["python"] = (
-        f"e2e stand-in image: Debian's Python {python} stands in for the NGC image's {entry['python']}")
+        f"e2e stand-in image: Debian's Python {python} stands in for the NGC image's {entry['python']}"
+    )
     dest.write_text(yaml.safe_dump(data, sort_keys=False))
     return dest
 
@@ -264,12 +297,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", help="image name (default trtllm-standin:<tag>)")
     parser.add_argument("--tensorrt-llm", help="report this TensorRT-LLM version instead of the matrix's")
     parser.add_argument("--matrix", type=Path, default=DEFAULT_PATH)
-    parser.add_argument("--matrix-out", type=Path, default=Path("out/standin-matrix.yaml"),
-                        help="where to write the matrix copy to build against this stand-in with")
+    parser.add_argument(
+        "--matrix-out",
+        type=Path,
+        default=Path("out/standin-matrix.yaml"),
+        help="where to write the matrix copy to build against this stand-in with",
+    )
     args = parser.parse_args(argv)
     try:
-        standin = build_standin(args.tag, image=args.name, tensorrt_llm=args.tensorrt_llm, matrix_path=args.matrix,
-                                log=lambda msg: print(msg, file=sys.stderr))
+        standin = build_standin(
+            args.tag,
+            image=args.name,
+            tensorrt_llm=args.tensorrt_llm,
+            matrix_path=args.matrix,
+            log=lambda msg: print(msg, file=sys.stderr),
+        )
     except (StandinUnavailable, BuildError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

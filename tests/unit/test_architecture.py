@@ -43,18 +43,36 @@ def version_comparisons(source: str) -> list[int]:
 
 
 def test_the_detector_finds_each_kind_of_threshold():
-    samples = ["version_tuple(v) >= (0, 20)", "release < (0, 11)", "Version(v) < Version('1.0')",
-               "version_tuple(tag)[:2] > (24, 12)", "tag >= '25.01'", "packaging.version.Version(a) <= b",
-               "(1, 0) <= release"]
+    samples = [
+        "version_tuple(v) >= (0, 20)",
+        "release < (0, 11)",
+        "Version(v) < Version('1.0')",
+        "version_tuple(tag)[:2] > (24, 12)",
+        "tag >= '25.01'",
+        "packaging.version.Version(a) <= b",
+        "(1, 0) <= release",
+    ]
     for sample in samples:
         assert version_comparisons(sample) == [1], sample
-    for allowed in ["version_tuple(a) == version_tuple(b)", "len(x) < 3", "count >= world_size",
-                    "version_tuple(v)[:2] in allowed", "'llmapi' in workflows"]:
+    for allowed in [
+        "version_tuple(a) == version_tuple(b)",
+        "len(x) < 3",
+        "count >= world_size",
+        "version_tuple(v)[:2] in allowed",
+        "'llmapi' in workflows",
+    ]:
         assert version_comparisons(allowed) == [], allowed
 
 
 def test_no_version_threshold_outside_the_data_loaders():
-    found = [f"{path.relative_to(REPO)}:{line}" for package in PACKAGES for path in sorted(package.glob("*.py"))
-             if path not in LOADERS for line in version_comparisons(path.read_text())]
-    assert found == [], ("compare versions only in the data loaders (matrix.py, support.py); elsewhere branch on a "
-                         f"named capability from capabilities.yaml: {found}")
+    found = [
+        f"{path.relative_to(REPO)}:{line}"
+        for package in PACKAGES
+        for path in sorted(package.glob("*.py"))
+        if path not in LOADERS
+        for line in version_comparisons(path.read_text())
+    ]
+    assert found == [], (
+        "compare versions only in the data loaders (matrix.py, support.py); elsewhere branch on a "
+        f"named capability from capabilities.yaml: {found}"
+    )

@@ -16,23 +16,48 @@ from trtllm_images.matrix import Backend, MatrixEntry
 from trtllm_images.upstream import Lock, Pin
 
 LAYOUT_A = MatrixEntry(
-    tag="24.08", status="supported", note="", triton="2.49.0", tensorrt_llm="0.12.0", tensorrt="10.3.0",
-    cuda="12.5.1.007", python="3.10.12", pytorch=None, ubuntu="22.04",
-    backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.12.0", "", False), workflows=("engine",),
-    engine_deprecated=False, openai_frontend=False, uncertain=MappingProxyType({"pytorch": "test"}), sources=())
-LAYOUT_B = dataclasses.replace(LAYOUT_A, tag="25.06", tensorrt_llm="0.20.0",
-                               backend=Backend("NVIDIA/TensorRT-LLM", "v0.20.0", "triton_backend", False))
+    tag="24.08",
+    status="supported",
+    note="",
+    triton="2.49.0",
+    tensorrt_llm="0.12.0",
+    tensorrt="10.3.0",
+    cuda="12.5.1.007",
+    python="3.10.12",
+    pytorch=None,
+    ubuntu="22.04",
+    backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.12.0", "", False),
+    workflows=("engine",),
+    engine_deprecated=False,
+    openai_frontend=False,
+    uncertain=MappingProxyType({"pytorch": "test"}),
+    sources=(),
+)
+LAYOUT_B = dataclasses.replace(
+    LAYOUT_A,
+    tag="25.06",
+    tensorrt_llm="0.20.0",
+    backend=Backend("NVIDIA/TensorRT-LLM", "v0.20.0", "triton_backend", False),
+)
 CONFIG = b'name: "ensemble"\n'
-BACKEND_TARBALL = tarball("tensorrtllm_backend-0.12.0", {
-    "all_models/inflight_batcher_llm/ensemble/config.pbtxt": CONFIG,
-    "all_models/gpt/model.py": b"not kept",
-    "tools/fill_template.py": b"print('fill')\n",
-    "tools/run.sh": b"#!/bin/sh\n",
-    "docs/README.md": b"not kept",
-}, symlinks={"tools/inside": "fill_template.py", "tools/outside": "../../../../etc/passwd",
-             "tools/absolute": "/etc/passwd"})
-TRTLLM_TARBALL = tarball("TensorRT-LLM-0.12.0", {"examples/llama/convert_checkpoint.py": b"# convert\n",
-                                                 "cpp/big.cu": b"not kept"})
+BACKEND_TARBALL = tarball(
+    "tensorrtllm_backend-0.12.0",
+    {
+        "all_models/inflight_batcher_llm/ensemble/config.pbtxt": CONFIG,
+        "all_models/gpt/model.py": b"not kept",
+        "tools/fill_template.py": b"print('fill')\n",
+        "tools/run.sh": b"#!/bin/sh\n",
+        "docs/README.md": b"not kept",
+    },
+    symlinks={
+        "tools/inside": "fill_template.py",
+        "tools/outside": "../../../../etc/passwd",
+        "tools/absolute": "/etc/passwd",
+    },
+)
+TRTLLM_TARBALL = tarball(
+    "TensorRT-LLM-0.12.0", {"examples/llama/convert_checkpoint.py": b"# convert\n", "cpp/big.cu": b"not kept"}
+)
 
 
 def quiet(message: str) -> None:
@@ -48,18 +73,35 @@ def github():
 
 
 def lock_for(server, backend: bytes = BACKEND_TARBALL, trtllm: bytes | None = TRTLLM_TARBALL) -> Lock:
-    return Lock((Pin("triton-inference-server/tensorrtllm_backend", "v0.12.0", server.url("/backend.tar.gz"),
-                     sha256(backend)),
-                 Pin("NVIDIA/TensorRT-LLM", "v0.12.0", server.url("/trtllm.tar.gz"),
-                     sha256(trtllm) if trtllm else None, "" if trtllm else upstream.NOT_RECORDED)))
+    return Lock(
+        (
+            Pin(
+                "triton-inference-server/tensorrtllm_backend", "v0.12.0", server.url("/backend.tar.gz"), sha256(backend)
+            ),
+            Pin(
+                "NVIDIA/TensorRT-LLM",
+                "v0.12.0",
+                server.url("/trtllm.tar.gz"),
+                sha256(trtllm) if trtllm else None,
+                "" if trtllm else upstream.NOT_RECORDED,
+            ),
+        )
+    )
 
 
 def test_archives_per_layout():
     assert archives(LAYOUT_A) == (
-        Archive("triton-inference-server/tensorrtllm_backend", "v0.12.0", {
-            "all_models/inflight_batcher_llm": "all_models/inflight_batcher_llm",
-            "all_models/llmapi": "all_models/llmapi", "tools": "tools"}),
-        Archive("NVIDIA/TensorRT-LLM", "v0.12.0", {"examples": "examples"}))
+        Archive(
+            "triton-inference-server/tensorrtllm_backend",
+            "v0.12.0",
+            {
+                "all_models/inflight_batcher_llm": "all_models/inflight_batcher_llm",
+                "all_models/llmapi": "all_models/llmapi",
+                "tools": "tools",
+            },
+        ),
+        Archive("NVIDIA/TensorRT-LLM", "v0.12.0", {"examples": "examples"}),
+    )
     (only,) = archives(LAYOUT_B)
     assert (only.repo, only.ref) == ("NVIDIA/TensorRT-LLM", "v0.20.0")
     assert only.members["triton_backend/all_models/inflight_batcher_llm"] == "all_models/inflight_batcher_llm"
@@ -81,8 +123,13 @@ def test_download_keeps_only_the_app_layout_and_safe_members(github, tmp_path):
     app = fetch(LAYOUT_A, tmp_path / "cache", None, quiet, lock=lock_for(github))
     assert app.parent == tmp_path / "cache" / "backend" / "triton-inference-server" / "tensorrtllm_backend"
     files = sorted(p.relative_to(app).as_posix() for p in app.rglob("*") if p.is_file() or p.is_symlink())
-    assert files == ["all_models/inflight_batcher_llm/ensemble/config.pbtxt", "examples/llama/convert_checkpoint.py",
-                     "tools/fill_template.py", "tools/inside", "tools/run.sh"]
+    assert files == [
+        "all_models/inflight_batcher_llm/ensemble/config.pbtxt",
+        "examples/llama/convert_checkpoint.py",
+        "tools/fill_template.py",
+        "tools/inside",
+        "tools/run.sh",
+    ]
     assert (app / "all_models/inflight_batcher_llm/ensemble/config.pbtxt").read_bytes() == CONFIG
     assert (app / "tools/inside").read_text() == "print('fill')\n"
     assert (app / "tools/run.sh").stat().st_mode & 0o111
@@ -124,8 +171,10 @@ def test_offline_suggests_backend_dir(github, tmp_path):
     lock = Lock(tuple(dataclasses.replace(pin, url=refused_url()) for pin in lock_for(github).pins))
     with pytest.raises(BuildError, match="tensorrtllm_backend@v0.12.0") as info:
         fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock)
-    assert "--backend-dir DIR (a checkout of triton-inference-server/tensorrtllm_backend at v0.12.0, with its " \
-           "tensorrt_llm submodule)" in info.value.hint
+    assert (
+        "--backend-dir DIR (a checkout of triton-inference-server/tensorrtllm_backend at v0.12.0, with its "
+        "tensorrt_llm submodule)" in info.value.hint
+    )
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
@@ -159,7 +208,7 @@ def test_local_checkout_is_assembled_into_the_app_layout(entry, tmp_path, github
     assert [p.name for p in (app / "all_models").iterdir()] == ["inflight_batcher_llm"]
     assert (app / "examples/llama/convert_checkpoint.py").is_file()
     assert not (app / "examples/llama/__pycache__").exists()
-    assert github.requests == []     # no network
+    assert github.requests == []  # no network
 
 
 def test_local_checkout_is_refreshed_on_every_fetch(tmp_path):

@@ -64,10 +64,13 @@ def test_container_side_compiles_and_imports_on_python_3_10():
     if interpreter is None:
         pytest.skip("no Python 3.10 interpreter on this machine")
     # Every module compiles under 3.10's grammar (in memory) and the orchestrator imports with all it pulls in.
-    script = ("import pathlib, sys, trtllm_entrypoint.main\n"
-              "for f in pathlib.Path(sys.argv[1]).glob('*.py'): compile(f.read_text(), str(f), 'exec')")
-    result = subprocess.run([interpreter, "-B", "-c", script, str(CONTAINER)], cwd=REPO / "entrypoints",
-                            capture_output=True, text=True)
+    script = (
+        "import pathlib, sys, trtllm_entrypoint.main\n"
+        "for f in pathlib.Path(sys.argv[1]).glob('*.py'): compile(f.read_text(), str(f), 'exec')"
+    )
+    result = subprocess.run(
+        [interpreter, "-B", "-c", script, str(CONTAINER)], cwd=REPO / "entrypoints", capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr + result.stdout
 
 
@@ -97,8 +100,10 @@ def environment_reads(source: str) -> list[int]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             read = node.func.attr in ("get", "keys", "items", "values") and _names_environment(node.func.value)
         elif isinstance(node, ast.Compare):
-            read = any(isinstance(op, (ast.In, ast.NotIn)) and _names_environment(right)
-                       for op, right in zip(node.ops, node.comparators, strict=True))
+            read = any(
+                isinstance(op, (ast.In, ast.NotIn)) and _names_environment(right)
+                for op, right in zip(node.ops, node.comparators, strict=True)
+            )
         else:
             read = False
         if read:
@@ -107,17 +112,38 @@ def environment_reads(source: str) -> list[int]:
 
 
 def test_the_detector_finds_each_way_of_reading_the_environment():
-    for sample in ["os.environ['A']", "os.getenv('A')", "from os import environ", "from os import getenv as g",
-                   "environ.get('A')", "env['A']", "'A' in environ", "self.environ.get('A', '')", "env.items()",
-                   "x = os.environ"]:
+    for sample in [
+        "os.environ['A']",
+        "os.getenv('A')",
+        "from os import environ",
+        "from os import getenv as g",
+        "environ.get('A')",
+        "env['A']",
+        "'A' in environ",
+        "self.environ.get('A', '')",
+        "env.items()",
+        "x = os.environ",
+    ]:
         assert environment_reads(sample) == [1], sample
-    for allowed in ["run(argv, env=dict(environ))", "exec_argv(argv, {**env, **extra})", "settings.http_port",
-                    "os.path.exists(p)", "'a' in names", "values.get('A')"]:
+    for allowed in [
+        "run(argv, env=dict(environ))",
+        "exec_argv(argv, {**env, **extra})",
+        "settings.http_port",
+        "os.path.exists(p)",
+        "'a' in names",
+        "values.get('A')",
+    ]:
         assert environment_reads(allowed) == [], allowed
 
 
 def test_only_settings_facts_and_main_read_the_environment():
-    found = [f"{path.name}:{line}" for path in sorted(CONTAINER.glob("*.py")) if path.name not in ENVIRONMENT_READERS
-             for line in environment_reads(path.read_text())]
-    assert found == [], ("read environment variables in settings.py (or facts.py for what the image is) and pass "
-                         f"the typed value on: {found}")
+    found = [
+        f"{path.name}:{line}"
+        for path in sorted(CONTAINER.glob("*.py"))
+        if path.name not in ENVIRONMENT_READERS
+        for line in environment_reads(path.read_text())
+    ]
+    assert found == [], (
+        "read environment variables in settings.py (or facts.py for what the image is) and pass "
+        f"the typed value on: {found}"
+    )

@@ -1,4 +1,5 @@
 """builder: Docker error mapping and streaming, against a fake low-level API object (no daemon needed)."""
+
 from __future__ import annotations
 
 import pytest
@@ -51,13 +52,19 @@ def calls_named(api, name):
 
 
 def test_build_streams_lines_tags_the_ref_and_returns_the_image_id(tmp_path):
-    api = FakeAPI(build=[{"stream": "Step 1/2 : FROM base\n"}, {"stream": " ---> 123\nStep 2/2 : RUN true\n"},
-                         {"aux": {"ID": "sha256:x"}}, {"stream": "\n"}])
+    api = FakeAPI(
+        build=[
+            {"stream": "Step 1/2 : FROM base\n"},
+            {"stream": " ---> 123\nStep 2/2 : RUN true\n"},
+            {"aux": {"ID": "sha256:x"}},
+            {"stream": "\n"},
+        ]
+    )
     lines: list[str] = []
     image_id = builder.build_image(FakeClient(api), tmp_path, "Dockerfile.server", "img:1", {"A": "b"}, lines.append)
     assert image_id == "sha256:" + "ab" * 32
     assert lines == ["Step 1/2 : FROM base", " ---> 123", "Step 2/2 : RUN true"]
-    (_, _, kwargs), = calls_named(api, "build")
+    ((_, _, kwargs),) = calls_named(api, "build")
     assert kwargs["path"] == str(tmp_path) and kwargs["dockerfile"] == "Dockerfile.server"
     assert kwargs["tag"] == "img:1" and kwargs["buildargs"] == {"A": "b"}
     assert kwargs["decode"] and kwargs["rm"] and kwargs["forcerm"] and kwargs["pull"] is False
@@ -65,8 +72,12 @@ def test_build_streams_lines_tags_the_ref_and_returns_the_image_id(tmp_path):
 
 def test_an_error_chunk_fails_the_build_with_the_last_lines(tmp_path):
     chunks = [{"stream": f"line {i}\n"} for i in range(30)]
-    chunks.append({"error": "The command '/bin/sh -c false' returned a non-zero code: 1",
-                   "errorDetail": {"code": 1, "message": "The command '/bin/sh -c false' returned a non-zero code: 1"}})
+    chunks.append(
+        {
+            "error": "The command '/bin/sh -c false' returned a non-zero code: 1",
+            "errorDetail": {"code": 1, "message": "The command '/bin/sh -c false' returned a non-zero code: 1"},
+        }
+    )
     api = FakeAPI(build=chunks)
     with pytest.raises(BuildError) as caught:
         builder.build_image(FakeClient(api), tmp_path, "Dockerfile", "img:1", {}, lambda line: None)
@@ -96,9 +107,13 @@ def test_a_local_base_image_is_not_pulled():
 
 
 def test_a_missing_base_image_is_pulled_with_status_lines_only():
-    api = FakeAPI(pull=[{"status": "Pulling fs layer", "id": "a1", "progressDetail": {}},
-                        {"status": "Downloading", "id": "a1", "progressDetail": {"current": 1, "total": 9}},
-                        {"status": "Pull complete", "id": "a1", "progressDetail": {}}])
+    api = FakeAPI(
+        pull=[
+            {"status": "Pulling fs layer", "id": "a1", "progressDetail": {}},
+            {"status": "Downloading", "id": "a1", "progressDetail": {"current": 1, "total": 9}},
+            {"status": "Pull complete", "id": "a1", "progressDetail": {}},
+        ]
+    )
     lines: list[str] = []
     builder.ensure_base_image(FakeClient(api), BASE, lines.append)
     assert [call[1] for call in calls_named(api, "pull")] == [(BASE,)]
@@ -112,8 +127,10 @@ class PullDenied(FakeAPI):
 
 @pytest.mark.parametrize(
     "api",
-    [FakeAPI(pull=[{"error": "unauthorized: authentication required", "errorDetail": {"message": "unauthorized"}}]),
-     PullDenied()],
+    [
+        FakeAPI(pull=[{"error": "unauthorized: authentication required", "errorDetail": {"message": "unauthorized"}}]),
+        PullDenied(),
+    ],
     ids=["error-chunk", "api-error"],
 )
 def test_a_base_image_that_cannot_be_pulled_names_it_and_the_option(api):
@@ -127,7 +144,7 @@ def test_push_splits_the_ref_and_streams_status():
     api = FakeAPI(push=[{"status": "Pushed", "id": "l1"}, {"status": "1: digest: sha256:ff size: 1"}])
     lines: list[str] = []
     builder.push(FakeClient(api), "registry.example.com:5000/team/trtllm:25.01-server", lines.append)
-    (_, args, kwargs), = calls_named(api, "push")
+    ((_, args, kwargs),) = calls_named(api, "push")
     assert args == ("registry.example.com:5000/team/trtllm",) and kwargs["tag"] == "25.01-server"
     assert lines == ["l1 Pushed", "1: digest: sha256:ff size: 1"]
 
@@ -141,8 +158,13 @@ def test_a_refused_push_says_which_registry_to_log_in_to():
 
 @pytest.mark.parametrize(
     "repository, registry",
-    [("ghcr.io/me/img", "ghcr.io"), ("localhost:5000/img", "localhost:5000"), ("localhost/img", "localhost"),
-     ("me/img", "docker.io"), ("img", "docker.io")],
+    [
+        ("ghcr.io/me/img", "ghcr.io"),
+        ("localhost:5000/img", "localhost:5000"),
+        ("localhost/img", "localhost"),
+        ("me/img", "docker.io"),
+        ("img", "docker.io"),
+    ],
 )
 def test_registry_of(repository, registry):
     assert builder.registry_of(repository) == registry
@@ -167,4 +189,3 @@ def test_a_daemon_that_does_not_answer_ping_is_the_same_error(monkeypatch):
     monkeypatch.setattr(builder.docker, "from_env", lambda **kwargs: Silent())
     with pytest.raises(BuildError, match="no Docker engine answered: timed out"):
         builder.docker_client()
-

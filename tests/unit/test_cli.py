@@ -1,5 +1,6 @@
 """cli: list/render/check over every tag, exit codes and messages for bad input, and the build flow against a fake
 Docker client (no daemon). Real-Docker builds are the e2e suite's job."""
+
 from __future__ import annotations
 
 import json
@@ -43,6 +44,7 @@ def matrix_variant(tmp_path: Path, tag: str, old: str, new: str) -> Path:
 
 
 # --- list ---------------------------------------------------------------------------------------------------------
+
 
 def test_list_shows_every_tag_with_uncertain_marks():
     result = run("list")
@@ -116,6 +118,7 @@ def test_list_json_and_markdown_exclude_each_other():
 
 # --- render -------------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("tag", SUPPORTED)
 def test_render_prints_both_dockerfiles_of_every_supported_tag(tag):
     result = run("render", "--tag", tag, "--print")
@@ -126,8 +129,16 @@ def test_render_prints_both_dockerfiles_of_every_supported_tag(tag):
 
 
 def test_render_accepts_base_image_and_uses_the_registry_in_refs():
-    result = run("render", "--tag", IN_IMAGE_TAG, "--print", "--base-image", "mirror.example/triton:1",
-                 "--registry", "ghcr.io/me")
+    result = run(
+        "render",
+        "--tag",
+        IN_IMAGE_TAG,
+        "--print",
+        "--base-image",
+        "mirror.example/triton:1",
+        "--registry",
+        "ghcr.io/me",
+    )
     assert result.exit_code == 0, result.output
     assert "# ghcr.io/me/trtllm-serve:" in result.stdout
 
@@ -147,13 +158,19 @@ def test_render_of_a_tag_without_app_refuses_an_unpinned_archive_in_one_line(tmp
 
 def test_upstream_lock_records_digests_and_fetch_prints_the_verified_layout(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setattr(backend_assets, "lock_keys", lambda matrix: [])   # the matrix's archives are on GitHub
+    monkeypatch.setattr(backend_assets, "lock_keys", lambda matrix: [])  # the matrix's archives are on GitHub
     crd = tarball("kserve-0.20.0", {"config/crd/full/a.yaml": b"kind: CustomResourceDefinition\n"})
     lock_path = tmp_path / "upstream.lock.json"
     with ArchiveServer() as server:
         server.served["/kserve.tar.gz"] = crd
-        pin = upstream.Pin("kserve/kserve", "v0.20.0", server.url("/kserve.tar.gz"), None, upstream.NOT_RECORDED,
-                           {"config/crd/full": "kserve/crd"})
+        pin = upstream.Pin(
+            "kserve/kserve",
+            "v0.20.0",
+            server.url("/kserve.tar.gz"),
+            None,
+            upstream.NOT_RECORDED,
+            {"config/crd/full": "kserve/crd"},
+        )
         upstream.write_lock(upstream.Lock((pin,), lock_path))
         result = run("upstream", "fetch", "--lock", str(lock_path))
         assert result.exit_code == 1 and "kserve/kserve@v0.20.0 is not pinned" in result.stderr
@@ -179,8 +196,7 @@ def test_render_out_writes_build_contexts_with_one_wheel_build(tmp_path, monkeyp
     assert len(builds) == 1
     for tag in tags:
         ctx = tmp_path / "context" / tag
-        assert {p.name for p in ctx.iterdir()} >= {"server.Dockerfile", "builder.Dockerfile", "matrix.json",
-                                                   "wheels"}
+        assert {p.name for p in ctx.iterdir()} >= {"server.Dockerfile", "builder.Dockerfile", "matrix.json", "wheels"}
         assert len(list((ctx / "wheels").glob("trtllm_entrypoint-*.whl"))) == 1
         assert str(ctx) in result.stdout
 
@@ -193,6 +209,7 @@ def test_render_needs_out_or_print():
 
 
 # --- check --------------------------------------------------------------------------------------------------------
+
 
 @needs_hadolint
 def test_check_all_passes_on_the_repository():
@@ -214,6 +231,7 @@ def test_check_fails_with_each_finding_and_its_hint(tmp_path):
 
 
 # --- bad input ----------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("command", [(), ("render", "--print"), ("check",)])
 def test_unknown_tag_exits_2_listing_known_tags(command):
@@ -238,7 +256,7 @@ def test_base_image_with_two_tags_exits_2():
 
 def test_malformed_matrix_exits_2_naming_the_file(tmp_path):
     bad = tmp_path / "matrix.yaml"
-    bad.write_text("entries:\n  - tag: \"25.01\"\n    status: [unclosed\n", encoding="utf-8")
+    bad.write_text('entries:\n  - tag: "25.01"\n    status: [unclosed\n', encoding="utf-8")
     result = run("list", "--matrix", str(bad))
     assert result.exit_code == 2
     assert f"error: {bad}: YAML syntax error" in result.stderr
@@ -285,8 +303,13 @@ def test_click_usage_errors_exit_2():
 
 
 def test_main_prints_one_error_line_and_a_hint():
-    proc = subprocess.run([sys.executable, str(REPO / "build.py"), "--tag", "99.01"], capture_output=True,
-                          text=True, cwd=REPO, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "--tag", "99.01"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
     assert proc.returncode == 2
     assert proc.stdout == ""
     lines = proc.stderr.splitlines()
@@ -295,13 +318,23 @@ def test_main_prints_one_error_line_and_a_hint():
 
 # --- build, with a fake Docker client -----------------------------------------------------------------------------
 
+
 def probe_of(entry, **changes) -> dict:
     probe = {
-        "tag": entry.tag, "tensorrt_llm": entry.tensorrt_llm, "tensorrt": entry.tensorrt, "triton": entry.triton,
-        "python": entry.python, "app_dir": "/app", "fill_template": True, "huggingface_hub": "0.27.1",
+        "tag": entry.tag,
+        "tensorrt_llm": entry.tensorrt_llm,
+        "tensorrt": entry.tensorrt,
+        "triton": entry.triton,
+        "python": entry.python,
+        "app_dir": "/app",
+        "fill_template": True,
+        "huggingface_hub": "0.27.1",
         "templates": {"inflight_batcher_llm": True, "llmapi": True},
-        "programs": {"tritonserver": "/opt/tritonserver/bin/tritonserver", "trtllm-build": "/usr/bin/trtllm-build",
-                     "mpirun": "/usr/bin/mpirun"},
+        "programs": {
+            "tritonserver": "/opt/tritonserver/bin/tritonserver",
+            "trtllm-build": "/usr/bin/trtllm-build",
+            "mpirun": "/usr/bin/mpirun",
+        },
         "openai_frontend": entry.openai_frontend,
     }
     probe.update(changes)
@@ -315,8 +348,18 @@ class FakeDocker:
         self.api = self
         self.containers = self
         self.probe = probe
-        self.flags = {"tag": probe["tag"], "programs": [{"program": "trtllm-build", "help": ["trtllm-build", "--help"],
-                                                         "flags": ["--max_seq_len"], "missing": [], "error": None}]}
+        self.flags = {
+            "tag": probe["tag"],
+            "programs": [
+                {
+                    "program": "trtllm-build",
+                    "help": ["trtllm-build", "--help"],
+                    "flags": ["--max_seq_len"],
+                    "missing": [],
+                    "error": None,
+                }
+            ],
+        }
         self.images = set(local)
         self.builds, self.pulls, self.pushes, self.probed = [], [], [], []
 
@@ -447,8 +490,10 @@ def test_no_docker_engine_is_one_error_and_a_report(tmp_path, entry, monkeypatch
     monkeypatch.setattr(builder, "docker_client", refuse)
     result = run("--tag", entry.tag, "--out", str(tmp_path))
     assert result.exit_code == 1
-    assert result.stderr.splitlines()[-2:] == ["error: no Docker engine answered: refused",
-                                               "hint: start the Docker daemon or set DOCKER_HOST"]
+    assert result.stderr.splitlines()[-2:] == [
+        "error: no Docker engine answered: refused",
+        "hint: start the Docker daemon or set DOCKER_HOST",
+    ]
     assert read_report(tmp_path, entry.tag)["ok"] is False
 
 

@@ -5,32 +5,38 @@ import pytest
 from trtllm_entrypoint import cpus
 
 
-@pytest.mark.parametrize("cpu_max,v1_quota,v1_period,expected", [
-    ("max 100000\n", None, None, None),             # cgroup v2, no limit (docker run without --cpus)
-    ("200000 100000\n", None, None, 2.0),           # --cpus=2
-    ("150000 100000\n", None, None, 1.5),           # --cpus=1.5
-    ("50000 100000\n", None, None, 0.5),            # Kubernetes limits.cpu: 500m
-    ("400000\n", None, None, 4.0),                  # period left out: the kernel's default 100 ms
-    (None, "-1\n", "100000\n", None),               # cgroup v1, no limit
-    (None, "300000\n", "100000\n", 3.0),            # cgroup v1, --cpus=3
-    (None, "100000\n", None, None),                 # v1 period unreadable: no quota known
-    ("max 100000\n", "300000", "100000", None),     # both mounted (hybrid): v2 decides
-    ("garbage", None, None, None),                  # malformed: no quota (the affinity still bounds)
-    (None, "0", "100000", None),
-    (None, None, None, None),                       # no cgroup files at all (not Linux, or not mounted)
-])
+@pytest.mark.parametrize(
+    "cpu_max,v1_quota,v1_period,expected",
+    [
+        ("max 100000\n", None, None, None),  # cgroup v2, no limit (docker run without --cpus)
+        ("200000 100000\n", None, None, 2.0),  # --cpus=2
+        ("150000 100000\n", None, None, 1.5),  # --cpus=1.5
+        ("50000 100000\n", None, None, 0.5),  # Kubernetes limits.cpu: 500m
+        ("400000\n", None, None, 4.0),  # period left out: the kernel's default 100 ms
+        (None, "-1\n", "100000\n", None),  # cgroup v1, no limit
+        (None, "300000\n", "100000\n", 3.0),  # cgroup v1, --cpus=3
+        (None, "100000\n", None, None),  # v1 period unreadable: no quota known
+        ("max 100000\n", "300000", "100000", None),  # both mounted (hybrid): v2 decides
+        ("garbage", None, None, None),  # malformed: no quota (the affinity still bounds)
+        (None, "0", "100000", None),
+        (None, None, None, None),  # no cgroup files at all (not Linux, or not mounted)
+    ],
+)
 def test_quota_from_cgroup_files(cpu_max, v1_quota, v1_period, expected):
     assert cpus.quota_cpus(cpu_max, v1_quota, v1_period) == expected
 
 
-@pytest.mark.parametrize("affinity,quota,expected", [
-    (64, None, 64),     # no quota: the affinity mask (--cpuset-cpus or the whole host)
-    (64, 4.0, 4),       # a 4-CPU limit on a 64-core node: not os.cpu_count()
-    (64, 1.5, 2),       # fractional quotas round up
-    (64, 0.1, 1),       # never 0
-    (2, 8.0, 2),        # a quota above the cpuset cannot add CPUs
-    (0, None, 1),
-])
+@pytest.mark.parametrize(
+    "affinity,quota,expected",
+    [
+        (64, None, 64),  # no quota: the affinity mask (--cpuset-cpus or the whole host)
+        (64, 4.0, 4),  # a 4-CPU limit on a 64-core node: not os.cpu_count()
+        (64, 1.5, 2),  # fractional quotas round up
+        (64, 0.1, 1),  # never 0
+        (2, 8.0, 2),  # a quota above the cpuset cannot add CPUs
+        (0, None, 1),
+    ],
+)
 def test_usable_cpus_are_the_smaller_of_affinity_and_quota(affinity, quota, expected):
     assert cpus.usable_from(affinity, quota) == expected
 

@@ -30,15 +30,47 @@ from trtllm_entrypoint.settings import Settings
 KEY = "0123456789abcdef0123"
 TOKEN = "hf_NotARealTokenButSecret"
 SETTINGS = dict(
-    model_id="org/model", model_revision=None, hf_token=TOKEN, cache_dir=Path("/var/cache/trtllm"),
-    engine_dir=None, templates_dir=Path("/app/all_models"), repository_dir=None, workflow="engine", tp_size=1,
-    pp_size=1, dtype="auto", quantization="none", max_batch_size=64, max_input_len=2048, max_seq_len=4096,
-    max_num_tokens=8192, max_beam_width=1, kv_cache_free_gpu_mem_fraction=0.9, enable_kv_cache_reuse=False,
-    decoupled=False, http_port=8000, grpc_port=8001, metrics_port=8002, openai_port=9000, frontend="triton",
-    served_model_name=None, log_format="text", triton_args=(), exit_timeout_secs=30, lock_timeout_secs=3600,
+    model_id="org/model",
+    model_revision=None,
+    hf_token=TOKEN,
+    cache_dir=Path("/var/cache/trtllm"),
+    engine_dir=None,
+    templates_dir=Path("/app/all_models"),
+    repository_dir=None,
+    workflow="engine",
+    tp_size=1,
+    pp_size=1,
+    dtype="auto",
+    quantization="none",
+    max_batch_size=64,
+    max_input_len=2048,
+    max_seq_len=4096,
+    max_num_tokens=8192,
+    max_beam_width=1,
+    kv_cache_free_gpu_mem_fraction=0.9,
+    enable_kv_cache_reuse=False,
+    decoupled=False,
+    http_port=8000,
+    grpc_port=8001,
+    metrics_port=8002,
+    openai_port=9000,
+    frontend="triton",
+    served_model_name=None,
+    log_format="text",
+    triton_args=(),
+    exit_timeout_secs=30,
+    lock_timeout_secs=3600,
 )
-FACTS = ImageFacts(tag="25.01", tensorrt_llm="0.17.0", tensorrt="10.8.0.43", triton="2.54.0",
-                   workflows=("engine",), engine_deprecated=False, openai_frontend=True, app_dir=Path("/app"))
+FACTS = ImageFacts(
+    tag="25.01",
+    tensorrt_llm="0.17.0",
+    tensorrt="10.8.0.43",
+    triton="2.54.0",
+    workflows=("engine",),
+    engine_deprecated=False,
+    openai_frontend=True,
+    app_dir=Path("/app"),
+)
 IDENTITY = {"repo_id": "org/model", "revision": "a" * 40}
 
 
@@ -69,6 +101,7 @@ def engine_build(out_dir: Path, log_path: Path) -> None:
 
 # --- keys -------------------------------------------------------------------------------------------------------
 
+
 def test_cache_key_is_short_hex_and_independent_of_key_order():
     key = cache_key({"a": 1, "b": [1, 2]})
     assert len(key) == 20 and all(c in "0123456789abcdef" for c in key)
@@ -79,35 +112,63 @@ def test_cache_key_is_short_hex_and_independent_of_key_order():
 BASE_KEY = cache_key(key_inputs(IDENTITY, settings(), FACTS, gpus()))
 
 
-@pytest.mark.parametrize("field,value", [
-    ("dtype", "bfloat16"), ("quantization", "fp8"), ("max_batch_size", 8), ("max_input_len", 1024),
-    ("max_seq_len", 8192), ("max_num_tokens", 4096), ("max_beam_width", 4), ("tp_size", 2), ("pp_size", 2),
-    ("enable_kv_cache_reuse", True),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("dtype", "bfloat16"),
+        ("quantization", "fp8"),
+        ("max_batch_size", 8),
+        ("max_input_len", 1024),
+        ("max_seq_len", 8192),
+        ("max_num_tokens", 4096),
+        ("max_beam_width", 4),
+        ("tp_size", 2),
+        ("pp_size", 2),
+        ("enable_kv_cache_reuse", True),
+    ],
+)
 def test_every_build_setting_changes_the_key(field, value):
     assert cache_key(key_inputs(IDENTITY, settings(**{field: value}), FACTS, gpus())) != BASE_KEY
 
 
-@pytest.mark.parametrize("field,value", [
-    ("decoupled", True), ("http_port", 8080), ("grpc_port", 9000), ("metrics_port", 9090), ("openai_port", 9100),
-    ("kv_cache_free_gpu_mem_fraction", 0.5), ("frontend", "openai"), ("served_model_name", "m"),
-    ("log_format", "json"), ("triton_args", ("--log-verbose=1",)), ("exit_timeout_secs", 5),
-    ("lock_timeout_secs", 10), ("hf_token", "hf_other"), ("cache_dir", Path("/elsewhere")),
-    ("repository_dir", Path("/repo")), ("model_revision", "main"), ("workflow", "llmapi"),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("decoupled", True),
+        ("http_port", 8080),
+        ("grpc_port", 9000),
+        ("metrics_port", 9090),
+        ("openai_port", 9100),
+        ("kv_cache_free_gpu_mem_fraction", 0.5),
+        ("frontend", "openai"),
+        ("served_model_name", "m"),
+        ("log_format", "json"),
+        ("triton_args", ("--log-verbose=1",)),
+        ("exit_timeout_secs", 5),
+        ("lock_timeout_secs", 10),
+        ("hf_token", "hf_other"),
+        ("cache_dir", Path("/elsewhere")),
+        ("repository_dir", Path("/repo")),
+        ("model_revision", "main"),
+        ("workflow", "llmapi"),
+    ],
+)
 def test_runtime_settings_do_not_change_the_key(field, value):
     assert cache_key(key_inputs(IDENTITY, settings(**{field: value}), FACTS, gpus())) == BASE_KEY
 
 
-@pytest.mark.parametrize("identity,facts,gpu_info,same", [
-    ({**IDENTITY, "revision": "b" * 40}, FACTS, gpus(), False),
-    ({"path": "/models/x", "fingerprint": "f" * 64}, FACTS, gpus(), False),
-    (IDENTITY, dataclasses.replace(FACTS, tensorrt_llm="0.17.0.post1"), gpus(), False),
-    (IDENTITY, dataclasses.replace(FACTS, tensorrt="10.8.0.44"), gpus(), False),
-    (IDENTITY, FACTS, gpus(cc="8.9", names=("NVIDIA L40S",)), False),
-    (IDENTITY, FACTS, gpus(count=8, names=("NVIDIA H100 80GB HBM3",) * 8), True),
-    (IDENTITY, dataclasses.replace(FACTS, tag="25.02"), gpus(), True),
-])
+@pytest.mark.parametrize(
+    "identity,facts,gpu_info,same",
+    [
+        ({**IDENTITY, "revision": "b" * 40}, FACTS, gpus(), False),
+        ({"path": "/models/x", "fingerprint": "f" * 64}, FACTS, gpus(), False),
+        (IDENTITY, dataclasses.replace(FACTS, tensorrt_llm="0.17.0.post1"), gpus(), False),
+        (IDENTITY, dataclasses.replace(FACTS, tensorrt="10.8.0.44"), gpus(), False),
+        (IDENTITY, FACTS, gpus(cc="8.9", names=("NVIDIA L40S",)), False),
+        (IDENTITY, FACTS, gpus(count=8, names=("NVIDIA H100 80GB HBM3",) * 8), True),
+        (IDENTITY, dataclasses.replace(FACTS, tag="25.02"), gpus(), True),
+    ],
+)
 def test_model_versions_and_compute_capability_change_the_key(identity, facts, gpu_info, same):
     assert (cache_key(key_inputs(identity, settings(), facts, gpu_info)) == BASE_KEY) is same
 
@@ -131,12 +192,16 @@ def test_key_reads_only_attributes_that_settings_and_gpu_info_define():
 
 # --- engine config.json -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("config,expected", [
-    ({"pretrained_config": {"mapping": {"world_size": 4, "tp_size": 4}}}, 4),
-    ({"pretrained_config": {"mapping": {"tp_size": 2, "pp_size": 2}}}, 4),
-    ({"pretrained_config": {"mapping": {}}}, 1),
-    ({"version": "0.17.0"}, 1),
-])
+
+@pytest.mark.parametrize(
+    "config,expected",
+    [
+        ({"pretrained_config": {"mapping": {"world_size": 4, "tp_size": 4}}}, 4),
+        ({"pretrained_config": {"mapping": {"tp_size": 2, "pp_size": 2}}}, 4),
+        ({"pretrained_config": {"mapping": {}}}, 1),
+        ({"version": "0.17.0"}, 1),
+    ],
+)
 def test_engine_world_size(tmp_path, config, expected):
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert engine_world_size(tmp_path) == expected
@@ -155,11 +220,14 @@ def test_check_engine_version_accepts_the_installed_version(tmp_path):
     assert check_engine_version(tmp_path, "0.17.0") is None
 
 
-@pytest.mark.parametrize("built_with,installed,expected", [
-    (None, "0.17.0", "has no version in config.json"),
-    ("0.16.0", "0.17.0", "built with TensorRT-LLM 0.16.0, this image has 0.17.0"),
-    ("0.17.0", "0.17.0.post1", "built with TensorRT-LLM 0.17.0, this image has 0.17.0.post1 (same release"),
-])
+@pytest.mark.parametrize(
+    "built_with,installed,expected",
+    [
+        (None, "0.17.0", "has no version in config.json"),
+        ("0.16.0", "0.17.0", "built with TensorRT-LLM 0.16.0, this image has 0.17.0"),
+        ("0.17.0", "0.17.0.post1", "built with TensorRT-LLM 0.17.0, this image has 0.17.0.post1 (same release"),
+    ],
+)
 def test_check_engine_version_names_both_versions_and_how_to_fix(tmp_path, built_with, installed, expected):
     config = {"pretrained_config": {}} if built_with is None else {"version": built_with}
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -181,28 +249,50 @@ def engine_with_build_config(path: Path, build_config: dict) -> Path:
 
 
 def test_built_limits_come_from_build_config_and_old_engines_sum_input_and_output(tmp_path):
-    new = engine_with_build_config(tmp_path, {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024,
-                                              "max_beam_width": 2, "max_num_tokens": 2048, "strongly_typed": True})
-    assert built_limits(new) == {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024,
-                                 "max_beam_width": 2, "max_num_tokens": 2048}
+    new = engine_with_build_config(
+        tmp_path,
+        {
+            "max_batch_size": 8,
+            "max_input_len": 512,
+            "max_seq_len": 1024,
+            "max_beam_width": 2,
+            "max_num_tokens": 2048,
+            "strongly_typed": True,
+        },
+    )
+    assert built_limits(new) == {
+        "max_batch_size": 8,
+        "max_input_len": 512,
+        "max_seq_len": 1024,
+        "max_beam_width": 2,
+        "max_num_tokens": 2048,
+    }
     old = engine_with_build_config(tmp_path, {"max_batch_size": 4, "max_input_len": 100, "max_output_len": 50})
     assert built_limits(old) == {"max_batch_size": 4, "max_input_len": 100, "max_seq_len": 150}
 
 
 def test_a_prebuilt_engine_s_limits_replace_defaults_but_not_values_the_user_set(tmp_path):
-    engine = engine_with_build_config(tmp_path, {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024,
-                                                 "max_num_tokens": 1024})
+    engine = engine_with_build_config(
+        tmp_path, {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 1024}
+    )
     served, taken = serving_settings(from_env(tmp_path), engine)
-    assert (served.max_batch_size, served.max_input_len, served.max_seq_len, served.max_num_tokens) == \
-        (8, 512, 1024, 1024)
+    assert (served.max_batch_size, served.max_input_len, served.max_seq_len, served.max_num_tokens) == (
+        8,
+        512,
+        1024,
+        1024,
+    )
     assert taken == {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 1024}
     mine, taken = serving_settings(from_env(tmp_path, MAX_BATCH_SIZE="4"), engine)
     assert mine.max_batch_size == 4 and "max_batch_size" not in taken
 
 
 def test_a_prebuilt_engine_s_parallelism_must_match_a_value_the_user_set(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"version": "0.17.0", "build_config": {},
-                                                      "pretrained_config": {"mapping": {"tp_size": 2, "pp_size": 1}}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {"version": "0.17.0", "build_config": {}, "pretrained_config": {"mapping": {"tp_size": 2, "pp_size": 1}}}
+        )
+    )
     served, taken = serving_settings(from_env(tmp_path), tmp_path)
     assert (served.tp_size, served.pp_size, served.world_size) == (2, 1, 2) and taken == {"tp_size": 2}
     assert serving_settings(from_env(tmp_path, TP_SIZE="2"), tmp_path)[0].tp_size == 2
@@ -220,6 +310,7 @@ def test_a_value_the_engine_cannot_honour_is_refused(tmp_path):
 
 # --- publish and lookup -----------------------------------------------------------------------------------------
 
+
 def test_ensure_builds_once_then_hits_and_writes_a_complete_stamp(tmp_path):
     cache = EngineCache(tmp_path / "engines")
     inputs = stamp_inputs(key_inputs(IDENTITY, settings(), FACTS, gpus()), FACTS, gpus())
@@ -236,6 +327,7 @@ def test_ensure_builds_once_then_hits_and_writes_a_complete_stamp(tmp_path):
 
     def must_not_build(out_dir, log_path):
         raise AssertionError("cache hit expected")
+
     assert cache.ensure(KEY, inputs, must_not_build, timeout_s=5, log=quiet_log()) == (path, False)
     assert not list((tmp_path / "engines").glob(f".{KEY}.new-*"))
 
@@ -271,16 +363,19 @@ def _garbled_stamp(entry):
     (entry / "stamp.json").write_text("{not json")
 
 
-@pytest.mark.parametrize("damage,reason", [
-    (_drop("stamp.json"), "stamp.json is missing"),
-    (_garbled_stamp, "stamp.json is unreadable"),
-    (_foreign_stamp, f"does not belong to key {KEY}"),
-    (_drop("config.json"), "config.json does not exist"),
-    (_second_rank_missing, "missing rank1.engine"),
-    (_truncate_engine, "rank0.engine is missing or does not have the size"),
-    (_edit_config, "config.json differs from the content recorded"),
-    (_stamp_without_files, "stamp.json records no files"),
-])
+@pytest.mark.parametrize(
+    "damage,reason",
+    [
+        (_drop("stamp.json"), "stamp.json is missing"),
+        (_garbled_stamp, "stamp.json is unreadable"),
+        (_foreign_stamp, f"does not belong to key {KEY}"),
+        (_drop("config.json"), "config.json does not exist"),
+        (_second_rank_missing, "missing rank1.engine"),
+        (_truncate_engine, "rank0.engine is missing or does not have the size"),
+        (_edit_config, "config.json differs from the content recorded"),
+        (_stamp_without_files, "stamp.json records no files"),
+    ],
+)
 def test_lookup_treats_incomplete_entries_as_absent_and_says_why(tmp_path, damage, reason):
     cache = EngineCache(tmp_path)
     entry, _ = cache.ensure(KEY, {}, engine_build, timeout_s=5, log=quiet_log())
@@ -352,6 +447,7 @@ def test_lock_timeout_names_the_lock_and_its_holder(tmp_path):
 
 # --- several processes ------------------------------------------------------------------------------------------
 
+
 def _ensure_in_child(root: str, counter: str, start, results) -> None:
     def counted_build(out_dir, log_path):
         with open(counter, "a") as out:
@@ -368,8 +464,10 @@ def test_concurrent_processes_build_exactly_once_and_share_the_entry(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     start, results = ctx.Event(), ctx.Queue()
     counter = tmp_path / "builds.txt"
-    procs = [ctx.Process(target=_ensure_in_child, args=(str(tmp_path / "engines"), str(counter), start, results))
-             for _ in range(4)]
+    procs = [
+        ctx.Process(target=_ensure_in_child, args=(str(tmp_path / "engines"), str(counter), start, results))
+        for _ in range(4)
+    ]
     for proc in procs:
         proc.start()
     start.set()

@@ -29,12 +29,14 @@ def uses_for(tag: str, app_dir: Path = Path("/app")) -> dict[str, flagcheck.Prog
 def test_the_flags_come_from_the_plans():
     uses = uses_for("24.05")
     facts = image_facts("24.05")
-    settings = dataclasses.replace(Settings.from_env({"CACHE_DIR": "/tmp"}, facts), enable_kv_cache_reuse=True,
-                                   tp_size=2)
+    settings = dataclasses.replace(
+        Settings.from_env({"CACHE_DIR": "/tmp"}, facts), enable_kv_cache_reuse=True, tp_size=2
+    )
     build = engine_build.trtllm_build_argv(facts, settings, "float16", Path("/c"), Path("/o"))
     assert set(uses["trtllm-build"].flags) == flagcheck.flags_in(build)
-    assert {"--max_output_len", "--paged_kv_cache", "--use_paged_context_fmha", "--workers"} <= \
-        set(uses["trtllm-build"].flags)
+    assert {"--max_output_len", "--paged_kv_cache", "--use_paged_context_fmha", "--workers"} <= set(
+        uses["trtllm-build"].flags
+    )
     server = launch.tritonserver_argv(settings, Path("/r"), world_size=2, uid=1000)
     assert set(uses["tritonserver"].flags) == flagcheck.flags_in(server) >= {"--load-model", "--model-repository"}
     assert {"--max_seq_len", "--kv_cache_type"} <= set(uses_for("26.07")["trtllm-build"].flags)
@@ -42,11 +44,11 @@ def test_the_flags_come_from_the_plans():
 
 def test_every_converter_the_data_names_for_the_tag_is_checked():
     old, new = uses_for("24.06"), uses_for("25.06")
-    assert "--qwen_type" in old["examples/qwen/convert_checkpoint.py"].flags   # only 0.10.0's qwen converter
+    assert "--qwen_type" in old["examples/qwen/convert_checkpoint.py"].flags  # only 0.10.0's qwen converter
     assert "--qwen_type" not in new["examples/models/core/qwen/convert_checkpoint.py"].flags
     assert "examples/models/contrib/falcon/convert_checkpoint.py" in new
     assert "examples/quantization/quantize.py" in old and "--qformat" in old["examples/quantization/quantize.py"].flags
-    assert "examples/phi/convert_checkpoint.py" in uses_for("24.04")   # phi-2's, at 0.9.0
+    assert "examples/phi/convert_checkpoint.py" in uses_for("24.04")  # phi-2's, at 0.9.0
 
 
 def test_the_help_texts_are_read_for_their_flags():
@@ -59,11 +61,16 @@ def test_the_help_texts_are_read_for_their_flags():
 
 def doubles_check(tmp_path: Path, tag: str, installed: str) -> dict[str, flagcheck.ProgramCheck]:
     """Our plans for `tag` checked against the doubles of TensorRT-LLM `installed`."""
-    paths = install_doubles(tmp_path / "doubles", trtllm_version=installed, tensorrt_version="10",
-                            with_app=True, templates_src=None)
+    paths = install_doubles(
+        tmp_path / "doubles", trtllm_version=installed, tensorrt_version="10", with_app=True, templates_src=None
+    )
     env = double_environ(paths, tmp_path / "records")
-    uses = [dataclasses.replace(use, help_argv=(str(paths["bin"] / "tritonserver"), "--help"))
-            if use.program == "tritonserver" else use for use in uses_for(tag, paths["app"]).values()]
+    uses = [
+        dataclasses.replace(use, help_argv=(str(paths["bin"] / "tritonserver"), "--help"))
+        if use.program == "tritonserver"
+        else use
+        for use in uses_for(tag, paths["app"]).values()
+    ]
     old_environ = dict(os.environ)
     os.environ.update(PATH=env["PATH"], PYTHONPATH=env["PYTHONPATH"])
     try:
@@ -73,13 +80,17 @@ def doubles_check(tmp_path: Path, tag: str, installed: str) -> dict[str, flagche
         os.environ.update(old_environ)
 
 
-@pytest.mark.parametrize("tag,installed", [("24.05", "0.9.0"), ("24.06", "0.10.0"), ("24.08", "0.12.0"),
-                                           ("25.06", "0.20.0")])
+@pytest.mark.parametrize(
+    "tag,installed", [("24.05", "0.9.0"), ("24.06", "0.10.0"), ("24.08", "0.12.0"), ("25.06", "0.20.0")]
+)
 def test_the_plans_of_each_image_pass_its_programs_help(tmp_path, tag, installed):
     checks = doubles_check(tmp_path, tag, installed)
     assert {name: c for name, c in checks.items() if c.missing or c.error or c.unverified} == {}
-    converters = {models.Converter.for_record(r, image_facts(tag)).folder for r in model_table().models
-                  if r["engine"] and tag in r["engine"]["tags"]}
+    converters = {
+        models.Converter.for_record(r, image_facts(tag)).folder
+        for r in model_table().models
+        if r["engine"] and tag in r["engine"]["tags"]
+    }
     assert len(checks) == 3 + len(converters) > 10, "every converter, trtllm-build, quantize.py and tritonserver"
 
 
@@ -111,15 +122,17 @@ def real_tritonserver(tmp_path_factory) -> tuple[Path, dict[str, str]]:
         pytest.skip("no nvidia-pytriton wheel in /tmp/wheels")
     root = tmp_path_factory.mktemp("pytriton")
     with zipfile.ZipFile(WHEEL) as wheel:
-        wheel.extractall(root, [n for n in wheel.namelist()
-                                if n.startswith(("pytriton/tritonserver/bin/", "nvidia_pytriton.libs/"))])
+        wheel.extractall(
+            root, [n for n in wheel.namelist() if n.startswith(("pytriton/tritonserver/bin/", "nvidia_pytriton.libs/"))]
+        )
     binary = root / "pytriton" / "tritonserver" / "bin" / "tritonserver"
     binary.chmod(0o755)
     return binary, {"LD_LIBRARY_PATH": str(root / "nvidia_pytriton.libs")}
 
 
-def test_the_real_tritonserver_takes_every_flag_of_our_launch_plans_and_rejects_one_it_lacks(real_tritonserver,
-                                                                                            monkeypatch):
+def test_the_real_tritonserver_takes_every_flag_of_our_launch_plans_and_rejects_one_it_lacks(
+    real_tritonserver, monkeypatch
+):
     binary, env = real_tritonserver
     monkeypatch.setenv("LD_LIBRARY_PATH", env["LD_LIBRARY_PATH"])
     ours = dataclasses.replace(uses_for("24.10")["tritonserver"], help_argv=(str(binary), "--help"))  # Triton 2.51
@@ -128,6 +141,11 @@ def test_the_real_tritonserver_takes_every_flag_of_our_launch_plans_and_rejects_
     assert good.error is None and good.missing == ()
     assert bad.missing == ("--model-repo", "--exit-timeout-seconds")
     # and the real program refuses such a flag at start, which is what the check spares a user
-    refused = subprocess.run([str(binary), "--model-repo=/nonexistent"], capture_output=True, text=True,
-                             env={**os.environ, **env}, timeout=60)
+    refused = subprocess.run(
+        [str(binary), "--model-repo=/nonexistent"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=60,
+    )
     assert refused.returncode != 0

@@ -13,8 +13,7 @@ FOUR = "".join(f"{i}, NVIDIA H100 80GB HBM3, 9.0, 81559 MiB, 550.54.15, GPU-000{
 def test_parse_the_observed_h200_line():
     info = parse_nvidia_smi(H200)
     assert info.gpus == (Gpu(index=0, name="NVIDIA H200", compute_capability="9.0", memory_mib=143771),)
-    assert (info.count, info.names, info.compute_capability, info.driver) == \
-        (1, ("NVIDIA H200",), "9.0", "580.159.04")
+    assert (info.count, info.names, info.compute_capability, info.driver) == (1, ("NVIDIA H200",), "9.0", "580.159.04")
 
 
 def test_parse_with_uuid_column_and_blank_lines():
@@ -43,27 +42,30 @@ def test_mixed_compute_capabilities_are_refused():
     assert "CUDA_VISIBLE_DEVICES" in err.value.hint
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({}, [0, 1, 2, 3]),
-    ({"CUDA_VISIBLE_DEVICES": "2,0"}, [2, 0]),
-    ({"CUDA_VISIBLE_DEVICES": "1,7,2"}, [1]),               # CUDA stops at the first unknown entry
-    ({"CUDA_VISIBLE_DEVICES": "-1"}, []),
-    ({"CUDA_VISIBLE_DEVICES": ""}, []),
-    ({"CUDA_VISIBLE_DEVICES": "GPU-0003"}, [3]),           # unique UUID prefix
-    ({"CUDA_VISIBLE_DEVICES": "GPU-000"}, []),             # ambiguous prefix names no device
-    ({"NVIDIA_VISIBLE_DEVICES": "all"}, [0, 1, 2, 3]),
-    ({"NVIDIA_VISIBLE_DEVICES": "none"}, []),
-    ({"NVIDIA_VISIBLE_DEVICES": "void"}, []),
-    ({"NVIDIA_VISIBLE_DEVICES": ""}, []),
-    ({"NVIDIA_VISIBLE_DEVICES": "1,3"}, [1, 3]),
-    ({"NVIDIA_VISIBLE_DEVICES": "GPU-0002-aaaa"}, [2]),
-    ({"NVIDIA_VISIBLE_DEVICES": "4,5"}, [0, 1, 2, 3]),     # host indices the runtime already applied
-    ({"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}, [0, 1, 2, 3]),
-    ({"NVIDIA_VISIBLE_DEVICES": "1,2,3", "CUDA_VISIBLE_DEVICES": "3,1"}, [3, 1]),
-    ({"NVIDIA_VISIBLE_DEVICES": "1,2", "CUDA_VISIBLE_DEVICES": "0"}, []),
-    ({"CUDA_VISIBLE_DEVICES": "²"}, []),                   # str.isdigit() is true, int() fails: names no device
-    ({"NVIDIA_VISIBLE_DEVICES": "1,²"}, [0, 1, 2, 3]),
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, [0, 1, 2, 3]),
+        ({"CUDA_VISIBLE_DEVICES": "2,0"}, [2, 0]),
+        ({"CUDA_VISIBLE_DEVICES": "1,7,2"}, [1]),  # CUDA stops at the first unknown entry
+        ({"CUDA_VISIBLE_DEVICES": "-1"}, []),
+        ({"CUDA_VISIBLE_DEVICES": ""}, []),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-0003"}, [3]),  # unique UUID prefix
+        ({"CUDA_VISIBLE_DEVICES": "GPU-000"}, []),  # ambiguous prefix names no device
+        ({"NVIDIA_VISIBLE_DEVICES": "all"}, [0, 1, 2, 3]),
+        ({"NVIDIA_VISIBLE_DEVICES": "none"}, []),
+        ({"NVIDIA_VISIBLE_DEVICES": "void"}, []),
+        ({"NVIDIA_VISIBLE_DEVICES": ""}, []),
+        ({"NVIDIA_VISIBLE_DEVICES": "1,3"}, [1, 3]),
+        ({"NVIDIA_VISIBLE_DEVICES": "GPU-0002-aaaa"}, [2]),
+        ({"NVIDIA_VISIBLE_DEVICES": "4,5"}, [0, 1, 2, 3]),  # host indices the runtime already applied
+        ({"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}, [0, 1, 2, 3]),
+        ({"NVIDIA_VISIBLE_DEVICES": "1,2,3", "CUDA_VISIBLE_DEVICES": "3,1"}, [3, 1]),
+        ({"NVIDIA_VISIBLE_DEVICES": "1,2", "CUDA_VISIBLE_DEVICES": "0"}, []),
+        ({"CUDA_VISIBLE_DEVICES": "²"}, []),  # str.isdigit() is true, int() fails: names no device
+        ({"NVIDIA_VISIBLE_DEVICES": "1,²"}, [0, 1, 2, 3]),
+    ],
+)
 def test_visible_devices_filtering(env, expected):
     given = Visibility(env.get("NVIDIA_VISIBLE_DEVICES"), env.get("CUDA_VISIBLE_DEVICES"))
     info = visible(parse_nvidia_smi(FOUR), given)
@@ -90,17 +92,23 @@ def test_detect_runs_nvidia_smi_with_a_timeout_and_applies_visibility():
     info = detect_gpus(Visibility(cuda="1"), run=run)
     assert [g.index for g in info.gpus] == [1]
     argv, kwargs = run.calls[0]
-    assert argv == ["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total,driver_version,uuid",
-                    "--format=csv,noheader"]
+    assert argv == [
+        "nvidia-smi",
+        "--query-gpu=index,name,compute_cap,memory.total,driver_version,uuid",
+        "--format=csv,noheader",
+    ]
     assert kwargs == {"capture_output": True, "text": True, "timeout": 20, "check": False}
 
 
-@pytest.mark.parametrize("run", [
-    FakeRun(raises=FileNotFoundError("nvidia-smi")),
-    FakeRun(stdout="No devices were found\n", returncode=6),
-    FakeRun(stdout="No devices were found\n", returncode=0),
-    FakeRun(stdout="NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", returncode=9),
-])
+@pytest.mark.parametrize(
+    "run",
+    [
+        FakeRun(raises=FileNotFoundError("nvidia-smi")),
+        FakeRun(stdout="No devices were found\n", returncode=6),
+        FakeRun(stdout="No devices were found\n", returncode=0),
+        FakeRun(stdout="NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", returncode=9),
+    ],
+)
 def test_detect_without_gpus(run):
     assert detect_gpus(Visibility(), run=run) == GpuInfo(gpus=(), driver=None)
 

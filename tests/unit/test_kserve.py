@@ -24,8 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 HUB_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
 # The published examples: 25.01 is the first NGC tag that ships /app (backend templates) and the README's tag.
-DEPLOY_OPTIONS = kserve.KServeOptions(tag="25.01", registry="ghcr.io/your-org", model_id=HUB_MODEL, cache="pvc",
-                                      warm_job=True)
+DEPLOY_OPTIONS = kserve.KServeOptions(
+    tag="25.01", registry="ghcr.io/your-org", model_id=HUB_MODEL, cache="pvc", warm_job=True
+)
 
 
 @pytest.fixture(scope="session")
@@ -89,16 +90,28 @@ def schema_errors(doc, crd_validators) -> list[str]:
 
 
 def grid():
-    sources = {"hub": {"model_id": HUB_MODEL}, "pvc-storage": {"storage_uri": "pvc://models/llama-8b"},
-               "s3-storage": {"storage_uri": "s3://bucket/llama-8b"}}
+    sources = {
+        "hub": {"model_id": HUB_MODEL},
+        "pvc-storage": {"storage_uri": "pvc://models/llama-8b"},
+        "s3-storage": {"storage_uri": "s3://bucket/llama-8b"},
+    }
     for cache, namespaced, warm, (source, kwargs), tp in itertools.product(
-            kserve_options.CACHE_MODES, (False, True), (False, True), sources.items(), (1, 2, 4)):
+        kserve_options.CACHE_MODES, (False, True), (False, True), sources.items(), (1, 2, 4)
+    ):
         if warm and (cache != "pvc" or source == "s3-storage"):
             continue
-        options = kserve.KServeOptions(tag="25.01", cache=cache, namespaced_runtime=namespaced, warm_job=warm,
-                                       tp_size=tp, namespace="serving", **kwargs)
-        yield pytest.param(options, id=f"{cache}-{'ns' if namespaced else 'cluster'}-{'warm' if warm else 'nojob'}"
-                                       f"-{source}-tp{tp}")
+        options = kserve.KServeOptions(
+            tag="25.01",
+            cache=cache,
+            namespaced_runtime=namespaced,
+            warm_job=warm,
+            tp_size=tp,
+            namespace="serving",
+            **kwargs,
+        )
+        yield pytest.param(
+            options, id=f"{cache}-{'ns' if namespaced else 'cluster'}-{'warm' if warm else 'nojob'}-{source}-tp{tp}"
+        )
 
 
 @pytest.mark.parametrize("options", list(grid()))
@@ -137,16 +150,24 @@ def test_runtime_contract(entry):
     runtime = by_kind(docs, "ClusterServingRuntime")
     assert runtime["metadata"]["name"] == "trtllm-25-01" and "namespace" not in runtime["metadata"]
     spec = runtime["spec"]
-    assert spec["supportedModelFormats"] == [{"name": "tensorrt-llm", "version": "0.17.0", "autoSelect": True,
-                                              "priority": 1}]
+    assert spec["supportedModelFormats"] == [
+        {"name": "tensorrt-llm", "version": "0.17.0", "autoSelect": True, "priority": 1}
+    ]
     assert spec["protocolVersions"] == ["v2", "grpc-v2"]
     assert spec["annotations"] == {"prometheus.kserve.io/port": "8002", "prometheus.kserve.io/path": "/metrics"}
     (container,) = spec["containers"]
     assert container["name"] == "kserve-container" and "args" not in container and "command" not in container
     assert container["image"] == make_plan(entry, out_dir=Path(".")).image("server").ref
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env == {"HTTP_PORT": "8080", "GRPC_PORT": "9000", "METRICS_PORT": "8002", "CACHE_DIR": "/var/cache/trtllm",
-                   "SERVED_MODEL_NAME": "{{.Name}}", "TP_SIZE": "2", "PP_SIZE": "2"}
+    assert env == {
+        "HTTP_PORT": "8080",
+        "GRPC_PORT": "9000",
+        "METRICS_PORT": "8002",
+        "CACHE_DIR": "/var/cache/trtllm",
+        "SERVED_MODEL_NAME": "{{.Name}}",
+        "TP_SIZE": "2",
+        "PP_SIZE": "2",
+    }
     assert container["ports"] == [{"name": "http1", "containerPort": 8080, "protocol": "TCP"}]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
     startup = container["startupProbe"]
@@ -172,8 +193,10 @@ def test_inference_service_for_storage_uri_is_read_only_and_has_no_token(entry):
     assert [p["name"] for p in model["ports"]] == ["http1", "grpc-v2"]
     assert isvc["spec"]["predictor"]["volumes"] == [{"name": "trtllm-cache", "emptyDir": {}}]
     writable = kserve.KServeOptions(tag="25.01", storage_uri="s3://bucket/llama", storage_readonly=False)
-    assert by_kind(documents(writable), "InferenceService")["metadata"]["annotations"][
-        "storage.kserve.io/readonly"] == "false"
+    assert (
+        by_kind(documents(writable), "InferenceService")["metadata"]["annotations"]["storage.kserve.io/readonly"]
+        == "false"
+    )
 
 
 def test_hub_model_token_comes_from_a_secret(entry):
@@ -181,21 +204,26 @@ def test_hub_model_token_comes_from_a_secret(entry):
     model = by_kind(documents(options), "InferenceService")["spec"]["predictor"]["model"]
     env = {e["name"]: e for e in model["env"]}
     assert env["MODEL_ID"]["value"] == HUB_MODEL and env["MODEL_REVISION"]["value"] == "abc123"
-    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-        "name": "my-hf", "key": "token", "optional": True}}}
+    assert env["HF_TOKEN"] == {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "my-hf", "key": "token", "optional": True}},
+    }
     no_token = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, hf_token_secret=None)
     model = by_kind(documents(no_token), "InferenceService")["spec"]["predictor"]["model"]
     assert "HF_TOKEN" not in [e["name"] for e in model["env"]]
 
 
 def test_the_admin_key_comes_from_a_secret_for_the_serving_pod_only():
-    options = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, admin_key_secret="llm-admin", cache="pvc",
-                                   warm_job=True)
+    options = kserve.KServeOptions(
+        tag="25.01", model_id=HUB_MODEL, admin_key_secret="llm-admin", cache="pvc", warm_job=True
+    )
     docs = documents(options)
     model = by_kind(docs, "InferenceService")["spec"]["predictor"]["model"]
     env = {e["name"]: e for e in model["env"]}
-    assert env["TRITON_ADMIN_KEY"] == {"name": "TRITON_ADMIN_KEY", "valueFrom": {"secretKeyRef": {
-        "name": "llm-admin", "key": "key", "optional": True}}}
+    assert env["TRITON_ADMIN_KEY"] == {
+        "name": "TRITON_ADMIN_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "llm-admin", "key": "key", "optional": True}},
+    }
     (job_container,) = by_kind(docs, "Job")["spec"]["template"]["spec"]["containers"]
     assert "TRITON_ADMIN_KEY" not in [e["name"] for e in job_container["env"]]
     no_key = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, admin_key_secret=None)
@@ -204,8 +232,15 @@ def test_the_admin_key_comes_from_a_secret_for_the_serving_pod_only():
 
 
 def test_pvc_and_warm_job_share_the_cache_and_the_engine_settings(entry):
-    options = kserve.KServeOptions(tag="25.01", storage_uri="pvc://models/llama/8b", cache="pvc", warm_job=True,
-                                   tp_size=2, pvc_size="500Gi", pvc_access_mode="ReadWriteMany")
+    options = kserve.KServeOptions(
+        tag="25.01",
+        storage_uri="pvc://models/llama/8b",
+        cache="pvc",
+        warm_job=True,
+        tp_size=2,
+        pvc_size="500Gi",
+        pvc_access_mode="ReadWriteMany",
+    )
     docs = documents(options)
     assert [d["kind"] for d in docs] == ["ClusterServingRuntime", "PersistentVolumeClaim", "InferenceService", "Job"]
     pvc = by_kind(docs, "PersistentVolumeClaim")
@@ -240,45 +275,58 @@ def test_explicit_image_and_registry(entry):
     assert image == "ghcr.io/acme/trtllm-serve:25.01-trtllm-0.17.0"
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({}, "exactly one of model_id"),
-    ({"model_id": HUB_MODEL, "storage_uri": "s3://b/m"}, "exactly one of model_id"),
-    ({"storage_uri": "/data/model"}, "needs a scheme"),
-    ({"model_id": HUB_MODEL, "tp_size": 0}, "tp_size must be a positive integer"),
-    ({"model_id": HUB_MODEL, "pp_size": "2"}, "pp_size must be a positive integer"),
-    ({"model_id": HUB_MODEL, "cache": "hostpath"}, "cache 'hostpath' is not one of emptydir, pvc"),
-    ({"model_id": HUB_MODEL, "name": "My_Model"}, "name 'My_Model' must be a DNS label"),
-    ({"model_id": HUB_MODEL, "namespace": "x" * 64}, "namespace"),
-    ({"model_id": HUB_MODEL, "name": "x" * 46}, "longer than 45"),
-    ({"model_id": HUB_MODEL, "name": "preprocessing"}, "clashes with a model inside the Triton repository"),
-    ({"model_id": HUB_MODEL, "cache": "pvc", "pvc_size": "lots"}, "pvc_size 'lots'"),
-    ({"model_id": HUB_MODEL, "pvc_access_mode": "ReadOnlyMany"}, "pvc_access_mode"),
-    ({"model_id": HUB_MODEL, "image": "a/b:c", "registry": "ghcr.io/x"}, "image and registry exclude each other"),
-    ({"model_id": HUB_MODEL, "warm_job": True}, "warm_job needs cache='pvc'"),
-    ({"storage_uri": "s3://b/m", "cache": "pvc", "warm_job": True}, "pvc:// storage_uri"),
-    ({"model_id": HUB_MODEL, "hf_token_secret": "HF"}, "hf token secret 'HF'"),
-    # what the entrypoint or the cluster refused later, after exit 0
-    ({"model_id": HUB_MODEL, "tp_size": 3}, "tp_size must be a power of two"),
-    ({"model_id": HUB_MODEL, "tp_size": 128}, "tp_size must be a power of two"),
-    ({"model_id": HUB_MODEL, "pp_size": 65}, "pp_size must be at most 64"),
-    ({"model_id": HUB_MODEL, "name": "1abc"}, "must start with a lowercase letter"),
-    ({"model_id": HUB_MODEL, "cache": "pvc", "pvc_size": "0"}, "pvc_size '0' is not a Kubernetes quantity above zero"),
-    ({"model_id": HUB_MODEL, "cache": "pvc", "pvc_size": "0Gi"}, "above zero"),
-    ({"storage_uri": "pvc://"}, "must name a PersistentVolumeClaim"),
-    ({"storage_uri": "pvc://claim/../etc"}, "may not leave the claim"),
-    ({"storage_uri": "pvc://Claim_1/model"}, "must name a PersistentVolumeClaim"),
-    ({"model_id": HUB_MODEL, "image": "Bad Image"}, "image 'Bad Image' is not an image reference"),
-    ({"model_id": HUB_MODEL, "image": "ghcr.io/Org/x:1"}, "is not an image reference"),
-    ({"model_id": HUB_MODEL, "registry": "ghcr.io/my org"}, "registry 'ghcr.io/my org' is not an image reference"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({}, "exactly one of model_id"),
+        ({"model_id": HUB_MODEL, "storage_uri": "s3://b/m"}, "exactly one of model_id"),
+        ({"storage_uri": "/data/model"}, "needs a scheme"),
+        ({"model_id": HUB_MODEL, "tp_size": 0}, "tp_size must be a positive integer"),
+        ({"model_id": HUB_MODEL, "pp_size": "2"}, "pp_size must be a positive integer"),
+        ({"model_id": HUB_MODEL, "cache": "hostpath"}, "cache 'hostpath' is not one of emptydir, pvc"),
+        ({"model_id": HUB_MODEL, "name": "My_Model"}, "name 'My_Model' must be a DNS label"),
+        ({"model_id": HUB_MODEL, "namespace": "x" * 64}, "namespace"),
+        ({"model_id": HUB_MODEL, "name": "x" * 46}, "longer than 45"),
+        ({"model_id": HUB_MODEL, "name": "preprocessing"}, "clashes with a model inside the Triton repository"),
+        ({"model_id": HUB_MODEL, "cache": "pvc", "pvc_size": "lots"}, "pvc_size 'lots'"),
+        ({"model_id": HUB_MODEL, "pvc_access_mode": "ReadOnlyMany"}, "pvc_access_mode"),
+        ({"model_id": HUB_MODEL, "image": "a/b:c", "registry": "ghcr.io/x"}, "image and registry exclude each other"),
+        ({"model_id": HUB_MODEL, "warm_job": True}, "warm_job needs cache='pvc'"),
+        ({"storage_uri": "s3://b/m", "cache": "pvc", "warm_job": True}, "pvc:// storage_uri"),
+        ({"model_id": HUB_MODEL, "hf_token_secret": "HF"}, "hf token secret 'HF'"),
+        # what the entrypoint or the cluster refused later, after exit 0
+        ({"model_id": HUB_MODEL, "tp_size": 3}, "tp_size must be a power of two"),
+        ({"model_id": HUB_MODEL, "tp_size": 128}, "tp_size must be a power of two"),
+        ({"model_id": HUB_MODEL, "pp_size": 65}, "pp_size must be at most 64"),
+        ({"model_id": HUB_MODEL, "name": "1abc"}, "must start with a lowercase letter"),
+        (
+            {"model_id": HUB_MODEL, "cache": "pvc", "pvc_size": "0"},
+            "pvc_size '0' is not a Kubernetes quantity above zero",
+        ),
+        ({"model_id": HUB_MODEL, "cache": "pvc", "pvc_size": "0Gi"}, "above zero"),
+        ({"storage_uri": "pvc://"}, "must name a PersistentVolumeClaim"),
+        ({"storage_uri": "pvc://claim/../etc"}, "may not leave the claim"),
+        ({"storage_uri": "pvc://Claim_1/model"}, "must name a PersistentVolumeClaim"),
+        ({"model_id": HUB_MODEL, "image": "Bad Image"}, "image 'Bad Image' is not an image reference"),
+        ({"model_id": HUB_MODEL, "image": "ghcr.io/Org/x:1"}, "is not an image reference"),
+        ({"model_id": HUB_MODEL, "registry": "ghcr.io/my org"}, "registry 'ghcr.io/my org' is not an image reference"),
+    ],
+)
 def test_bad_options_are_usage_errors(kwargs, message):
     with pytest.raises(UsageError) as info:
         kserve.KServeOptions(tag="25.01", **kwargs)
     assert message in info.value.message and info.value.exit_code == 2
 
 
-@pytest.mark.parametrize("image", ["nvcr.io/nvidia/tritonserver:25.01-trtllm-python-py3", "localhost:5000/a/b",
-                                   "registry.example.com/team/llm-server:prod", "x@sha256:" + "a" * 64])
+@pytest.mark.parametrize(
+    "image",
+    [
+        "nvcr.io/nvidia/tritonserver:25.01-trtllm-python-py3",
+        "localhost:5000/a/b",
+        "registry.example.com/team/llm-server:prod",
+        "x@sha256:" + "a" * 64,
+    ],
+)
 def test_good_image_references_are_accepted(image):
     assert kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, image=image).image == image
 
@@ -287,18 +335,20 @@ def test_parallelism_limits_agree_with_the_entrypoint():
     from trtllm_entrypoint import settings
 
     assert kserve_options.TP_SIZES == settings.POWERS_OF_TWO
-    assert kserve_options.MAX_PP_SIZE == 64 and "PP_SIZE\", 1, 1, 64)" in Path(settings.__file__).read_text()
+    assert kserve_options.MAX_PP_SIZE == 64 and 'PP_SIZE", 1, 1, 64)' in Path(settings.__file__).read_text()
 
 
-@pytest.mark.parametrize("args", [["--tp-size", "3"], ["--name", "1abc"], ["--pvc-size", "0", "--cache", "pvc"],
-                                  ["--image", "Bad Image"]])
+@pytest.mark.parametrize(
+    "args", [["--tp-size", "3"], ["--name", "1abc"], ["--pvc-size", "0", "--cache", "pvc"], ["--image", "Bad Image"]]
+)
 def test_kserve_command_refuses_bad_options_with_one_line_and_writes_nothing(tmp_path, args):
     from click.testing import CliRunner
 
     from trtllm_images.cli import cli
 
-    result = CliRunner().invoke(cli, ["kserve", "--tag", "25.01", "--model-id", HUB_MODEL, "--out",
-                                      str(tmp_path / "out"), *args])
+    result = CliRunner().invoke(
+        cli, ["kserve", "--tag", "25.01", "--model-id", HUB_MODEL, "--out", str(tmp_path / "out"), *args]
+    )
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: invalid KServe options: ") and result.stderr.count("\n") == 2
     assert not (tmp_path / "out").exists()
@@ -332,16 +382,24 @@ BREAKAGES = {
     "literal token": (lambda d: _isvc_model(d)["env"].append({"name": "HF_TOKEN", "value": "x"}), "literal value"),
     "token in args": (lambda d: _runtime_container(d).update(args=["--token=hf_" + "a" * 30]), "Hugging Face token"),
     "no liveness": (lambda d: _runtime_container(d).pop("livenessProbe"), "no livenessProbe"),
-    "short startup": (lambda d: _runtime_container(d)["startupProbe"].update(failureThreshold=10),
-                      "startupProbe allows"),
+    "short startup": (
+        lambda d: _runtime_container(d)["startupProbe"].update(failureThreshold=10),
+        "startupProbe allows",
+    ),
     "unknown image": (lambda d: _runtime_container(d).update(image="trtllm-serve:99.01-trtllm-9"), "not one build.py"),
     "v1 protocol": (lambda d: _isvc_model(d).pop("protocolVersion"), "protocolVersion None"),
     "wrong runtime": (lambda d: _isvc_model(d).update(runtime="kserve-tritonserver"), "runtime 'kserve-tritonserver'"),
     "wrong format": (lambda d: _isvc_model(d).update(modelFormat={"name": "onnx"}), "modelFormat"),
-    "competes": (lambda d: d[0]["spec"]["supportedModelFormats"].append({"name": "triton", "version": "2",
-                                                                        "autoSelect": True}), "competes"),
-    "job gpu": (lambda d: by_kind(d, "Job")["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].update(
-        {"nvidia.com/gpu": "8"}), "Job/llm-warm-cache"),
+    "competes": (
+        lambda d: d[0]["spec"]["supportedModelFormats"].append({"name": "triton", "version": "2", "autoSelect": True}),
+        "competes",
+    ),
+    "job gpu": (
+        lambda d: by_kind(d, "Job")["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].update(
+            {"nvidia.com/gpu": "8"}
+        ),
+        "Job/llm-warm-cache",
+    ),
 }
 
 
@@ -356,8 +414,11 @@ def test_semantic_findings_catch_broken_documents(name, entry, the_matrix):
 
 
 def test_a_plan_breaking_kserve_rules_is_refused(monkeypatch):
-    monkeypatch.setattr(kserve, "_shm_volume", lambda: {"name": "devshm", "emptyDir": {}, "env": [
-        {"name": "API_KEY", "value": "literal"}]})
+    monkeypatch.setattr(
+        kserve,
+        "_shm_volume",
+        lambda: {"name": "devshm", "emptyDir": {}, "env": [{"name": "API_KEY", "value": "literal"}]},
+    )
     with pytest.raises(BuildError, match="break KServe's rules: .*API_KEY has a literal value"):
         kserve.make_plan(_matrix(), kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL))
 
@@ -379,12 +440,15 @@ def test_two_runtimes_with_the_same_format_priority_are_caught(entry):
     assert any("has priority 1 like trtllm-25-01" in f for f in findings), findings
 
 
-@pytest.mark.parametrize("breaker, expected", [
-    (lambda spec: spec["supportedModelFormats"][0].update(priority=0), "less than the minimum of 1"),
-    (lambda spec: spec["containers"][0].update(args="serve"), "is not of type 'array'"),
-    (lambda spec: spec["containers"][0].update(imagePullPolicy=None), "None is not of type 'string'"),
-    (lambda spec: spec["containers"][0].update(startupProbes={}), "not in the schema"),
-])
+@pytest.mark.parametrize(
+    "breaker, expected",
+    [
+        (lambda spec: spec["supportedModelFormats"][0].update(priority=0), "less than the minimum of 1"),
+        (lambda spec: spec["containers"][0].update(args="serve"), "is not of type 'array'"),
+        (lambda spec: spec["containers"][0].update(imagePullPolicy=None), "None is not of type 'string'"),
+        (lambda spec: spec["containers"][0].update(startupProbes={}), "not in the schema"),
+    ],
+)
 def test_schema_catches_broken_runtime(breaker, expected, entry, crd_validators):
     runtime = _default_docs(entry)[0]
     breaker(runtime["spec"])
@@ -394,11 +458,21 @@ def test_schema_catches_broken_runtime(breaker, expected, entry, crd_validators)
 
 def test_command_line_names_only_what_differs_from_the_defaults():
     assert kserve.command_line(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL)) == (
-        f"python build.py kserve --tag 25.01 --model-id {HUB_MODEL}")
-    options = kserve.KServeOptions(tag="25.01", storage_uri="s3://b/m", tp_size=2, namespaced_runtime=True,
-                                   hf_token_secret=None, admin_key_secret=None, storage_readonly=False)
-    assert kserve.command_line(options) == ("python build.py kserve --tag 25.01 --storage-uri s3://b/m --tp-size 2 "
-                                            "--namespaced-runtime --no-hf-token --no-admin-key --storage-writable")
+        f"python build.py kserve --tag 25.01 --model-id {HUB_MODEL}"
+    )
+    options = kserve.KServeOptions(
+        tag="25.01",
+        storage_uri="s3://b/m",
+        tp_size=2,
+        namespaced_runtime=True,
+        hf_token_secret=None,
+        admin_key_secret=None,
+        storage_readonly=False,
+    )
+    assert kserve.command_line(options) == (
+        "python build.py kserve --tag 25.01 --storage-uri s3://b/m --tp-size 2 "
+        "--namespaced-runtime --no-hf-token --no-admin-key --storage-writable"
+    )
 
 
 def test_write_files_leaves_no_temp_files(tmp_path, entry):
@@ -413,8 +487,10 @@ def test_deploy_kserve_files_are_current(entry):
     expected = kserve.render_files(kserve.make_plan(_matrix(), DEPLOY_OPTIONS))
     directory = DEPLOY / "kserve"
     actual = {p.name: p.read_text(encoding="utf-8") for p in directory.glob("*.yaml")} if directory.is_dir() else {}
-    refresh = (f"refresh with: {kserve.command_line(DEPLOY_OPTIONS)} --out deploy/kserve "
-               f"(or: python -c 'import tests.unit.test_kserve as t; t.refresh_deploy()')")
+    refresh = (
+        f"refresh with: {kserve.command_line(DEPLOY_OPTIONS)} --out deploy/kserve "
+        f"(or: python -c 'import tests.unit.test_kserve as t; t.refresh_deploy()')"
+    )
     assert sorted(actual) == sorted(expected), refresh
     for name, text in expected.items():
         assert actual[name] == text, f"deploy/kserve/{name} is stale; {refresh}"

@@ -8,9 +8,16 @@ from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.settings import Settings
 
-FACTS = ImageFacts(tag="25.05", tensorrt_llm="0.19.0", tensorrt="10.9.0.34", triton="2.58.0",
-                   workflows=("engine", "llmapi"), engine_deprecated=False, openai_frontend=True,
-                   app_dir=Path("/app"))
+FACTS = ImageFacts(
+    tag="25.05",
+    tensorrt_llm="0.19.0",
+    tensorrt="10.9.0.34",
+    triton="2.58.0",
+    workflows=("engine", "llmapi"),
+    engine_deprecated=False,
+    openai_frontend=True,
+    app_dir=Path("/app"),
+)
 REPO = Path("/tmp/trtllm-model-repository")
 TS = contract.TRITONSERVER
 
@@ -20,16 +27,31 @@ def make_settings(**env):
 
 
 def rank0(prefix="prefix0_"):
-    return [TS, f"--model-repository={REPO}", "--exit-timeout-secs=30", "--disable-auto-complete-config",
-            f"--backend-config=python,shm-region-prefix-name={prefix}",
-            "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002"]
+    return [
+        TS,
+        f"--model-repository={REPO}",
+        "--exit-timeout-secs=30",
+        "--disable-auto-complete-config",
+        f"--backend-config=python,shm-region-prefix-name={prefix}",
+        "--http-port=8000",
+        "--grpc-port=8001",
+        "--metrics-port=8002",
+    ]
 
 
 def worker(rank):
-    return [TS, f"--model-repository={REPO}", "--exit-timeout-secs=30", "--disable-auto-complete-config",
-            f"--backend-config=python,shm-region-prefix-name=prefix{rank}_",
-            "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false",
-            "--model-control-mode=explicit", "--load-model=tensorrt_llm"]
+    return [
+        TS,
+        f"--model-repository={REPO}",
+        "--exit-timeout-secs=30",
+        "--disable-auto-complete-config",
+        f"--backend-config=python,shm-region-prefix-name=prefix{rank}_",
+        "--allow-http=false",
+        "--allow-grpc=false",
+        "--allow-metrics=false",
+        "--model-control-mode=explicit",
+        "--load-model=tensorrt_llm",
+    ]
 
 
 def test_world_size_1_is_a_single_tritonserver():
@@ -53,18 +75,33 @@ def test_root_needs_allow_run_as_root():
 
 
 def test_only_rank_0_binds_ports_and_gets_triton_args():
-    settings = make_settings(TP_SIZE="2", HTTP_PORT="8080", GRPC_PORT="9001", METRICS_PORT="9102",
-                             TRITON_ARGS="--log-verbose=1 --model-control-mode=poll")
+    settings = make_settings(
+        TP_SIZE="2",
+        HTTP_PORT="8080",
+        GRPC_PORT="9001",
+        METRICS_PORT="9102",
+        TRITON_ARGS="--log-verbose=1 --model-control-mode=poll",
+    )
     argv = launch.server_argv(settings, FACTS, REPO, 2, uid=1000)
-    first, second = argv[argv.index("-n") + 2:argv.index(":")], argv[argv.index(":") + 3:]
-    assert first[-5:] == ["--http-port=8080", "--grpc-port=9001", "--metrics-port=9102", "--log-verbose=1",
-                          "--model-control-mode=poll"]
+    first, second = argv[argv.index("-n") + 2 : argv.index(":")], argv[argv.index(":") + 3 :]
+    assert first[-5:] == [
+        "--http-port=8080",
+        "--grpc-port=9001",
+        "--metrics-port=9102",
+        "--log-verbose=1",
+        "--model-control-mode=poll",
+    ]
     assert not any(a.startswith(("--http-port", "--grpc-port", "--metrics-port", "--log-verbose")) for a in second)
 
 
 def test_triton_args_and_ports_for_a_single_server():
-    settings = make_settings(TRITON_ARGS="--log-verbose=1 --strict-readiness=true", EXIT_TIMEOUT_SECS="120",
-                             HTTP_PORT="8080", GRPC_PORT="9000", OPENAI_PORT="9100")
+    settings = make_settings(
+        TRITON_ARGS="--log-verbose=1 --strict-readiness=true",
+        EXIT_TIMEOUT_SECS="120",
+        HTTP_PORT="8080",
+        GRPC_PORT="9000",
+        OPENAI_PORT="9100",
+    )
     argv = launch.server_argv(settings, FACTS, REPO, 1, uid=1000)
     assert "--exit-timeout-secs=120" in argv and "--http-port=8080" in argv and "--grpc-port=9000" in argv
     assert argv[-2:] == ["--log-verbose=1", "--strict-readiness=true"]
@@ -78,13 +115,26 @@ def test_llmapi_is_one_server_with_auto_complete():
 
 
 def test_openai_frontend_engine_workflow():
-    settings = make_settings(FRONTEND="openai", HTTP_PORT="8080", GRPC_PORT="9001", OPENAI_PORT="9000",
-                             TRITON_ARGS="--uvicorn-log-level=warning")
+    settings = make_settings(
+        FRONTEND="openai",
+        HTTP_PORT="8080",
+        GRPC_PORT="9001",
+        OPENAI_PORT="9000",
+        TRITON_ARGS="--uvicorn-log-level=warning",
+    )
     argv = launch.server_argv(settings, FACTS, REPO, 2, uid=1000, tokenizer=Path("/models/tok"))
-    assert argv == ["python3", contract.OPENAI_FRONTEND_MAIN, f"--model-repository={REPO}",
-                    "--tokenizer=/models/tok", "--openai-port=9000", "--enable-kserve-frontends",
-                    "--kserve-http-port=8080", "--kserve-grpc-port=9001", "--backend=tensorrtllm",
-                    "--uvicorn-log-level=warning"]
+    assert argv == [
+        "python3",
+        contract.OPENAI_FRONTEND_MAIN,
+        f"--model-repository={REPO}",
+        "--tokenizer=/models/tok",
+        "--openai-port=9000",
+        "--enable-kserve-frontends",
+        "--kserve-http-port=8080",
+        "--kserve-grpc-port=9001",
+        "--backend=tensorrtllm",
+        "--uvicorn-log-level=warning",
+    ]
     assert launch.server_env(settings) == {"TRTLLM_ORCHESTRATOR": "1"}
 
 
@@ -116,8 +166,9 @@ def test_passthrough_parses_the_kserve_command_line():
 
 
 def test_passthrough_parses_separate_values():
-    given = launch.parse_passthrough(["tritonserver", "--model-repository", "/repo", "--http-port", "8000",
-                                      "--metrics-port", "9102"])
+    given = launch.parse_passthrough(
+        ["tritonserver", "--model-repository", "/repo", "--http-port", "8000", "--metrics-port", "9102"]
+    )
     assert (given.repository, given.http_port, given.metrics_port) == (Path("/repo"), 8000, 9102)
 
 
@@ -138,11 +189,16 @@ def test_passthrough_bad_port_is_a_usage_error():
 
 
 def test_rewrite_replaces_only_the_repository():
-    assert launch.rewrite_repository(KSERVE, Path("/tmp/repo")) == \
-        ["tritonserver", "--model-store=/tmp/repo", "--grpc-port=9000", "--http-port=8080", "--allow-grpc=true"]
-    assert launch.rewrite_repository(["tritonserver", "--model-repository", "/mnt/models", "--log-verbose=1"],
-                                     Path("/tmp/repo")) == \
-        ["tritonserver", "--model-repository", "/tmp/repo", "--log-verbose=1"]
+    assert launch.rewrite_repository(KSERVE, Path("/tmp/repo")) == [
+        "tritonserver",
+        "--model-store=/tmp/repo",
+        "--grpc-port=9000",
+        "--http-port=8080",
+        "--allow-grpc=true",
+    ]
+    assert launch.rewrite_repository(
+        ["tritonserver", "--model-repository", "/mnt/models", "--log-verbose=1"], Path("/tmp/repo")
+    ) == ["tritonserver", "--model-repository", "/tmp/repo", "--log-verbose=1"]
 
 
 def test_rewrite_needs_exactly_one_repository():
@@ -154,8 +210,9 @@ def test_exec_argv_replaces_the_process_with_the_given_environment(monkeypatch):
     calls = []
     monkeypatch.setattr(os, "execvpe", lambda file, args, env: calls.append((file, args, env)))
     launch.exec_argv(["tritonserver", "--model-repository=/r"], {"PATH": "/opt/tritonserver/bin", "A": "1"})
-    assert calls == [("tritonserver", ["tritonserver", "--model-repository=/r"],
-                      {"PATH": "/opt/tritonserver/bin", "A": "1"})]
+    assert calls == [
+        ("tritonserver", ["tritonserver", "--model-repository=/r"], {"PATH": "/opt/tritonserver/bin", "A": "1"})
+    ]
 
 
 def test_exec_argv_missing_program_is_a_clear_error(tmp_path):

@@ -30,14 +30,20 @@ REPO = Path(__file__).resolve().parents[2]
 # Every template set of the upstream layout (tests/upstream_files.py), with the matrix tag whose TensorRT-LLM is
 # closest to it.
 TEMPLATE_SETS = [
-    ("v0.7.0", "24.04"), ("v0.8.0", "24.04"), ("v0.12.0", "24.08"), ("v0.13.0", "24.09"),
-    ("v0.17.0", "25.01"), ("v0.19.0", "25.05"), ("triton_backend", "26.07"),
+    ("v0.7.0", "24.04"),
+    ("v0.8.0", "24.04"),
+    ("v0.12.0", "24.08"),
+    ("v0.13.0", "24.09"),
+    ("v0.17.0", "25.01"),
+    ("v0.19.0", "25.05"),
+    ("triton_backend", "26.07"),
 ]
 
 
 def templates_for(name: str) -> Path:
-    return upstream_path("tensorrt_llm/triton_backend/all_models" if name == "triton_backend"
-                         else f"tensorrtllm_backend/{name}")
+    return upstream_path(
+        "tensorrt_llm/triton_backend/all_models" if name == "triton_backend" else f"tensorrtllm_backend/{name}"
+    )
 
 
 def records(record_dir: Path, program: str) -> list[dict]:
@@ -52,8 +58,13 @@ class Image:
         entry = matrix.load().get(tag)
         self.root, self.tag = root, tag
         self.records = root / "records"
-        self.paths = install_doubles(root / "doubles", trtllm_version=trtllm_version or entry.tensorrt_llm,
-                                     tensorrt_version=entry.tensorrt or "0", with_app=True, templates_src=templates)
+        self.paths = install_doubles(
+            root / "doubles",
+            trtllm_version=trtllm_version or entry.tensorrt_llm,
+            tensorrt_version=entry.tensorrt or "0",
+            with_app=True,
+            templates_src=templates,
+        )
         matrix_file = write_image_data(root / "etc")
         self.model = tiny_llama(root / "models" / "tiny")
         self.cache = root / "cache"
@@ -61,28 +72,58 @@ class Image:
         self.templates = self.paths["app"] / "all_models"
         env = double_environ(self.paths, self.records)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "entrypoints"), env["PYTHONPATH"]])
-        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_FILE", "MODEL_ID", "ENGINE_DIR", "CACHE_DIR",
-                     "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "TRITON_ADMIN_KEY", "TRITON_ADMIN_KEY_FILE",
-                     "RESTRICTED_APIS"):
+        for name in (
+            "HF_TOKEN",
+            "HUGGING_FACE_HUB_TOKEN",
+            "HF_TOKEN_FILE",
+            "MODEL_ID",
+            "ENGINE_DIR",
+            "CACHE_DIR",
+            "CUDA_VISIBLE_DEVICES",
+            "NVIDIA_VISIBLE_DEVICES",
+            "TRITON_ADMIN_KEY",
+            "TRITON_ADMIN_KEY_FILE",
+            "RESTRICTED_APIS",
+        ):
             env.pop(name, None)
-        env.update(MATRIX_TAG=tag, TRTLLM_MATRIX_FILE=str(matrix_file), TRTLLM_APP_DIR=str(self.paths["app"]),
-                   CACHE_DIR=str(self.cache), REPOSITORY_DIR=str(self.repo), MODEL_ID=str(self.model))
+        env.update(
+            MATRIX_TAG=tag,
+            TRTLLM_MATRIX_FILE=str(matrix_file),
+            TRTLLM_APP_DIR=str(self.paths["app"]),
+            CACHE_DIR=str(self.cache),
+            REPOSITORY_DIR=str(self.repo),
+            MODEL_ID=str(self.model),
+        )
         self.env = env
 
     def start(self, *args: str, **overrides: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "trtllm_entrypoint", *args], env={**self.env, **overrides},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "trtllm_entrypoint", *args],
+            env={**self.env, **overrides},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
 
     def run(self, *args: str, **overrides: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "trtllm_entrypoint", *args], env={**self.env, **overrides},
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "trtllm_entrypoint", *args],
+            env={**self.env, **overrides},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     def prebuilt(self, world_size: int = 1) -> Path:
         """An engine of this image's TensorRT-LLM under root/engines/prebuilt, with the tokenizer beside it."""
         engine = self.root / "engines" / "prebuilt"
         engine.mkdir(parents=True, exist_ok=True)
-        config = {"version": matrix.load().get(self.tag).tensorrt_llm, "build_config": {"max_batch_size": 8},
-                  "pretrained_config": {"mapping": {"world_size": world_size}}}
+        config = {
+            "version": matrix.load().get(self.tag).tensorrt_llm,
+            "build_config": {"max_batch_size": 8},
+            "pretrained_config": {"mapping": {"world_size": world_size}},
+        }
         (engine / "config.json").write_text(json.dumps(config))
         for rank in range(world_size):
             (engine / f"rank{rank}.engine").write_bytes(b"engine")
@@ -141,8 +182,9 @@ def test_prepare_fills_every_upstream_template_version(tmp_path, templates, tag)
     configs = model_configs(img.repo)
     assert {"ensemble", "preprocessing", "postprocessing", "tensorrt_llm"} <= set(configs)
     assert_ensemble_wired(configs)
-    engine_param = configs["tensorrt_llm"].parameters["gpt_model_path" if "gpt_model_path" in
-                                                      configs["tensorrt_llm"].parameters else "engine_dir"]
+    engine_param = configs["tensorrt_llm"].parameters[
+        "gpt_model_path" if "gpt_model_path" in configs["tensorrt_llm"].parameters else "engine_dir"
+    ]
     assert engine_param.string_value == launch["engine_dir"]
     assert Path(launch["engine_dir"]).parent == img.cache / "engines"
     assert img.builds() == 1
@@ -352,8 +394,14 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, o
     engine_dir = Path(json.loads(built.stdout)["engine_dir"])
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (engine_dir / name).write_bytes((image.model / name).read_bytes())
-    args = ["tritonserver", f"--model-store={engine_dir}", "--grpc-port=9000", "--http-port=18080",
-            "--allow-grpc=true", *own]
+    args = [
+        "tritonserver",
+        f"--model-store={engine_dir}",
+        "--grpc-port=9000",
+        "--http-port=18080",
+        "--allow-grpc=true",
+        *own,
+    ]
     proc = image.start(*args, MODEL_ID="")
     try:
         deadline = time.monotonic() + 60
@@ -361,14 +409,15 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, o
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1]
             time.sleep(0.1)
         argv = records(image.records, "tritonserver")[0]["argv"]
-        assert argv[:4] == [f"--model-store={image.repo}", "--grpc-port=9000", "--http-port=18080",
-                            "--allow-grpc=true"]
+        assert argv[:4] == [f"--model-store={image.repo}", "--grpc-port=9000", "--http-port=18080", "--allow-grpc=true"]
         apis = "shared-memory,model-repository,statistics,trace,logging"
         if own:  # a command line that restricts APIs itself is kept as typed
             assert argv[4:] == own
         else:  # secure by default, with a key nobody knows (none is set)
-            assert [arg.rsplit("=", 1)[0] for arg in argv[4:]] == [f"--http-restricted-api={apis}:admin-key",
-                                                                   f"--grpc-restricted-protocol={apis}:admin-key"]
+            assert [arg.rsplit("=", 1)[0] for arg in argv[4:]] == [
+                f"--http-restricted-api={apis}:admin-key",
+                f"--grpc-restricted-protocol={apis}:admin-key",
+            ]
             assert len(set(arg.rsplit("=", 1)[1] for arg in argv[4:])) == 1 and argv[4].rsplit("=", 1)[1]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -376,8 +425,11 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, o
     assert proc.returncode == 0
     # The log shows the command that was exec'd, with the filled repository in place of the engine (and the admin
     # key masked).
-    logged = " ".join(argv) if own else " ".join(arg.rsplit("=", 1)[0] + "=***" if "restricted" in arg else arg
-                                                  for arg in argv)
+    logged = (
+        " ".join(argv)
+        if own
+        else " ".join(arg.rsplit("=", 1)[0] + "=***" if "restricted" in arg else arg for arg in argv)
+    )
     assert f"starting the server argv=tritonserver {logged}\n" in stderr
 
 
@@ -385,8 +437,15 @@ def test_arguments_starting_with_a_dash_are_appended_to_the_served_command_line(
     # Two ranks, so that the server is started through `mpirun` from PATH, whose double records and exits
     # (MPIRUN_DOUBLE_EXEC=0): the one-rank tritonserver path exists only in images.
     two_gpus = "NVIDIA H100 80GB HBM3|9.0|81559;NVIDIA H100 80GB HBM3|9.0|81559"
-    result = image.run("--log-verbose=1", "--log-info", "true", TP_SIZE="2", TRITON_ARGS="--exit-on-error=false",
-                       NVIDIA_SMI_DOUBLE_GPUS=two_gpus, MPIRUN_DOUBLE_EXEC="0")
+    result = image.run(
+        "--log-verbose=1",
+        "--log-info",
+        "true",
+        TP_SIZE="2",
+        TRITON_ARGS="--exit-on-error=false",
+        NVIDIA_SMI_DOUBLE_GPUS=two_gpus,
+        MPIRUN_DOUBLE_EXEC="0",
+    )
     assert result.returncode == 0, result.stderr
     assert image.builds() == 1, "served as usual: the engine was built and the repository filled"
     (mpirun,) = records(image.records, "mpirun")
@@ -492,8 +551,7 @@ def test_stock_kserve_command_with_a_two_gpu_engine_starts_one_rank_per_gpu(imag
     engine_dir = Path(json.loads(built.stdout)["engine_dir"])
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (engine_dir / name).write_bytes((image.model / name).read_bytes())
-    args = ["tritonserver", f"--model-store={engine_dir}", "--grpc-port=9000", "--http-port=18081",
-            "--allow-grpc=true"]
+    args = ["tritonserver", f"--model-store={engine_dir}", "--grpc-port=9000", "--http-port=18081", "--allow-grpc=true"]
     # The mpirun double records and exits (MPIRUN_DOUBLE_EXEC=0): the ranks' program path exists only in images.
     result = image.run(*args, MODEL_ID="", NVIDIA_SMI_DOUBLE_GPUS=two_gpus, MPIRUN_DOUBLE_EXEC="0")
     assert result.returncode == 0, result.stderr
@@ -501,8 +559,9 @@ def test_stock_kserve_command_with_a_two_gpu_engine_starts_one_rank_per_gpu(imag
     contexts = " ".join(mpirun["argv"]).split(" : ")
     assert len(contexts) == 2, mpirun["argv"]
     rank0 = contexts[0].split()
-    assert {f"--model-repository={image.repo}", "--grpc-port=9000", "--http-port=18081",
-            "--allow-grpc=true"} <= set(rank0), rank0
+    assert {f"--model-repository={image.repo}", "--grpc-port=9000", "--http-port=18081", "--allow-grpc=true"} <= set(
+        rank0
+    ), rank0
     assert not any(arg.startswith("--model-store") for arg in " : ".join(contexts).split()), "no engine as repo"
     assert "--http-port=18081" not in contexts[1]  # only rank 0 serves the endpoints
 
@@ -537,8 +596,14 @@ def test_error_lines_mask_a_token_given_in_a_file(image, tmp_path):
 
 # --- model support, checked before any download or build ---------------------------------------------------------
 
-PHI3 = {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 16, "num_hidden_layers": 1,
-        "num_attention_heads": 2, "vocab_size": 32}
+PHI3 = {
+    "architectures": ["Phi3ForCausalLM"],
+    "model_type": "phi3",
+    "hidden_size": 16,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "vocab_size": 32,
+}
 
 
 def phi3_checkpoint(root: Path) -> Path:
@@ -552,8 +617,10 @@ def test_a_model_newer_than_the_image_exits_2_naming_the_tags_that_serve_it(tmp_
     result = img.run("prepare", MODEL_ID=str(phi3_checkpoint(tmp_path)))
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert errors == ["error: Phi3ForCausalLM (model_type phi3) needs TensorRT-LLM 0.10.0 or later for "
-                      "WORKFLOW=engine (tags 24.06 and later); this image (24.05) has TensorRT-LLM 0.9.0"]
+    assert errors == [
+        "error: Phi3ForCausalLM (model_type phi3) needs TensorRT-LLM 0.10.0 or later for "
+        "WORKFLOW=engine (tags 24.06 and later); this image (24.05) has TensorRT-LLM 0.9.0"
+    ]
     assert img.builds() == 0 and records(img.records, "convert_checkpoint") == []
     assert not img.cache.exists() and not img.repo.exists()
 
@@ -586,14 +653,15 @@ class FakeHub:
             def _answer(self, body: bool) -> None:
                 hub.requests.append(f"{self.command} {self.path}")
                 prefix = f"/{repo_id}/resolve/"
-                name = self.path.split("?")[0][len(prefix):].split("/", 1)[-1] \
-                    if self.path.startswith(prefix) else None
+                name = (
+                    self.path.split("?")[0][len(prefix) :].split("/", 1)[-1] if self.path.startswith(prefix) else None
+                )
                 if name not in files:
                     self.send_error(404)
                     return
                 self.send_response(200)
                 self.send_header("X-Repo-Commit", FakeHub.COMMIT)
-                self.send_header("ETag", f'"{hash(files[name]) & 0xffffffff:x}"')
+                self.send_header("ETag", f'"{hash(files[name]) & 0xFFFFFFFF:x}"')
                 self.send_header("Content-Length", str(len(files[name])))
                 self.end_headers()
                 if body:
@@ -619,12 +687,15 @@ class FakeHub:
 
 def test_a_hub_model_is_refused_after_fetching_its_config_alone(tmp_path):
     pytest.importorskip("huggingface_hub")
-    hub = FakeHub("microsoft/Phi-3-mini-4k-instruct",
-                  {"config.json": json.dumps(PHI3).encode(), "model.safetensors": b"weights" * 1000})
+    hub = FakeHub(
+        "microsoft/Phi-3-mini-4k-instruct",
+        {"config.json": json.dumps(PHI3).encode(), "model.safetensors": b"weights" * 1000},
+    )
     try:
         img = Image(tmp_path, "24.05", None)
-        result = img.run("prepare", MODEL_ID="microsoft/Phi-3-mini-4k-instruct", HF_ENDPOINT=hub.url,
-                         HF_HUB_DISABLE_TELEMETRY="1")
+        result = img.run(
+            "prepare", MODEL_ID="microsoft/Phi-3-mini-4k-instruct", HF_ENDPOINT=hub.url, HF_HUB_DISABLE_TELEMETRY="1"
+        )
     finally:
         hub.close()
     assert result.returncode == 2, result.stderr
@@ -704,13 +775,16 @@ OVERLAPS = {
     "REPOSITORY_DIR is the checkpoint's parent": lambda img: {"REPOSITORY_DIR": str(img.model.parent)},
     "REPOSITORY_DIR is CACHE_DIR": lambda img: {"REPOSITORY_DIR": str(img.cache)},
     "REPOSITORY_DIR inside the templates": lambda img: {"REPOSITORY_DIR": str(img.templates / "inflight_batcher_llm")},
-    "REPOSITORY_DIR holds the engine": lambda img: {"ENGINE_DIR": str(img.prebuilt()),
-                                                    "REPOSITORY_DIR": str(img.root / "engines")},
+    "REPOSITORY_DIR holds the engine": lambda img: {
+        "ENGINE_DIR": str(img.prebuilt()),
+        "REPOSITORY_DIR": str(img.root / "engines"),
+    },
     "CACHE_DIR is the templates": lambda img: {"CACHE_DIR": str(img.templates)},
     "CACHE_DIR is the checkpoint": lambda img: {"CACHE_DIR": str(img.model)},
     "CACHE_DIR inside the checkpoint": lambda img: {"CACHE_DIR": str(img.model / "cache")},
-    "REPOSITORY_DIR under a link to the checkpoint": lambda img: {"REPOSITORY_DIR": str(link(img.root / "link",
-                                                                                           img.model) / "repo")},
+    "REPOSITORY_DIR under a link to the checkpoint": lambda img: {
+        "REPOSITORY_DIR": str(link(img.root / "link", img.model) / "repo")
+    },
 }
 
 
@@ -812,8 +886,14 @@ def free_port() -> int:
 
 def test_replicas_sharing_a_repository_dir_with_different_settings_fail_loudly(image):
     engine = image.prebuilt()  # served through the stock KServe command line: it fills REPOSITORY_DIR, then execs
-    server = image.start("tritonserver", f"--model-store={engine}", f"--http-port={free_port()}",
-                         f"--grpc-port={free_port()}", f"--metrics-port={free_port()}", MODEL_ID="")
+    server = image.start(
+        "tritonserver",
+        f"--model-store={engine}",
+        f"--http-port={free_port()}",
+        f"--grpc-port={free_port()}",
+        f"--metrics-port={free_port()}",
+        MODEL_ID="",
+    )
     try:
         deadline = time.monotonic() + 60
         while not records(image.records, "tritonserver"):
@@ -857,5 +937,9 @@ def test_a_limit_above_the_prebuilt_engine_s_is_refused_before_anything_is_writt
 def test_templates_dir_may_name_the_inflight_batcher_llm_folder_the_seeds_copy(image):
     result = image.run("prepare", TEMPLATES_DIR=str(image.templates / "inflight_batcher_llm"))
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in image.repo.iterdir() if p.is_dir()) == \
-        ["ensemble", "postprocessing", "preprocessing", "tensorrt_llm"]  # and no BLS model unless ENABLE_BLS=true
+    assert sorted(p.name for p in image.repo.iterdir() if p.is_dir()) == [
+        "ensemble",
+        "postprocessing",
+        "preprocessing",
+        "tensorrt_llm",
+    ]  # and no BLS model unless ENABLE_BLS=true

@@ -19,9 +19,9 @@ def real() -> matrix.Matrix:
 
 # --- the real matrix -------------------------------------------------------------------------------------------
 
+
 def test_real_matrix_covers_every_month_from_24_01_to_26_07(real):
-    expected = [f"{year}.{month:02d}" for year in (24, 25, 26) for month in range(1, 13)
-                if (year, month) <= (26, 7)]
+    expected = [f"{year}.{month:02d}" for year in (24, 25, 26) for month in range(1, 13) if (year, month) <= (26, 7)]
     assert real.tags() == expected
 
 
@@ -46,12 +46,15 @@ def test_post_release_keeps_the_base_release_backend_ref(real):
     assert (entry.tensorrt_llm, entry.backend.ref) == ("0.17.0.post1", "v0.17.0")
 
 
-@pytest.mark.parametrize("tag, fields", [
-    ("24.05", ("tensorrt",)),
-    ("25.11", ("tensorrt_llm", "backend.ref")),
-    ("26.03", ("tensorrt_llm",)),
-    ("25.01", ("ubuntu",)),
-])
+@pytest.mark.parametrize(
+    "tag, fields",
+    [
+        ("24.05", ("tensorrt",)),
+        ("25.11", ("tensorrt_llm", "backend.ref")),
+        ("26.03", ("tensorrt_llm",)),
+        ("25.01", ("ubuntu",)),
+    ],
+)
 def test_conflicting_or_inferred_values_are_marked_uncertain(real, tag, fields):
     entry = real.get(tag)
     for name in fields:
@@ -94,15 +97,31 @@ def test_real_entries_follow_the_version_rules_checks_py_enforces(real, tag):
 
 # --- a small valid document to break ---------------------------------------------------------------------------
 
+
 def _entry(tag: str, **changes) -> dict:
     entry = {
-        "tag": tag, "status": "supported", "note": "",
-        "triton": "2.54.0", "tensorrt_llm": "0.17.0", "tensorrt": "10.8.0.43", "cuda": "12.8.0.038",
-        "python": "3.12.3", "pytorch": "2.6.0a0+ecf3bae40a.nv25.1", "ubuntu": "24.04",
-        "backend": {"repo": "triton-inference-server/tensorrtllm_backend", "ref": "v0.17.0", "subdir": "",
-                    "in_image": True},
-        "workflows": ["engine"], "engine_deprecated": False, "openai_frontend": True, "restricted_apis": True,
-        "uncertain": {"ubuntu": "inferred"}, "sources": ["Triton compatibility table"],
+        "tag": tag,
+        "status": "supported",
+        "note": "",
+        "triton": "2.54.0",
+        "tensorrt_llm": "0.17.0",
+        "tensorrt": "10.8.0.43",
+        "cuda": "12.8.0.038",
+        "python": "3.12.3",
+        "pytorch": "2.6.0a0+ecf3bae40a.nv25.1",
+        "ubuntu": "24.04",
+        "backend": {
+            "repo": "triton-inference-server/tensorrtllm_backend",
+            "ref": "v0.17.0",
+            "subdir": "",
+            "in_image": True,
+        },
+        "workflows": ["engine"],
+        "engine_deprecated": False,
+        "openai_frontend": True,
+        "restricted_apis": True,
+        "uncertain": {"ubuntu": "inferred"},
+        "sources": ["Triton compatibility table"],
     }
     entry.update(changes)
     return entry
@@ -121,18 +140,21 @@ def test_the_small_valid_document_parses():
 def _set(index, key, value):
     def change(doc):
         doc["entries"][index][key] = value
+
     return change
 
 
 def _set_backend(key, value):
     def change(doc):
         doc["entries"][1]["backend"][key] = value
+
     return change
 
 
 def _delete(key, backend=False):
     def change(doc):
         del (doc["entries"][1]["backend"] if backend else doc["entries"][1])[key]
+
     return change
 
 
@@ -213,17 +235,36 @@ def test_a_document_without_entries_is_rejected(data):
         matrix.parse(data, "m.yaml")
 
 
-@pytest.mark.parametrize("version", ["9.3.0.post12.dev1", "2.3.0a0+ebedce2", "2.6.0a0+ecf3bae40a.nv25.1", "1.2.0rc8",
-                                     "1.0.3.2510", "0.17.0.post1", "12.8.0.038", "24.04", "3.10"])
+@pytest.mark.parametrize(
+    "version",
+    [
+        "9.3.0.post12.dev1",
+        "2.3.0a0+ebedce2",
+        "2.6.0a0+ecf3bae40a.nv25.1",
+        "1.2.0rc8",
+        "1.0.3.2510",
+        "0.17.0.post1",
+        "12.8.0.038",
+        "24.04",
+        "3.10",
+    ],
+)
 def test_version_syntax_accepts_what_nvidia_ships(version):
     entry = matrix.parse({"entries": [_entry("25.01", tensorrt=version)]}, "m.yaml").get("25.01")
     assert entry.tensorrt == version
 
 
-@pytest.mark.parametrize("version, expected", [
-    ("0.17.0.post1", (0, 17, 0)), ("1.2.0rc8", (1, 2, 0)), ("1.0.3.2510", (1, 0, 3)),
-    ("2.6.0a0+ecf3bae40a.nv25.1", (2, 6, 0)), ("24.01", (24, 1)), ("3.10.12", (3, 10, 12)),
-])
+@pytest.mark.parametrize(
+    "version, expected",
+    [
+        ("0.17.0.post1", (0, 17, 0)),
+        ("1.2.0rc8", (1, 2, 0)),
+        ("1.0.3.2510", (1, 0, 3)),
+        ("2.6.0a0+ecf3bae40a.nv25.1", (2, 6, 0)),
+        ("24.01", (24, 1)),
+        ("3.10.12", (3, 10, 12)),
+    ],
+)
 def test_version_tuple(version, expected):
     assert matrix.version_tuple(version) == expected
 
@@ -240,6 +281,7 @@ def test_version_tuple_matches_the_container_side(real):
 
 
 # --- files -------------------------------------------------------------------------------------------------------
+
 
 def test_yaml_syntax_error_reports_the_line(tmp_path):
     path = tmp_path / "matrix.yaml"
@@ -271,6 +313,7 @@ def test_validation_errors_name_the_file(tmp_path):
 
 
 # --- lookups and serialisation -------------------------------------------------------------------------------------
+
 
 def test_unknown_tag_lists_the_known_ones(real):
     with pytest.raises(UsageError) as caught:
@@ -321,8 +364,17 @@ def test_markdown_table_has_every_tag_and_footnotes_uncertain_cells(real):
     assert "24.05 tensorrt: the compatibility table says 10.0.1.6" in table
     assert "25.11 tensorrt_llm:" in table and "25.11 backend.ref:" in table
     header = table.splitlines()[0]
-    for title in ("Triton", "TRT-LLM", "TensorRT", "CUDA", "Python", "backend", "templates in image", "workflows",
-                  "OpenAI"):
+    for title in (
+        "Triton",
+        "TRT-LLM",
+        "TensorRT",
+        "CUDA",
+        "Python",
+        "backend",
+        "templates in image",
+        "workflows",
+        "OpenAI",
+    ):
         assert title in header
 
 

@@ -55,23 +55,25 @@ def test_repeated_fields_are_lists_even_when_written_once():
 
 
 def test_scalars_numbers_identifiers_and_string_forms():
-    config = pbtxt.parse("a: 1.5 b: -3 c: 0x10 d: true e: 'single\\tquote' f: \"x\" \"y\" g: 1e3; h: \"\\101\"")
-    assert config == {"a": 1.5, "b": -3, "c": 16, "d": "true", "e": "single\tquote", "f": "xy", "g": 1000.0,
-                      "h": "A"}
+    config = pbtxt.parse('a: 1.5 b: -3 c: 0x10 d: true e: \'single\\tquote\' f: "x" "y" g: 1e3; h: "\\101"')
+    assert config == {"a": 1.5, "b": -3, "c": 16, "d": "true", "e": "single\tquote", "f": "xy", "g": 1000.0, "h": "A"}
 
 
 def test_angle_bracket_messages():
     assert pbtxt.parse("m < x: 1 >") == {"m": {"x": 1}}
 
 
-@pytest.mark.parametrize("text, where, what", [
-    ('name: "open', "1:7", "unterminated string"),
-    ("a {\n  b: 1\n", "3:1", "expected a field name or '}', found end of file"),
-    ("a: [1 2]", "1:7", "expected ',' or ']'"),
-    ("max_batch_size: ${triton_max_batch_size}", "1:17", "unexpected character '$'"),
-    ("x 1", "1:3", "expected ':', '{' or '['"),
-    ('a: "\\q"', "1:5", "unknown escape"),
-])
+@pytest.mark.parametrize(
+    "text, where, what",
+    [
+        ('name: "open', "1:7", "unterminated string"),
+        ("a {\n  b: 1\n", "3:1", "expected a field name or '}', found end of file"),
+        ("a: [1 2]", "1:7", "expected ',' or ']'"),
+        ("max_batch_size: ${triton_max_batch_size}", "1:17", "unexpected character '$'"),
+        ("x 1", "1:3", "expected ':', '{' or '['"),
+        ('a: "\\q"', "1:5", "unknown escape"),
+    ],
+)
 def test_syntax_errors_name_line_and_column(text, where, what):
     with pytest.raises(EntrypointError) as info:
         pbtxt.parse(text, "cfg.pbtxt")

@@ -18,10 +18,23 @@ OUT = Path("/nonexistent/out")
 
 def entry(**changes) -> MatrixEntry:
     base = MatrixEntry(
-        tag="25.01", status="supported", note="", triton="2.54.0", tensorrt_llm="0.17.0", tensorrt="10.8.0.43",
-        cuda="12.8.0.038", python="3.12.3", pytorch="2.6.0a0+ecf3bae40a.nv25.1", ubuntu="24.04",
-        backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.17.0", "", True), workflows=("engine",),
-        engine_deprecated=False, openai_frontend=True, uncertain=MappingProxyType({}), sources=("test",))
+        tag="25.01",
+        status="supported",
+        note="",
+        triton="2.54.0",
+        tensorrt_llm="0.17.0",
+        tensorrt="10.8.0.43",
+        cuda="12.8.0.038",
+        python="3.12.3",
+        pytorch="2.6.0a0+ecf3bae40a.nv25.1",
+        ubuntu="24.04",
+        backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.17.0", "", True),
+        workflows=("engine",),
+        engine_deprecated=False,
+        openai_frontend=True,
+        uncertain=MappingProxyType({}),
+        sources=("test",),
+    )
     return dataclasses.replace(base, **changes)
 
 
@@ -38,8 +51,10 @@ def test_refs_name_the_ngc_tag_and_tensorrt_llm_version():
 def test_registry_prefixes_every_ref(registry):
     plan = make_plan(entry(tensorrt_llm="0.17.0.post1"), registry=registry, out_dir=OUT)
     prefix = registry.rstrip("/")
-    assert [i.ref for i in plan.images] == [f"{prefix}/trtllm-serve:25.01-trtllm-0.17.0.post1",
-                                           f"{prefix}/trtllm-builder:25.01-trtllm-0.17.0.post1"]
+    assert [i.ref for i in plan.images] == [
+        f"{prefix}/trtllm-serve:25.01-trtllm-0.17.0.post1",
+        f"{prefix}/trtllm-builder:25.01-trtllm-0.17.0.post1",
+    ]
 
 
 @pytest.mark.parametrize("registry", ["GHCR.io/Acme", "ghcr.io//x", "has space"])
@@ -86,8 +101,9 @@ def test_each_image_has_its_title_first_and_shares_the_rest():
     assert server["org.opencontainers.image.title"] == "trtllm-serve"
     assert builder["org.opencontainers.image.title"] == "trtllm-builder"
     assert list(server) == list(builder)
-    assert {k: v for k, v in server.items() if "title" not in k and "description" not in k} == \
-        {k: v for k, v in builder.items() if "title" not in k and "description" not in k}
+    assert {k: v for k, v in server.items() if "title" not in k and "description" not in k} == {
+        k: v for k, v in builder.items() if "title" not in k and "description" not in k
+    }
 
 
 def test_base_image_override_is_a_build_arg_that_the_base_name_label_follows():
@@ -107,18 +123,20 @@ def test_bad_base_image_is_a_usage_error(base):
 
 
 def test_backend_assets_needed_only_without_app_and_context_dir_per_tag(tmp_path):
-    old = entry(tag="24.08", tensorrt_llm="0.12.0",
-                backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.12.0", "", False))
+    old = entry(
+        tag="24.08",
+        tensorrt_llm="0.12.0",
+        backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.12.0", "", False),
+    )
     assert make_plan(old, out_dir=tmp_path).needs_backend_assets is True
     assert make_plan(entry(), out_dir=tmp_path).needs_backend_assets is False
     assert make_plan(old, out_dir=tmp_path).context_dir == tmp_path / "context" / "24.08"
-    assert list(tmp_path.iterdir()) == []   # planning writes nothing
+    assert list(tmp_path.iterdir()) == []  # planning writes nothing
 
 
 def test_unsupported_entry_is_refused_with_its_note():
     with pytest.raises(UsageError, match="no tensorrt_llm package") as info:
-        make_plan(entry(tag="24.03", status="unsupported", note="the image has no tensorrt_llm package"),
-                  out_dir=OUT)
+        make_plan(entry(tag="24.03", status="unsupported", note="the image has no tensorrt_llm package"), out_dir=OUT)
     assert info.value.exit_code == 2
 
 

@@ -40,15 +40,26 @@ def image(tmp_path, monkeypatch):
 
 
 def test_probe_reports_files_and_programs_of_the_image(image):
-    facts = ImageFacts(tag="25.01", tensorrt_llm="0.17.0", tensorrt=None, triton="2.54.0", workflows=("engine",),
-                       engine_deprecated=False, openai_frontend=True, app_dir=image.app)
+    facts = ImageFacts(
+        tag="25.01",
+        tensorrt_llm="0.17.0",
+        tensorrt=None,
+        triton="2.54.0",
+        workflows=("engine",),
+        engine_deprecated=False,
+        openai_frontend=True,
+        app_dir=image.app,
+    )
     report = probe(installation({"PATH": str(image.bin_dir)}, facts))
     assert report["tag"] == "25.01"
     assert report["app_dir"] == str(image.app)
     assert report["templates"] == {"inflight_batcher_llm": True, "llmapi": False}
     assert report["fill_template"] is True
-    assert report["programs"] == {"tritonserver": str(image.tritonserver),
-                                  "trtllm-build": str(image.bin_dir / "trtllm-build"), "mpirun": None}
+    assert report["programs"] == {
+        "tritonserver": str(image.tritonserver),
+        "trtllm-build": str(image.bin_dir / "trtllm-build"),
+        "mpirun": None,
+    }
     assert report["openai_frontend"] is True
     assert report["triton"] == "2.54.0"
     assert report["python"] == platform.python_version()
@@ -59,11 +70,22 @@ def test_versions_come_from_the_install_not_the_matrix(image, monkeypatch):
     installed = {"tensorrt_llm": "0.17.0.post1", "tensorrt_cu12": "10.8.0.43", "huggingface_hub": "0.30.2"}
     monkeypatch.setattr(probe_mod, "installed_version", installed.get)
     monkeypatch.setattr(facts_mod, "installed_version", installed.get)
-    facts = ImageFacts(tag="25.01", tensorrt_llm="9.9.9", tensorrt="9.9", triton="9.9", workflows=("engine",),
-                       engine_deprecated=False, openai_frontend=True, app_dir=image.app)
+    facts = ImageFacts(
+        tag="25.01",
+        tensorrt_llm="9.9.9",
+        tensorrt="9.9",
+        triton="9.9",
+        workflows=("engine",),
+        engine_deprecated=False,
+        openai_frontend=True,
+        app_dir=image.app,
+    )
     report = probe(installation({"PATH": "", "TRITON_SERVER_VERSION": "2.54.0"}, facts))
-    assert (report["tensorrt_llm"], report["tensorrt"], report["huggingface_hub"]) == \
-        ("0.17.0.post1", "10.8.0.43", "0.30.2")
+    assert (report["tensorrt_llm"], report["tensorrt"], report["huggingface_hub"]) == (
+        "0.17.0.post1",
+        "10.8.0.43",
+        "0.30.2",
+    )
     assert report["triton"] == "2.54.0"
 
 
@@ -79,8 +101,12 @@ def test_probe_without_matrix_tag_or_image_files(image, monkeypatch):
     assert report["templates"] == {"inflight_batcher_llm": False, "llmapi": False}
     assert report["fill_template"] is False
     assert report["programs"] == {"tritonserver": None, "trtllm-build": None, "mpirun": None}
-    assert (report["tensorrt_llm"], report["tensorrt"], report["triton"], report["openai_frontend"]) == \
-        (None, None, None, False)
+    assert (report["tensorrt_llm"], report["tensorrt"], report["triton"], report["openai_frontend"]) == (
+        None,
+        None,
+        None,
+        False,
+    )
 
 
 def test_app_dir_without_facts(image, monkeypatch):

@@ -20,15 +20,19 @@ def first_code_block() -> list[str]:
 def test_readme_opens_with_setup_plus_main_job_and_the_test_command():
     setup_and_build, tests = first_code_block()
     assert setup_and_build.startswith("pip install") and "python build.py --tag 25.01" in setup_and_build
-    ci_commands = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
-                   if line.strip() and not line.lstrip().startswith("#")]
+    ci_commands = [
+        line.strip()
+        for line in (REPO / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     assert ci_commands[-1] == tests, "CI must run exactly the README's test command, last"
 
 
 def test_matrix_table_is_the_generated_one():
     table = README.split("<!-- matrix:start -->\n", 1)[1].split("<!-- matrix:end -->", 1)[0]
-    assert table.strip() == matrix.markdown_table(matrix.load()).strip(), \
+    assert table.strip() == matrix.markdown_table(matrix.load()).strip(), (
         "refresh the README table with `python build.py list --markdown`"
+    )
 
 
 def test_every_setting_the_entrypoint_reads_is_documented():

@@ -24,8 +24,11 @@ MAX_TOKENS = 4
 
 
 def call(server: realtriton.RunningServer, route: str, body: dict, headers: dict | None = None) -> object:
-    request = urllib.request.Request(f"{server.http_url}{route}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json", **(headers or {})})
+    request = urllib.request.Request(
+        f"{server.http_url}{route}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
 
@@ -42,8 +45,11 @@ def test_prepared_repository_loads_and_generates_in_real_triton(tmp_path, real_t
             version = json.loads(response.read())["version"]
         states = {m["name"]: m.get("state") for m in call(server, "/v2/repository/index", {}, {HEADER: KEY})}
         request = {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "bad_words": "", "stop_words": ""}
-        answers = [call(server, f"/v2/models/{model}/generate", request)
-                   for model in ("ensemble", "tensorrt_llm_bls") if model in models]
+        answers = [
+            call(server, f"/v2/models/{model}/generate", request)
+            for model in ("ensemble", "tensorrt_llm_bls")
+            if model in models
+        ]
         assert server.stop() == 0, server.log()[-3000:]
 
     assert version == realtriton.TRITON_VERSION
@@ -53,18 +59,21 @@ def test_prepared_repository_loads_and_generates_in_real_triton(tmp_path, real_t
     for answer in answers:
         words = answer["text_output"].split()
         assert len(words) == MAX_TOKENS and set(words) <= set(PROMPT_WORDS), answer
-        print(f"{templates} on Triton {realtriton.TRITON_VERSION}: {answer['model_name']} {PROMPT!r} -> "
-              f"{answer['text_output']!r}")
+        print(
+            f"{templates} on Triton {realtriton.TRITON_VERSION}: {answer['model_name']} {PROMPT!r} -> "
+            f"{answer['text_output']!r}"
+        )
 
 
 def test_decoupled_repository_streams_one_event_per_token(tmp_path, real_triton):
     img = Image(tmp_path, "25.01", templates_for("v0.17.0"))
     with realtriton.start(real_triton, prepared_argv(img, KEY, DECOUPLED="true"), log_dir=tmp_path) as server:
         body = {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "bad_words": "", "stop_words": "", "stream": True}
-        request = urllib.request.Request(f"{server.http_url}/v2/models/ensemble/generate_stream",
-                                         data=json.dumps(body).encode())
+        request = urllib.request.Request(
+            f"{server.http_url}/v2/models/ensemble/generate_stream", data=json.dumps(body).encode()
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
-            events = [json.loads(line[len(b"data: "):]) for line in response if line.startswith(b"data: ")]
+            events = [json.loads(line[len(b"data: ") :]) for line in response if line.startswith(b"data: ")]
     pieces = [event["text_output"] for event in events]
     assert len(pieces) == MAX_TOKENS and set(pieces) <= set(PROMPT_WORDS), events
 
@@ -85,8 +94,9 @@ def test_llmapi_repository_loads_through_auto_complete_and_generates(tmp_path, r
     img = Image(tmp_path, "26.07", templates_for("triton_backend"))
     with realtriton.start(real_triton, prepared_argv(img, KEY, WORKFLOW="llmapi"), log_dir=tmp_path) as server:
         states = {m["name"]: m.get("state") for m in call(server, "/v2/repository/index", {}, {HEADER: KEY})}
-        answer = call(server, "/v2/models/tensorrt_llm/generate",
-                      {"text_input": PROMPT, "sampling_param_max_tokens": MAX_TOKENS})
+        answer = call(
+            server, "/v2/models/tensorrt_llm/generate", {"text_input": PROMPT, "sampling_param_max_tokens": MAX_TOKENS}
+        )
     assert states == {"tensorrt_llm": "READY"}
     words = answer["text_output"].split()
     assert len(words) == MAX_TOKENS and set(words) <= set(PROMPT_WORDS), answer

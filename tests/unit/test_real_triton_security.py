@@ -37,13 +37,19 @@ RESTRICTED = [
     ("POST", "/v2/repository/index", {}),
     ("POST", "/v2/repository/models/ensemble/unload", {}),
 ]
-OPEN = [("GET", "/v2/health/ready", None), ("GET", "/v2/health/live", None), ("GET", "/v2", None),
-        ("GET", "/v2/models/ensemble", None), ("GET", "/v2/models/ensemble/config", None)]
+OPEN = [
+    ("GET", "/v2/health/ready", None),
+    ("GET", "/v2/health/live", None),
+    ("GET", "/v2", None),
+    ("GET", "/v2/models/ensemble", None),
+    ("GET", "/v2/models/ensemble/config", None),
+]
 GENERATE = {"text_input": PROMPT, "max_tokens": 4, "bad_words": "", "stop_words": ""}
 
 
-def status(server: realtriton.RunningServer, method: str, route: str, body: dict | None,
-           headers: dict | None = None) -> int:
+def status(
+    server: realtriton.RunningServer, method: str, route: str, body: dict | None, headers: dict | None = None
+) -> int:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(f"{server.http_url}{route}", data=data, method=method, headers=headers or {})
     try:
@@ -55,8 +61,9 @@ def status(server: realtriton.RunningServer, method: str, route: str, body: dict
 
 def generate(server: realtriton.RunningServer) -> list[str]:
     """The generated words; without a key, as any client sends it."""
-    request = urllib.request.Request(f"{server.http_url}/v2/models/ensemble/generate",
-                                     data=json.dumps(GENERATE).encode())
+    request = urllib.request.Request(
+        f"{server.http_url}/v2/models/ensemble/generate", data=json.dumps(GENERATE).encode()
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         words = json.loads(response.read())["text_output"].split()
     assert len(words) == GENERATE["max_tokens"] and set(words) <= set(PROMPT_WORDS), words
@@ -88,9 +95,13 @@ def test_admin_apis_answer_only_with_the_key_and_serving_stays_open(tmp_path, re
         client = grpcclient.InferenceServerClient(server.grpc_url)
         assert client.is_server_ready() and client.is_model_ready("ensemble")
         assert client.get_model_metadata("ensemble").name == "ensemble"
-        admin_calls = {"shared memory": client.get_system_shared_memory_status, "logging": client.get_log_settings,
-                       "statistics": client.get_inference_statistics, "trace": client.get_trace_settings,
-                       "repository": client.get_model_repository_index}
+        admin_calls = {
+            "shared memory": client.get_system_shared_memory_status,
+            "logging": client.get_log_settings,
+            "statistics": client.get_inference_statistics,
+            "trace": client.get_trace_settings,
+            "repository": client.get_model_repository_index,
+        }
         refused = {}
         for name, call in admin_calls.items():
             with pytest.raises(InferenceServerException) as error:
@@ -99,10 +110,13 @@ def test_admin_apis_answer_only_with_the_key_and_serving_stays_open(tmp_path, re
             call(headers={GRPC_HEADER: KEY})  # answers with the key
         # Last, because with the key they act (verbose logging on).
         without = {(method, route): status(server, method, route, body) for method, route, body in RESTRICTED}
-        wrong = {(method, route): status(server, method, route, body, {HEADER: "not-the-key"})
-                 for method, route, body in RESTRICTED}
-        with_key = {(method, route): status(server, method, route, body, {HEADER: KEY})
-                    for method, route, body in RESTRICTED}
+        wrong = {
+            (method, route): status(server, method, route, body, {HEADER: "not-the-key"})
+            for method, route, body in RESTRICTED
+        }
+        with_key = {
+            (method, route): status(server, method, route, body, {HEADER: KEY}) for method, route, body in RESTRICTED
+        }
         log = server.log()
         assert server.stop() == 0, log[-3000:]
 
@@ -117,8 +131,10 @@ def test_admin_apis_answer_only_with_the_key_and_serving_stays_open(tmp_path, re
 
 def test_restricted_apis_none_opens_them(tmp_path, real_triton, image):
     with realtriton.start(real_triton, prepared_argv(image, RESTRICTED_APIS="none"), log_dir=tmp_path) as server:
-        opened = {route: status(server, method, route, body)
-                  for method, route, body in (RESTRICTED[0], RESTRICTED[3], RESTRICTED[5])}
+        opened = {
+            route: status(server, method, route, body)
+            for method, route, body in (RESTRICTED[0], RESTRICTED[3], RESTRICTED[5])
+        }
         generate(server)
     assert set(opened.values()) == {200}, opened
 
@@ -138,8 +154,12 @@ def marker_code(marker: Path, source: str) -> str:
 def planted_bytecode(model_py: Path, code: str) -> Path:
     """A .pyc that Python takes for model.py's: it carries model.py's mtime and size, and other code."""
     stat = model_py.stat()
-    header = importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little") + \
-        int(stat.st_mtime).to_bytes(4, "little") + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    header = (
+        importlib.util.MAGIC_NUMBER
+        + (0).to_bytes(4, "little")
+        + int(stat.st_mtime).to_bytes(4, "little")
+        + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    )
     pyc = model_py.parent / "__pycache__" / f"model.{sys.implementation.cache_tag}.pyc"
     pyc.parent.mkdir(exist_ok=True)
     pyc.write_bytes(header + marshal.dumps(compile(code, str(model_py), "exec")))

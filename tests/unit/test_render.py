@@ -49,9 +49,16 @@ def test_host_contract_agrees_with_the_container_contract():
     """Dockerfiles and KServe manifests take these values from trtllm_images.contract; the image from its own module."""
     assert host.MODELS_FILE == contract.MODELS_FILE
     assert (host.MATRIX_FILE, host.BUNDLED_APP_DIR, host.CACHE_DIR, host.KSERVE_MODEL_DIR) == (
-        contract.MATRIX_FILE, contract.BUNDLED_APP_DIR, contract.DEFAULT_CACHE_DIR, contract.KSERVE_MODEL_DIR)
+        contract.MATRIX_FILE,
+        contract.BUNDLED_APP_DIR,
+        contract.DEFAULT_CACHE_DIR,
+        contract.KSERVE_MODEL_DIR,
+    )
     assert (host.HTTP_PORT, host.GRPC_PORT, host.METRICS_PORT) == (
-        contract.DEFAULT_HTTP_PORT, contract.DEFAULT_GRPC_PORT, contract.DEFAULT_METRICS_PORT)
+        contract.DEFAULT_HTTP_PORT,
+        contract.DEFAULT_GRPC_PORT,
+        contract.DEFAULT_METRICS_PORT,
+    )
 
 
 def test_server_dockerfile_runtime_contract(real_matrix):
@@ -88,18 +95,25 @@ def test_layer_order_keeps_the_wheel_last_and_revision_after_everything(real_mat
     keywords = [k for k, _ in steps]
     position = {args.split()[0]: i for i, (k, args) in enumerate(steps) if k == "COPY"}
     wheel_run = next(i for i, (k, args) in enumerate(steps) if k == "RUN" and "pip install" in args)
-    assert keywords.index("LABEL") < keywords.index("ENV") < position["backend/app"] < position["matrix.json"] \
-        < position["wheels/"] < wheel_run
+    assert (
+        keywords.index("LABEL")
+        < keywords.index("ENV")
+        < position["backend/app"]
+        < position["matrix.json"]
+        < position["wheels/"]
+        < wheel_run
+    )
     assert steps[-1] == ("LABEL", 'org.opencontainers.image.revision="c0ffee"')
-    assert 'revision' not in steps[keywords.index("LABEL")][1]
+    assert "revision" not in steps[keywords.index("LABEL")][1]
 
 
 def test_wheel_install_is_offline_and_classic_builder_compatible(real_matrix):
     for tag in ("24.08", "26.07"):
         for text in rendered(real_matrix, tag).values():
             run = next(args for k, args in instructions(text) if k == "RUN" and "pip" in args)
-            assert run.startswith("PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index --no-deps "
-                                  "--no-cache-dir")
+            assert run.startswith(
+                "PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index --no-deps --no-cache-dir"
+            )
             assert "/tmp/wheels/trtllm_entrypoint-*.whl" in run and run.endswith("rm -rf /tmp/wheels")
             assert "--mount" not in text and "--chmod" not in text and "<<" not in text
 
@@ -110,8 +124,10 @@ def test_labels_are_rendered_exactly_as_planned(real_matrix):
     for spec in plan.images:
         label_steps = [args for keyword, args in instructions(texts[spec.dockerfile]) if keyword == "LABEL"]
         rendered = [dict(re.findall(r'(\S+)="([^"]*)"', args)) for args in label_steps]
-        assert [list(labels.items()) for labels in rendered] == [list(spec.labels.items()),
-                                                                  list(spec.revision_labels.items())]
+        assert [list(labels.items()) for labels in rendered] == [
+            list(spec.labels.items()),
+            list(spec.revision_labels.items()),
+        ]
 
 
 def test_base_image_override_does_not_change_the_text(real_matrix):
@@ -130,6 +146,7 @@ def test_every_supported_tag_renders(real_matrix):
 
 # --- context.write_context ------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def wheel(tmp_path):
     path = tmp_path / "dist" / "trtllm_entrypoint-0.1.0-py3-none-any.whl"
@@ -143,7 +160,7 @@ def assets(tmp_path):
     root = tmp_path / "assets"
     for sub in ("all_models/inflight_batcher_llm/ensemble", "tools", "examples/llama"):
         (root / sub).mkdir(parents=True)
-    (root / "all_models/inflight_batcher_llm/ensemble/config.pbtxt").write_text("name: \"ensemble\"\n")
+    (root / "all_models/inflight_batcher_llm/ensemble/config.pbtxt").write_text('name: "ensemble"\n')
     (root / "tools/fill_template.py").write_text("#!/usr/bin/env python3\n")
     (root / "tools/fill_template.py").chmod(0o700)
     (root / "examples/llama/__pycache__").mkdir()
@@ -159,8 +176,14 @@ def write(real_matrix, tag, tmp_path, wheel, assets):
 def test_context_holds_dockerfiles_matrix_wheel_and_assets(real_matrix, tmp_path, wheel, assets):
     plan, ctx = write(real_matrix, "24.08", tmp_path, wheel, assets)
     assert ctx == plan.context_dir
-    assert sorted(p.name for p in ctx.iterdir()) == ["backend", "builder.Dockerfile", "matrix.json", "models.json",
-                                                    "server.Dockerfile", "wheels"]
+    assert sorted(p.name for p in ctx.iterdir()) == [
+        "backend",
+        "builder.Dockerfile",
+        "matrix.json",
+        "models.json",
+        "server.Dockerfile",
+        "wheels",
+    ]
     assert (ctx / "models.json").read_text() == MODELS_JSON
     assert [p.name for p in (ctx / "wheels").iterdir()] == [wheel.name]
     assert json.loads((ctx / "matrix.json").read_text()) == json.loads(real_matrix.to_json())

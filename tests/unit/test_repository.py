@@ -22,9 +22,16 @@ BACKEND_VERSIONS = ("v0.7.0", "v0.8.0", "v0.12.0", "v0.13.0", "v0.17.0", "v0.19.
 # Template sets in the upstream layout (tests/upstream_files.py).
 TEMPLATE_ROOTS = [f"tensorrtllm_backend/{v}" for v in BACKEND_VERSIONS] + ["tensorrt_llm/triton_backend/all_models"]
 TRTLLM_ROOT = TEMPLATE_ROOTS[-1]
-FACTS = ImageFacts(tag="25.05", tensorrt_llm="0.19.0", tensorrt="10.9.0.34", triton="2.58.0",
-                   workflows=("engine", "llmapi"), engine_deprecated=False, openai_frontend=True,
-                   app_dir=Path("/app"))
+FACTS = ImageFacts(
+    tag="25.05",
+    tensorrt_llm="0.19.0",
+    tensorrt="10.9.0.34",
+    triton="2.58.0",
+    workflows=("engine", "llmapi"),
+    engine_deprecated=False,
+    openai_frontend=True,
+    app_dir=Path("/app"),
+)
 ENGINE = Path("/var/cache/trtllm/engines/abc")
 TOKENIZER = Path("/var/cache/trtllm/models/org--name")
 
@@ -47,8 +54,11 @@ def fill(root, dest, settings=None, engine_dir=ENGINE, log=None):
 
 def parameters(config_path):
     from trtllm_entrypoint import pbtxt
-    return {k: v["string_value"] for k, v in pbtxt.map_entries(pbtxt.parse(config_path.read_text())
-                                                                 .get("parameters")).items()}
+
+    return {
+        k: v["string_value"]
+        for k, v in pbtxt.map_entries(pbtxt.parse(config_path.read_text()).get("parameters")).items()
+    }
 
 
 @pytest.mark.parametrize("root", TEMPLATE_ROOTS, ids=lambda p: p.split("/")[1] if "backend/" in p else "trtllm-1.2")
@@ -80,10 +90,16 @@ def test_effective_values_cover_every_optional_parameter(root, tmp_path):
     root = need(root)
     plan = fill(root, tmp_path / "repo")
     texts = [(tmp_path / "repo" / m.name / "config.pbtxt").read_text() for m in plan.models]
-    optional = set().union(*(filling.placeholders(t) for t in
-                             ((root / "inflight_batcher_llm" / m / "config.pbtxt").read_text()
-                              for m in filling.ENGINE_MODELS
-                              if (root / "inflight_batcher_llm" / m / "config.pbtxt").exists())))
+    optional = set().union(
+        *(
+            filling.placeholders(t)
+            for t in (
+                (root / "inflight_batcher_llm" / m / "config.pbtxt").read_text()
+                for m in filling.ENGINE_MODELS
+                if (root / "inflight_batcher_llm" / m / "config.pbtxt").exists()
+            )
+        )
+    )
     for name, value in plan.effective.items():
         assert name in optional
         if value == UNSET:
@@ -95,26 +111,41 @@ def test_effective_values_cover_every_optional_parameter(root, tmp_path):
 
 def test_decoupled_and_batch_values_follow_settings(tmp_path):
     root = need(TRTLLM_ROOT)
-    settings = make_settings(DECOUPLED="true", MAX_BATCH_SIZE="8", ENABLE_KV_CACHE_REUSE="1",
-                             KV_CACHE_FREE_GPU_MEM_FRACTION="0.5", MAX_BEAM_WIDTH="2", ENABLE_BLS="true")
+    settings = make_settings(
+        DECOUPLED="true",
+        MAX_BATCH_SIZE="8",
+        ENABLE_KV_CACHE_REUSE="1",
+        KV_CACHE_FREE_GPU_MEM_FRACTION="0.5",
+        MAX_BEAM_WIDTH="2",
+        ENABLE_BLS="true",
+    )
     fill(root, tmp_path / "repo", settings)
     text = (tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt").read_text()
     assert "decoupled: true" in text and "max_batch_size: 8" in text
     params = parameters(tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt")
-    assert (params["enable_kv_cache_reuse"], params["kv_cache_free_gpu_mem_fraction"],
-            params["max_beam_width"]) == ("true", "0.5", "2")
+    assert (params["enable_kv_cache_reuse"], params["kv_cache_free_gpu_mem_fraction"], params["max_beam_width"]) == (
+        "true",
+        "0.5",
+        "2",
+    )
     assert "decoupled: true" in (tmp_path / "repo" / "tensorrt_llm_bls" / "config.pbtxt").read_text()
-
 
 
 def test_instance_counts_follow_settings(tmp_path):
     root = need(TRTLLM_ROOT)
-    fill(root, tmp_path / "repo", make_settings(PREPROCESSING_INSTANCES="3", POSTPROCESSING_INSTANCES="5",
-                                                     ENABLE_BLS="true"))
+    fill(
+        root,
+        tmp_path / "repo",
+        make_settings(PREPROCESSING_INSTANCES="3", POSTPROCESSING_INSTANCES="5", ENABLE_BLS="true"),
+    )
     from trtllm_entrypoint import pbtxt
-    counts = {model: pbtxt.parse((tmp_path / "repo" / model / "config.pbtxt").read_text())["instance_group"][0]
-              ["count"] for model in ("preprocessing", "postprocessing", "tensorrt_llm_bls")}
+
+    counts = {
+        model: pbtxt.parse((tmp_path / "repo" / model / "config.pbtxt").read_text())["instance_group"][0]["count"]
+        for model in ("preprocessing", "postprocessing", "tensorrt_llm_bls")
+    }
     assert counts == {"preprocessing": 3, "postprocessing": 5, "tensorrt_llm_bls": 1}
+
 
 def write_template(root, model, text):
     (root / "inflight_batcher_llm" / model).mkdir(parents=True, exist_ok=True)
@@ -155,11 +186,12 @@ def test_missing_engine_dir_is_reported_not_left_as_placeholder(tmp_path):
 
 
 def test_placeholder_classification():
-    text = ('backend: "${triton_backend}"\nmax_batch_size: ${mbs}\n'
-            'parameters { key: "e" value { string_value: "${engine_dir}" } }\n'
-            '#   string_value: "${enable_trt_overlap}"\n# count: ${commented}\n')
-    assert filling.placeholders(text) == {"triton_backend", "mbs", "engine_dir", "enable_trt_overlap",
-                                             "commented"}
+    text = (
+        'backend: "${triton_backend}"\nmax_batch_size: ${mbs}\n'
+        'parameters { key: "e" value { string_value: "${engine_dir}" } }\n'
+        '#   string_value: "${enable_trt_overlap}"\n# count: ${commented}\n'
+    )
+    assert filling.placeholders(text) == {"triton_backend", "mbs", "engine_dir", "enable_trt_overlap", "commented"}
     assert filling.structural_placeholders(text) == {"triton_backend", "mbs"}
 
 
@@ -171,6 +203,7 @@ def test_values_are_escaped_inside_strings():
 
 def parameters_from_text(text):
     from trtllm_entrypoint import pbtxt
+
     return {k: v["string_value"] for k, v in pbtxt.map_entries(pbtxt.parse(text)["parameters"]).items()}
 
 
@@ -180,15 +213,20 @@ def test_served_model_name_renames_the_ensemble_only(tmp_path):
     names = sorted(p.name for p in (tmp_path / "repo").iterdir() if p.is_dir())
     assert names == ["llama-3", "postprocessing", "preprocessing", "tensorrt_llm", "tensorrt_llm_bls"]
     assert '\nname: "llama-3"' in (tmp_path / "repo" / "llama-3" / "config.pbtxt").read_text()
-    assert parameters(tmp_path / "repo" / "tensorrt_llm_bls" / "config.pbtxt")["tensorrt_llm_model_name"] == \
-        "tensorrt_llm"
+    assert (
+        parameters(tmp_path / "repo" / "tensorrt_llm_bls" / "config.pbtxt")["tensorrt_llm_model_name"] == "tensorrt_llm"
+    )
 
 
 def test_the_bls_model_is_written_only_when_asked_for(tmp_path):
     root = need(TRTLLM_ROOT)
     fill(root, tmp_path / "repo")
-    assert sorted(p.name for p in (tmp_path / "repo").iterdir() if p.is_dir()) == \
-        ["ensemble", "postprocessing", "preprocessing", "tensorrt_llm"]
+    assert sorted(p.name for p in (tmp_path / "repo").iterdir() if p.is_dir()) == [
+        "ensemble",
+        "postprocessing",
+        "preprocessing",
+        "tensorrt_llm",
+    ]
     fill(root, tmp_path / "repo", make_settings(ENABLE_BLS="true"))
     assert (tmp_path / "repo" / "tensorrt_llm_bls" / "config.pbtxt").is_file()
 
@@ -225,16 +263,29 @@ def llmapi_templates(tmp_path):
 
 def test_llmapi_writes_model_yaml_from_settings(tmp_path):
     root = llmapi_templates(tmp_path)
-    settings = make_settings(WORKFLOW="llmapi", TP_SIZE="2", DECOUPLED="yes", MAX_BATCH_SIZE="32",
-                             DTYPE="bfloat16", ENABLE_KV_CACHE_REUSE="true", KV_CACHE_FREE_GPU_MEM_FRACTION="0.00001",
-                             SERVED_MODEL_NAME="chat")
+    settings = make_settings(
+        WORKFLOW="llmapi",
+        TP_SIZE="2",
+        DECOUPLED="yes",
+        MAX_BATCH_SIZE="32",
+        DTYPE="bfloat16",
+        ENABLE_KV_CACHE_REUSE="true",
+        KV_CACHE_FREE_GPU_MEM_FRACTION="0.00001",
+        SERVED_MODEL_NAME="chat",
+    )
     plan = fill(root, tmp_path / "repo", settings, engine_dir=None)
     model_dir = tmp_path / "repo" / "chat"
     assert sorted(p.name for p in (tmp_path / "repo").iterdir() if p.is_dir()) == ["chat"]
     assert (model_dir / "1" / "model.py").read_text() == "# the backend's model\n"
     assert yaml.safe_load((model_dir / "1" / "model.yaml").read_text()) == {
-        "model": str(TOKENIZER), "backend": "pytorch", "tensor_parallel_size": 2, "pipeline_parallel_size": 1,
-        "dtype": "bfloat16", "max_batch_size": 32, "max_num_tokens": 8192, "max_seq_len": 4096,
+        "model": str(TOKENIZER),
+        "backend": "pytorch",
+        "tensor_parallel_size": 2,
+        "pipeline_parallel_size": 1,
+        "dtype": "bfloat16",
+        "max_batch_size": 32,
+        "max_num_tokens": 8192,
+        "max_seq_len": 4096,
         "kv_cache_config": {"free_gpu_memory_fraction": 0.00001, "enable_block_reuse": True},
         "triton_config": {"max_batch_size": 0, "decoupled": True},
     }
@@ -298,9 +349,11 @@ def test_an_empty_directory_is_filled_in_place(tmp_path):
 @pytest.mark.parametrize("layout", ["a user's file", "a checkpoint", "a repository without our stamp"])
 def test_a_directory_we_did_not_write_is_refused_and_left_untouched(tmp_path, layout):
     dest = tmp_path / "repo"
-    files = {"a user's file": {"notes.txt": "mine"},
-             "a checkpoint": {"config.json": "{}", "model.safetensors": "weights"},
-             "a repository without our stamp": {"ensemble/config.pbtxt": 'name: "ensemble"'}}[layout]
+    files = {
+        "a user's file": {"notes.txt": "mine"},
+        "a checkpoint": {"config.json": "{}", "model.safetensors": "weights"},
+        "a repository without our stamp": {"ensemble/config.pbtxt": 'name: "ensemble"'},
+    }[layout]
     for name, text in files.items():
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         (dest / name).write_text(text)
@@ -358,18 +411,24 @@ def test_refuses_a_destination_overlapping_the_templates(tmp_path):
     assert (root / "inflight_batcher_llm" / "ensemble" / "config.pbtxt").is_file()
 
 
-MODEL = 'name: "{name}"\nbackend: "python"\ninput [ {{ name: "IN" data_type: TYPE_INT32 dims: [1] }} ]\n' \
-        'output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [1] }} ]\n'
-ENSEMBLE = ('name: "ensemble"\nplatform: "ensemble"\n'
-            'input [ {{ name: "x" data_type: TYPE_INT32 dims: [1] }} {extra_input} ]\n'
-            'output [ {{ name: "y" data_type: TYPE_INT32 dims: [1] }} ]\n'
-            'ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1\n'
-            '  input_map {{ key: "{key}" value: "x" }} output_map {{ key: "OUT" value: "y" }} }} ] }}\n')
+MODEL = (
+    'name: "{name}"\nbackend: "python"\ninput [ {{ name: "IN" data_type: TYPE_INT32 dims: [1] }} ]\n'
+    'output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [1] }} ]\n'
+)
+ENSEMBLE = (
+    'name: "ensemble"\nplatform: "ensemble"\n'
+    'input [ {{ name: "x" data_type: TYPE_INT32 dims: [1] }} {extra_input} ]\n'
+    'output [ {{ name: "y" data_type: TYPE_INT32 dims: [1] }} ]\n'
+    'ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1\n'
+    '  input_map {{ key: "{key}" value: "x" }} output_map {{ key: "OUT" value: "y" }} }} ] }}\n'
+)
 
 
 def small_repository(tmp_path, step="m", key="IN", extra_input=""):
-    for name, text in (("m", MODEL.format(name="m")),
-                       ("ensemble", ENSEMBLE.format(step=step, key=key, extra_input=extra_input))):
+    for name, text in (
+        ("m", MODEL.format(name="m")),
+        ("ensemble", ENSEMBLE.format(step=step, key=key, extra_input=extra_input)),
+    ):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.pbtxt").write_text(text)
     return tmp_path
@@ -379,11 +438,14 @@ def test_wiring_holds_for_a_correct_ensemble(tmp_path):
     repository_check.validate_repository(small_repository(tmp_path))
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"step": "missing"}, "model 'missing', which is not in the repository"),
-    ({"key": "NOPE"}, "maps input(s) NOPE of model 'm'"),
-    ({"extra_input": ', { name: "z" data_type: TYPE_INT32 dims: [1] }'}, "inputs never used ['z']"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"step": "missing"}, "model 'missing', which is not in the repository"),
+        ({"key": "NOPE"}, "maps input(s) NOPE of model 'm'"),
+        ({"extra_input": ', { name: "z" data_type: TYPE_INT32 dims: [1] }'}, "inputs never used ['z']"),
+    ],
+)
 def test_wiring_errors_are_named(tmp_path, kwargs, message):
     with pytest.raises(EntrypointError) as info:
         repository_check.validate_repository(small_repository(tmp_path, **kwargs))
@@ -402,8 +464,11 @@ def test_validation_rejects_leftover_structural_placeholders_and_bad_names(tmp_p
 
 def test_protobuf_check_is_skipped_and_logged_without_tritonclient(tmp_path, monkeypatch):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name.startswith("tritonclient") else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name.startswith("tritonclient") else real_find_spec(name, *a),
+    )
     stream = io.StringIO()
     repository_check.validate_repository(small_repository(tmp_path), log=Log(stream=stream))
     assert "protobuf check skipped" in stream.getvalue()

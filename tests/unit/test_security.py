@@ -11,12 +11,22 @@ from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.settings import Settings
 
-FACTS = ImageFacts(tag="25.05", tensorrt_llm="0.19.0", tensorrt="10.9.0.34", triton="2.58.0",
-                   workflows=("engine", "llmapi"), engine_deprecated=False, openai_frontend=True,
-                   app_dir=Path("/app"), restricted_apis=True)
+FACTS = ImageFacts(
+    tag="25.05",
+    tensorrt_llm="0.19.0",
+    tensorrt="10.9.0.34",
+    triton="2.58.0",
+    workflows=("engine", "llmapi"),
+    engine_deprecated=False,
+    openai_frontend=True,
+    app_dir=Path("/app"),
+    restricted_apis=True,
+)
 KEY = "k3y-0123456789abcdef"
-DEFAULT_FLAGS = [f"--http-restricted-api=shared-memory,model-repository,statistics,trace,logging:admin-key={KEY}",
-                 f"--grpc-restricted-protocol=shared-memory,model-repository,statistics,trace,logging:admin-key={KEY}"]
+DEFAULT_FLAGS = [
+    f"--http-restricted-api=shared-memory,model-repository,statistics,trace,logging:admin-key={KEY}",
+    f"--grpc-restricted-protocol=shared-memory,model-repository,statistics,trace,logging:admin-key={KEY}",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -45,12 +55,21 @@ def test_the_key_comes_from_the_environment_or_a_file(tmp_path):
     assert security.restriction(from_file, FACTS).argv() == DEFAULT_FLAGS
 
 
-@pytest.mark.parametrize("env,expected", [
-    ({"TRITON_ADMIN_KEY": "short"}, "TRITON_ADMIN_KEY is not allowed (the value is not shown): expected 16 to 4096"),
-    ({"TRITON_ADMIN_KEY": "with space inside 0123456789"}, "TRITON_ADMIN_KEY is not allowed"),
-    ({"TRITON_ADMIN_KEY": 'quote"0123456789abcdef'}, "TRITON_ADMIN_KEY is not allowed"),
-    ({"TRITON_ADMIN_KEY": KEY, "TRITON_ADMIN_KEY_FILE": "/x"}, "TRITON_ADMIN_KEY and TRITON_ADMIN_KEY_FILE are both"),
-])
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        (
+            {"TRITON_ADMIN_KEY": "short"},
+            "TRITON_ADMIN_KEY is not allowed (the value is not shown): expected 16 to 4096",
+        ),
+        ({"TRITON_ADMIN_KEY": "with space inside 0123456789"}, "TRITON_ADMIN_KEY is not allowed"),
+        ({"TRITON_ADMIN_KEY": 'quote"0123456789abcdef'}, "TRITON_ADMIN_KEY is not allowed"),
+        (
+            {"TRITON_ADMIN_KEY": KEY, "TRITON_ADMIN_KEY_FILE": "/x"},
+            "TRITON_ADMIN_KEY and TRITON_ADMIN_KEY_FILE are both",
+        ),
+    ],
+)
 def test_bad_keys_are_one_line_without_the_key(env, expected):
     with pytest.raises(UsageError) as error:
         load(**env)
@@ -65,8 +84,13 @@ def test_key_files_are_read_strictly(tmp_path):
     empty.write_text("\n")
     binary = tmp_path / "binary"
     binary.write_bytes(b"\xff" * 20)
-    for path, allowed in ((big, "at most 65536 bytes"), (empty, "the file is empty"), (binary, "ASCII text"),
-                          (tmp_path, "a regular file"), (tmp_path / "missing", "No such file")):
+    for path, allowed in (
+        (big, "at most 65536 bytes"),
+        (empty, "the file is empty"),
+        (binary, "ASCII text"),
+        (tmp_path, "a regular file"),
+        (tmp_path / "missing", "No such file"),
+    ):
         with pytest.raises(UsageError, match="TRITON_ADMIN_KEY_FILE=") as error:
             load(TRITON_ADMIN_KEY_FILE=str(path))
         assert allowed in error.value.message
@@ -75,8 +99,10 @@ def test_key_files_are_read_strictly(tmp_path):
 def test_restricted_apis_changes_the_list():
     custom = load(RESTRICTED_APIS=" Logging, trace ,logging", TRITON_ADMIN_KEY=KEY)
     assert custom.restricted_apis == ("logging", "trace")
-    assert security.restriction(custom, FACTS).argv() == [f"--http-restricted-api=logging,trace:admin-key={KEY}",
-                                                          f"--grpc-restricted-protocol=logging,trace:admin-key={KEY}"]
+    assert security.restriction(custom, FACTS).argv() == [
+        f"--http-restricted-api=logging,trace:admin-key={KEY}",
+        f"--grpc-restricted-protocol=logging,trace:admin-key={KEY}",
+    ]
     opened = load(RESTRICTED_APIS="none")
     assert opened.restricted_apis == () and security.restriction(opened, FACTS).argv() == []
 
@@ -129,11 +155,14 @@ def test_only_rank_0_gets_the_flags_and_triton_args_come_last():
     assert argv[0] == "mpirun" and contract.TRITONSERVER in rank0
 
 
-@pytest.mark.parametrize("facts,env,warning", [
-    (FACTS, {"RESTRICTED_APIS": "none"}, "RESTRICTED_APIS=none: every Triton API"),
-    (FACTS, {"FRONTEND": "openai", "MODEL_ID": "org/model"}, "FRONTEND=openai: the KServe HTTP/gRPC endpoints"),
-    (replace(FACTS, restricted_apis=False), {}, "tritonserver 2.58.0 in image 25.05 cannot restrict APIs"),
-])
+@pytest.mark.parametrize(
+    "facts,env,warning",
+    [
+        (FACTS, {"RESTRICTED_APIS": "none"}, "RESTRICTED_APIS=none: every Triton API"),
+        (FACTS, {"FRONTEND": "openai", "MODEL_ID": "org/model"}, "FRONTEND=openai: the KServe HTTP/gRPC endpoints"),
+        (replace(FACTS, restricted_apis=False), {}, "tritonserver 2.58.0 in image 25.05 cannot restrict APIs"),
+    ],
+)
 def test_what_stays_open_is_a_warning_and_gets_no_flags(facts, env, warning):
     settings = load(facts, **env)
     (message,) = security.start_warnings(settings, facts)

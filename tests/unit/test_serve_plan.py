@@ -13,14 +13,24 @@ from trtllm_entrypoint.settings import CommandLine, Settings
 from trtllm_entrypoint.sources import ModelSource
 
 # An image whose TensorRT-LLM deprecates engines: llmapi is its default workflow.
-FACTS = ImageFacts(tag="25.10", tensorrt_llm="1.0.0", tensorrt=None, triton=None, workflows=("engine", "llmapi"),
-                   engine_deprecated=True, openai_frontend=True, app_dir=Path("/app"), restricted_apis=True)
+FACTS = ImageFacts(
+    tag="25.10",
+    tensorrt_llm="1.0.0",
+    tensorrt=None,
+    triton=None,
+    workflows=("engine", "llmapi"),
+    engine_deprecated=True,
+    openai_frontend=True,
+    app_dir=Path("/app"),
+    restricted_apis=True,
+)
 CACHE = Path("/cache")
 
 
 def settings(command_line: CommandLine | None = None, **env: str) -> Settings:
-    return Settings.from_env({"CACHE_DIR": str(CACHE), "TRITON_ADMIN_KEY": "k" * 16, **env}, FACTS,
-                             command_line or CommandLine())
+    return Settings.from_env(
+        {"CACHE_DIR": str(CACHE), "TRITON_ADMIN_KEY": "k" * 16, **env}, FACTS, command_line or CommandLine()
+    )
 
 
 def model(kind: str, path: str | None = "/models/m") -> ModelSource:
@@ -66,8 +76,9 @@ def test_a_typed_tritonserver_command_keeps_its_arguments_with_only_the_reposito
     line = CommandLine(server_args=("--allow-grpc=true",), ports={"http_port": 8080}, typed_server=True)
     chosen = settings(line, WORKFLOW="engine", FRONTEND="openai", HTTP_PORT="1")
     plan = decide(chosen, model("engine", "/mnt/models"), typed_argv=typed)
-    assert (chosen.frontend, plan.health_port) == ("triton", 8080), "typed ports win; a typed tritonserver has no " \
-                                                                     "OpenAI frontend"
+    assert (chosen.frontend, plan.health_port) == ("triton", 8080), (
+        "typed ports win; a typed tritonserver has no OpenAI frontend"
+    )
     argv = launch_argv(plan, plan.settings, FACTS, Path("/repo"), 1, None)
     assert argv[:4] == ["tritonserver", "--model-store=/repo", "--http-port=8080", "--allow-grpc=true"]
     assert [arg.split("=", 1)[0] for arg in argv[4:]] == ["--http-restricted-api", "--grpc-restricted-protocol"]

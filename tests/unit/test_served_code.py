@@ -7,11 +7,15 @@ import pytest
 
 from trtllm_entrypoint import fill, repository, served_code
 
-PLAN = fill.FillPlan("engine", (
-    fill.ModelFill("inflight_batcher_llm/preprocessing", "preprocessing",
-                         {"config.pbtxt": 'name: "preprocessing"\n'}),
-    fill.ModelFill("inflight_batcher_llm/ensemble", "chat", {"config.pbtxt": 'name: "chat"\n'}),
-))
+PLAN = fill.FillPlan(
+    "engine",
+    (
+        fill.ModelFill(
+            "inflight_batcher_llm/preprocessing", "preprocessing", {"config.pbtxt": 'name: "preprocessing"\n'}
+        ),
+        fill.ModelFill("inflight_batcher_llm/ensemble", "chat", {"config.pbtxt": 'name: "chat"\n'}),
+    ),
+)
 
 
 @pytest.fixture
@@ -54,13 +58,19 @@ def test_the_serving_python_writes_its_bytecode_beside_the_model_and_that_is_no_
     assert served_code.changed_files(PLAN, templates, cached) == []
 
 
-@pytest.mark.parametrize("change,named", [
-    (lambda r: (r / "preprocessing/1/model.py").write_text("import os; os.system('x')\n"), "preprocessing/1/model.py"),
-    (lambda r: (r / "preprocessing/1/lib/helpers.py").unlink(), "preprocessing/1/lib/helpers.py"),
-    (lambda r: (r / "preprocessing/1/json.py").write_text("shadow = 1\n"), "preprocessing/1/json.py"),
-    (lambda r: (r / "chat/config.pbtxt").write_text('name: "chat"\nbackend: "python"\n'), "chat/config.pbtxt"),
-    (lambda r: (r / "evil").mkdir() or (r / "evil" / "config.pbtxt").write_text(""), "evil/config.pbtxt"),
-])
+@pytest.mark.parametrize(
+    "change,named",
+    [
+        (
+            lambda r: (r / "preprocessing/1/model.py").write_text("import os; os.system('x')\n"),
+            "preprocessing/1/model.py",
+        ),
+        (lambda r: (r / "preprocessing/1/lib/helpers.py").unlink(), "preprocessing/1/lib/helpers.py"),
+        (lambda r: (r / "preprocessing/1/json.py").write_text("shadow = 1\n"), "preprocessing/1/json.py"),
+        (lambda r: (r / "chat/config.pbtxt").write_text('name: "chat"\nbackend: "python"\n'), "chat/config.pbtxt"),
+        (lambda r: (r / "evil").mkdir() or (r / "evil" / "config.pbtxt").write_text(""), "evil/config.pbtxt"),
+    ],
+)
 def test_any_changed_missing_or_added_file_is_named(templates, cached, change, named):
     change(cached)
     assert served_code.changed_files(PLAN, templates, cached) == [named]
@@ -84,7 +94,10 @@ def test_symlinks_never_pass_even_to_identical_content(templates, cached, tmp_pa
     lib.symlink_to(tmp_path / "lib")
     # The linked directory is not entered: its files count as missing.
     assert served_code.changed_files(PLAN, templates, cached) == [
-        "preprocessing/1/lib", "preprocessing/1/lib/helpers.py", "preprocessing/1/model.py"]
+        "preprocessing/1/lib",
+        "preprocessing/1/lib/helpers.py",
+        "preprocessing/1/model.py",
+    ]
 
 
 def test_drop_bytecode_removes_every_pycache_and_nothing_else(templates, cached):

@@ -31,8 +31,7 @@ def test_unary_run_throughput_and_latency():
 
 
 def test_streaming_ttft_and_inter_token_gaps():
-    run = StreamRun(concurrency=2, seconds=1.0, sent_s=(0.0, 1.0),
-                    arrivals_s=((0.1, 0.2, 0.35), (1.05, 1.06)))
+    run = StreamRun(concurrency=2, seconds=1.0, sent_s=(0.0, 1.0), arrivals_s=((0.1, 0.2, 0.35), (1.05, 1.06)))
     assert run.ttft_s == pytest.approx([0.1, 0.05])
     assert run.itl_s == pytest.approx([0.1, 0.15, 0.01])  # n - 1 gaps per stream, never across streams
     assert run.tokens_per_s == 5.0
@@ -42,15 +41,21 @@ def test_streaming_ttft_and_inter_token_gaps():
 
 def test_plan_compares_ours_with_the_seeds_at_every_concurrency():
     runs = sb.plan(sweep=(1, 4))
-    unary = {(r.pipeline, load.concurrency) for r in runs if not r.decoupled and r.token_delay_s == 0
-             for load in r.loads if load.model == "ensemble"}
+    unary = {
+        (r.pipeline, load.concurrency)
+        for r in runs
+        if not r.decoupled and r.token_delay_s == 0
+        for load in r.loads
+        if load.model == "ensemble"
+    }
     assert {load.model for load in runs[0].loads} == {"ensemble", "tensorrt_llm"}  # the engine's ceiling, on ours
     for pipeline in (sb.OURS, sb.SEEDS):
         assert {(pipeline, c) for c in (1, 16, 64)} <= unary
     streamed = [r for r in runs if r.decoupled and r.pipeline in (sb.OURS, sb.SEEDS)]
     # Both delays, each with the engine alone on the same server as the per-token baseline.
     assert {(r.pipeline, r.token_delay_s) for r in streamed} == {
-        (p, d) for p in (sb.OURS, sb.SEEDS) for d in (0.0, sb.TOKEN_DELAY_S)}
+        (p, d) for p in (sb.OURS, sb.SEEDS) for d in (0.0, sb.TOKEN_DELAY_S)
+    }
     assert all({load.model for load in r.loads} == {"ensemble", "tensorrt_llm"} for r in streamed)
     swept = sorted({r.pipeline.instances for r in runs if r.pipeline not in (sb.OURS, sb.SEEDS)})
     assert swept == [1, 4]
@@ -79,10 +84,14 @@ def by_name(metrics):
 
 
 def test_targets_pass_and_fail_on_the_measured_ratios():
-    results = [unary(sb.OURS, 64, 0.050, 1300), unary(sb.SEEDS, 64, 0.060, 1000),
-               unary(sb.OURS, 1, 0.0033, 300), unary(sb.SEEDS, 1, 0.0030, 330),
-               stream(sb.OURS, "ensemble", sb.TOKEN_DELAY_S, 0.0104),
-               stream(sb.OURS, "tensorrt_llm", sb.TOKEN_DELAY_S, 0.0101)]
+    results = [
+        unary(sb.OURS, 64, 0.050, 1300),
+        unary(sb.SEEDS, 64, 0.060, 1000),
+        unary(sb.OURS, 1, 0.0033, 300),
+        unary(sb.SEEDS, 1, 0.0030, 330),
+        stream(sb.OURS, "ensemble", sb.TOKEN_DELAY_S, 0.0104),
+        stream(sb.OURS, "tensorrt_llm", sb.TOKEN_DELAY_S, 0.0101),
+    ]
     metrics = by_name(sb.target_metrics(results))
     assert metrics["unary c=64: throughput ours/seeds"].value == pytest.approx(1.3)
     assert metrics["unary c=64: throughput ours/seeds"].status == "pass"
@@ -111,23 +120,35 @@ def test_a_slower_pipeline_fails_and_a_missing_one_is_skipped():
 
 
 def test_time_to_ready_is_judged_against_the_bare_server():
-    metrics = sb.ready_metrics({"without BLS": {"ours": [2.2, 2.3, 2.1], "floor": [2.0, 2.1, 2.0]},
-                                "with BLS": {"ours": [3.6], "floor": [3.0]}})
+    metrics = sb.ready_metrics(
+        {
+            "without BLS": {"ours": [2.2, 2.3, 2.1], "floor": [2.0, 2.1, 2.0]},
+            "with BLS": {"ours": [3.6], "floor": [3.0]},
+        }
+    )
     ratios = {m.name: (round(m.value, 3), m.status) for m in metrics if m.unit == "x"}
-    assert ratios == {"time to ready, without BLS: serve / floor": (1.1, "pass"),
-                      "time to ready, with BLS: serve / floor": (1.2, "fail")}
+    assert ratios == {
+        "time to ready, without BLS: serve / floor": (1.1, "pass"),
+        "time to ready, with BLS: serve / floor": (1.2, "fail"),
+    }
 
 
 def test_result_rows_and_the_plot_series():
-    results = [unary(sb.SEEDS, 64, 0.060, 1000), unary(sb.OURS, 64, 0.050, 1200), unary(sb.OURS, 1, 0.003, 300),
-               unary(sb.Pipeline("4 instances", 4, False), 64, 0.05, 1100),
-               stream(sb.OURS, "ensemble", 0.0, 0.001)]
+    results = [
+        unary(sb.SEEDS, 64, 0.060, 1000),
+        unary(sb.OURS, 64, 0.050, 1200),
+        unary(sb.OURS, 1, 0.003, 300),
+        unary(sb.Pipeline("4 instances", 4, False), 64, 0.05, 1100),
+        stream(sb.OURS, "ensemble", 0.0, 0.001),
+    ]
     rows = sb.result_metrics(results)
     assert rows[1].name == "serving: ours, unary, 0 ms/token, ensemble, c=64" and rows[1].value == 1200
     assert "p99 50.0 ms" in rows[1].note
     assert rows[-1].unit == "tokens/s" and "ITL p50 1.00 ms" in rows[-1].note
-    assert unary_series(results) == {"seeds": [(64, 1000.0, pytest.approx(60.0))],
-                                     "ours": [(1, 300.0, pytest.approx(3.0)), (64, 1200.0, pytest.approx(50.0))]}
+    assert unary_series(results) == {
+        "seeds": [(64, 1000.0, pytest.approx(60.0))],
+        "ours": [(1, 300.0, pytest.approx(3.0)), (64, 1200.0, pytest.approx(50.0))],
+    }
 
 
 def test_rates_and_milliseconds_read_plainly():

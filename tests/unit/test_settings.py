@@ -8,9 +8,16 @@ from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.settings import Settings
 
-FACTS = ImageFacts(tag="25.05", tensorrt_llm="0.19.0", tensorrt="10.9.0.34", triton="2.58.0",
-                   workflows=("engine", "llmapi"), engine_deprecated=False, openai_frontend=True,
-                   app_dir=Path("/app"))
+FACTS = ImageFacts(
+    tag="25.05",
+    tensorrt_llm="0.19.0",
+    tensorrt="10.9.0.34",
+    triton="2.58.0",
+    workflows=("engine", "llmapi"),
+    engine_deprecated=False,
+    openai_frontend=True,
+    app_dir=Path("/app"),
+)
 OLD_FACTS = replace(FACTS, tag="24.08", tensorrt_llm="0.12.0", workflows=("engine",), openai_frontend=False)
 
 
@@ -29,8 +36,13 @@ def test_defaults(tmp_path):
     assert s.cache_dir == tmp_path / "cache" and s.cache_fallback_reason is None
     assert s.templates_dir == Path("/app/all_models")
     assert (s.workflow, s.tp_size, s.pp_size, s.dtype, s.quantization) == ("engine", 1, 1, "auto", "none")
-    assert (s.max_batch_size, s.max_input_len, s.max_seq_len, s.max_num_tokens, s.max_beam_width) == \
-        (64, 2048, 4096, 8192, 1)
+    assert (s.max_batch_size, s.max_input_len, s.max_seq_len, s.max_num_tokens, s.max_beam_width) == (
+        64,
+        2048,
+        4096,
+        8192,
+        1,
+    )
     assert s.kv_cache_free_gpu_mem_fraction == 0.9
     assert (s.enable_kv_cache_reuse, s.decoupled) == (False, False)
     assert (s.http_port, s.grpc_port, s.metrics_port, s.openai_port) == (8000, 8001, 8002, 9000)
@@ -39,10 +51,21 @@ def test_defaults(tmp_path):
 
 
 def test_values_are_parsed():
-    s = load(MODEL_ID=" meta-llama/Llama-3.1-8B ", TP_SIZE="4", PP_SIZE="2", DTYPE="BFloat16", QUANTIZATION="fp8",
-             DECOUPLED="Yes", ENABLE_KV_CACHE_REUSE="on", KV_CACHE_FREE_GPU_MEM_FRACTION="0.85",
-             TRITON_ARGS="--log-verbose=1 --model-control-mode 'explicit'", ENGINE_DIR="rel/engine",
-             SERVED_MODEL_NAME="llama-3.1", WORKFLOW="ENGINE", LOG_FORMAT="json")
+    s = load(
+        MODEL_ID=" meta-llama/Llama-3.1-8B ",
+        TP_SIZE="4",
+        PP_SIZE="2",
+        DTYPE="BFloat16",
+        QUANTIZATION="fp8",
+        DECOUPLED="Yes",
+        ENABLE_KV_CACHE_REUSE="on",
+        KV_CACHE_FREE_GPU_MEM_FRACTION="0.85",
+        TRITON_ARGS="--log-verbose=1 --model-control-mode 'explicit'",
+        ENGINE_DIR="rel/engine",
+        SERVED_MODEL_NAME="llama-3.1",
+        WORKFLOW="ENGINE",
+        LOG_FORMAT="json",
+    )
     assert s.model_id == "meta-llama/Llama-3.1-8B"
     assert (s.tp_size, s.pp_size, s.world_size) == (4, 2, 8)
     assert (s.dtype, s.quantization, s.decoupled, s.enable_kv_cache_reuse) == ("bfloat16", "fp8", True, True)
@@ -74,19 +97,34 @@ BAD = [
     ({"MAX_INPUT_LEN": "4096"}, "MAX_SEQ_LEN='4096'", "a number greater than MAX_INPUT_LEN=4096"),
     ({"MAX_NUM_TOKENS": "1024"}, "MAX_NUM_TOKENS='1024'", "a number at least MAX_INPUT_LEN=2048"),
     ({"MAX_BEAM_WIDTH": "0"}, "MAX_BEAM_WIDTH='0'", "a whole number from 1 to 64"),
-    ({"KV_CACHE_FREE_GPU_MEM_FRACTION": "0"}, "KV_CACHE_FREE_GPU_MEM_FRACTION='0'",
-     "a number greater than 0 and at most 1"),
-    ({"KV_CACHE_FREE_GPU_MEM_FRACTION": "1.5"}, "KV_CACHE_FREE_GPU_MEM_FRACTION='1.5'",
-     "a number greater than 0 and at most 1"),
-    ({"KV_CACHE_FREE_GPU_MEM_FRACTION": "nan"}, "KV_CACHE_FREE_GPU_MEM_FRACTION='nan'",
-     "a number greater than 0 and at most 1"),
-    ({"KV_CACHE_FREE_GPU_MEM_FRACTION": "lots"}, "KV_CACHE_FREE_GPU_MEM_FRACTION='lots'",
-     "a number greater than 0 and at most 1"),
+    (
+        {"KV_CACHE_FREE_GPU_MEM_FRACTION": "0"},
+        "KV_CACHE_FREE_GPU_MEM_FRACTION='0'",
+        "a number greater than 0 and at most 1",
+    ),
+    (
+        {"KV_CACHE_FREE_GPU_MEM_FRACTION": "1.5"},
+        "KV_CACHE_FREE_GPU_MEM_FRACTION='1.5'",
+        "a number greater than 0 and at most 1",
+    ),
+    (
+        {"KV_CACHE_FREE_GPU_MEM_FRACTION": "nan"},
+        "KV_CACHE_FREE_GPU_MEM_FRACTION='nan'",
+        "a number greater than 0 and at most 1",
+    ),
+    (
+        {"KV_CACHE_FREE_GPU_MEM_FRACTION": "lots"},
+        "KV_CACHE_FREE_GPU_MEM_FRACTION='lots'",
+        "a number greater than 0 and at most 1",
+    ),
     ({"DECOUPLED": "maybe"}, "DECOUPLED='maybe'", "one of true/1/yes/on/false/0/no/off"),
     ({"ENABLE_KV_CACHE_REUSE": "2"}, "ENABLE_KV_CACHE_REUSE='2'", "one of true/1/yes/on/false/0/no/off"),
     ({"DTYPE": "fp16"}, "DTYPE='fp16'", "one of auto, float16, bfloat16, float32"),
-    ({"QUANTIZATION": "awq"}, "QUANTIZATION='awq'",
-     "one of none, fp8, int8_sq, int4_awq, w4a8_awq, int8_wo, int4_wo, nvfp4"),
+    (
+        {"QUANTIZATION": "awq"},
+        "QUANTIZATION='awq'",
+        "one of none, fp8, int8_sq, int4_awq, w4a8_awq, int8_wo, int4_wo, nvfp4",
+    ),
     ({"QUANTIZATION": "fp8", "WORKFLOW": "llmapi"}, "QUANTIZATION='fp8'", "none with WORKFLOW=llmapi"),
     ({"WORKFLOW": "pytorch"}, "WORKFLOW='pytorch'", "one of engine, llmapi (what TensorRT-LLM 0.19.0"),
     ({"FRONTEND": "vllm"}, "FRONTEND='vllm'", "one of triton, openai"),
@@ -96,8 +134,7 @@ BAD = [
     ({"GRPC_PORT": "8000"}, "GRPC_PORT='8000'", "a port different from HTTP_PORT=8000"),
     ({"OPENAI_PORT": "8002", "FRONTEND": "openai"}, "OPENAI_PORT='8002'", "a port different from METRICS_PORT=8002"),
     ({"SERVED_MODEL_NAME": "org/model"}, "SERVED_MODEL_NAME='org/model'", "up to 128 letters, digits"),
-    ({"TRITON_ARGS": "--log-file 'unclosed"}, "TRITON_ARGS=\"--log-file 'unclosed\"",
-     "arguments in shell quoting"),
+    ({"TRITON_ARGS": "--log-file 'unclosed"}, 'TRITON_ARGS="--log-file \'unclosed"', "arguments in shell quoting"),
     ({"EXIT_TIMEOUT_SECS": "-5"}, "EXIT_TIMEOUT_SECS='-5'", "a whole number from 0 to 3600"),
     ({"LOCK_TIMEOUT_SECS": "1h"}, "LOCK_TIMEOUT_SECS='1h'", "a whole number from 0 to 86400"),
     ({"ENGINE_DIR": "/engines/x", "WORKFLOW": "llmapi"}, "ENGINE_DIR='/engines/x'", "unset with WORKFLOW=llmapi"),
@@ -107,8 +144,11 @@ BAD = [
     ({"TP_SIZE": "²"}, "TP_SIZE='²'", "a whole number from 1 to 64"),
     ({"PP_SIZE": "٨"}, "PP_SIZE='٨'", "a whole number from 1 to 64"),
     ({"MAX_BATCH_SIZE": "６４"}, "MAX_BATCH_SIZE='６４'", "a whole number from 1 to 4096"),
-    ({"KV_CACHE_FREE_GPU_MEM_FRACTION": "٠.٥"}, "KV_CACHE_FREE_GPU_MEM_FRACTION='٠.٥'",
-     "a number greater than 0 and at most 1"),
+    (
+        {"KV_CACHE_FREE_GPU_MEM_FRACTION": "٠.٥"},
+        "KV_CACHE_FREE_GPU_MEM_FRACTION='٠.٥'",
+        "a number greater than 0 and at most 1",
+    ),
     ({"HTTP_PORT": "8_000"}, "HTTP_PORT='8_000'", "a whole number from 1 to 65535"),
     # names the repository's own models have
     ({"SERVED_MODEL_NAME": "tensorrt_llm"}, "SERVED_MODEL_NAME='tensorrt_llm'", "a name other than preprocessing"),
@@ -133,17 +173,20 @@ def test_bad_values_name_the_variable_and_what_is_allowed(env, named, allowed):
     assert info.value.exit_code == 2
 
 
-@pytest.mark.parametrize("args, variable", [
-    ("--http-port=9000", "HTTP_PORT"),
-    ("--log-verbose=1 --grpc-port 9001", "GRPC_PORT"),
-    ("--metrics-port=1", "METRICS_PORT"),
-    ("--http-p=9000", "HTTP_PORT"),  # tritonserver's getopt takes unique prefixes
-    ("--model-repository=/other", "REPOSITORY_DIR"),
-    ("--model-store /other", "REPOSITORY_DIR"),
-    ("--openai-port=1234", "OPENAI_PORT"),
-    ("--backend-config=python,shm-region-prefix-name=mine_", "nothing: each rank gets its own"),
-    ("--backend-config python,shm-region-prefix-name=mine_", "nothing: each rank gets its own"),
-])
+@pytest.mark.parametrize(
+    "args, variable",
+    [
+        ("--http-port=9000", "HTTP_PORT"),
+        ("--log-verbose=1 --grpc-port 9001", "GRPC_PORT"),
+        ("--metrics-port=1", "METRICS_PORT"),
+        ("--http-p=9000", "HTTP_PORT"),  # tritonserver's getopt takes unique prefixes
+        ("--model-repository=/other", "REPOSITORY_DIR"),
+        ("--model-store /other", "REPOSITORY_DIR"),
+        ("--openai-port=1234", "OPENAI_PORT"),
+        ("--backend-config=python,shm-region-prefix-name=mine_", "nothing: each rank gets its own"),
+        ("--backend-config python,shm-region-prefix-name=mine_", "nothing: each rank gets its own"),
+    ],
+)
 def test_triton_args_may_not_set_what_the_entrypoint_sets(args, variable):
     with pytest.raises(UsageError) as info:
         load(TRITON_ARGS=args)
@@ -154,7 +197,10 @@ def test_triton_args_may_not_set_what_the_entrypoint_sets(args, variable):
 def test_triton_args_keep_everything_else():
     args = "--log-verbose=1 --backend-config=python,shm-default-byte-size=1048576 --model-control-mode explicit"
     assert load(TRITON_ARGS=args).triton_args[:3] == (
-        "--log-verbose=1", "--backend-config=python,shm-default-byte-size=1048576", "--model-control-mode")
+        "--log-verbose=1",
+        "--backend-config=python,shm-default-byte-size=1048576",
+        "--model-control-mode",
+    )
 
 
 def test_image_capabilities_limit_workflow_and_frontend():

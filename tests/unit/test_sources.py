@@ -19,8 +19,16 @@ from trtllm_entrypoint.sources import ModelSource, classify_dir, fingerprint, hu
 
 hub_errors = pytest.importorskip("huggingface_hub.errors")
 
-FACTS = ImageFacts(tag="25.05", tensorrt_llm="0.19.0", tensorrt=None, triton=None, workflows=("engine", "llmapi"),
-                   engine_deprecated=False, openai_frontend=True, app_dir=Path("/app"))
+FACTS = ImageFacts(
+    tag="25.05",
+    tensorrt_llm="0.19.0",
+    tensorrt=None,
+    triton=None,
+    workflows=("engine", "llmapi"),
+    engine_deprecated=False,
+    openai_frontend=True,
+    app_dir=Path("/app"),
+)
 TOKEN = "hf_do_not_leak_this_token"
 
 
@@ -48,6 +56,7 @@ def engine(path: Path) -> Path:
 
 # --- classify_dir -------------------------------------------------------------------------------------------------
 
+
 def test_classify_checkpoint_engine_and_repository(tmp_path):
     assert classify_dir(checkpoint(tmp_path / "ckpt")) == "checkpoint"
     assert classify_dir(engine(tmp_path / "engine")) == "engine"
@@ -69,8 +78,10 @@ def test_model_type_alone_is_a_checkpoint(tmp_path):
 
 
 def test_repository_with_placeholders_is_a_template(tmp_path):
-    write(tmp_path / "tensorrt_llm" / "config.pbtxt", 'parameters { key: "gpt_model_path" '
-                                                      'value: { string_value: "${engine_dir}" } }')
+    write(
+        tmp_path / "tensorrt_llm" / "config.pbtxt",
+        'parameters { key: "gpt_model_path" value: { string_value: "${engine_dir}" } }',
+    )
     write(tmp_path / "ensemble" / "config.pbtxt", 'name: "ensemble"')
     with pytest.raises(UsageError, match=r"is a repository template: .* left in tensorrt_llm/config.pbtxt") as err:
         classify_dir(tmp_path)
@@ -104,6 +115,7 @@ def test_a_file_is_not_a_model_dir(tmp_path):
 
 # --- resolve ------------------------------------------------------------------------------------------------------
 
+
 def test_resolve_local_path(tmp_path):
     path = checkpoint(tmp_path / "llama")
     source = sources.resolve(make_settings(tmp_path, MODEL_ID=str(path)))
@@ -113,24 +125,28 @@ def test_resolve_local_path(tmp_path):
 def test_resolve_hub_id(tmp_path):
     settings = make_settings(tmp_path, MODEL_ID="meta-llama/Llama-3.1-8B-Instruct", MODEL_REVISION="v1")
     source = sources.resolve(settings, exists=lambda p: False)
-    assert source == ModelSource(kind="hub", path=None, repo_id="meta-llama/Llama-3.1-8B-Instruct",
-                                 revision="v1", read_only=False)
+    assert source == ModelSource(
+        kind="hub", path=None, repo_id="meta-llama/Llama-3.1-8B-Instruct", revision="v1", read_only=False
+    )
 
 
-@pytest.mark.parametrize("model_id, message", [
-    ("llama", "or the path of an existing directory"),
-    ("a/b/c", "expected a Hugging Face id"),
-    ("org/na me", "expected a Hugging Face id"),
-    ("org/..", "expected a Hugging Face id"),
-    ("org/name-", "expected a Hugging Face id"),
-    ("org/name.", "expected a Hugging Face id"),
-    ("org/-name", "expected a Hugging Face id"),
-    ("org/" + "n" * 97, "the name at most 96 characters"),
-    ("org/name.git", "expected a Hugging Face id"),
-    ("org/na--me", "expected a Hugging Face id"),
-    ("/models/missing", "the path does not exist"),
-    ("./missing", "the path does not exist"),
-])
+@pytest.mark.parametrize(
+    "model_id, message",
+    [
+        ("llama", "or the path of an existing directory"),
+        ("a/b/c", "expected a Hugging Face id"),
+        ("org/na me", "expected a Hugging Face id"),
+        ("org/..", "expected a Hugging Face id"),
+        ("org/name-", "expected a Hugging Face id"),
+        ("org/name.", "expected a Hugging Face id"),
+        ("org/-name", "expected a Hugging Face id"),
+        ("org/" + "n" * 97, "the name at most 96 characters"),
+        ("org/name.git", "expected a Hugging Face id"),
+        ("org/na--me", "expected a Hugging Face id"),
+        ("/models/missing", "the path does not exist"),
+        ("./missing", "the path does not exist"),
+    ],
+)
 def test_resolve_bad_model_ids(tmp_path, model_id, message):
     with pytest.raises(UsageError) as err:
         sources.resolve(make_settings(tmp_path, MODEL_ID=model_id), exists=lambda p: False)
@@ -138,8 +154,23 @@ def test_resolve_bad_model_ids(tmp_path, model_id, message):
     assert message in err.value.message
 
 
-HUB_IDS = ["org/name", "org/name-", "org/name.", "org/_x_", "org/" + "n" * 96, "org/" + "n" * 97, "org/a.b-c_d",
-           "org/a..b", "org/a--b", "org/x.git", "o-r.g/x", "-org/x", "org/-x", "org/x y", "org/é"]
+HUB_IDS = [
+    "org/name",
+    "org/name-",
+    "org/name.",
+    "org/_x_",
+    "org/" + "n" * 96,
+    "org/" + "n" * 97,
+    "org/a.b-c_d",
+    "org/a..b",
+    "org/a--b",
+    "org/x.git",
+    "o-r.g/x",
+    "-org/x",
+    "org/-x",
+    "org/x y",
+    "org/é",
+]
 
 
 @pytest.mark.parametrize("repo_id", HUB_IDS)
@@ -186,6 +217,7 @@ def test_resolve_engine_dir_wins_and_must_hold_an_engine(tmp_path):
 
 
 # --- fingerprint / identity ---------------------------------------------------------------------------------------
+
 
 def test_fingerprint_follows_names_sizes_and_mtimes(tmp_path):
     path = checkpoint(tmp_path / "m")
@@ -264,37 +296,86 @@ def test_identity(tmp_path):
 
 # --- hub_allow_patterns -------------------------------------------------------------------------------------------
 
-LLAMA_FILES = ["config.json", "generation_config.json", "model-00001-of-00002.safetensors",
-               "model-00002-of-00002.safetensors", "model.safetensors.index.json", "original/consolidated.00.pth",
-               "original/params.json", "original/tokenizer.model", "special_tokens_map.json", "tokenizer.json",
-               "tokenizer_config.json", "LICENSE", "README.md", "USE_POLICY.md", ".gitattributes"]
+LLAMA_FILES = [
+    "config.json",
+    "generation_config.json",
+    "model-00001-of-00002.safetensors",
+    "model-00002-of-00002.safetensors",
+    "model.safetensors.index.json",
+    "original/consolidated.00.pth",
+    "original/params.json",
+    "original/tokenizer.model",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "LICENSE",
+    "README.md",
+    "USE_POLICY.md",
+    ".gitattributes",
+]
 
 
 def test_allow_patterns_llama():
     assert hub_allow_patterns(LLAMA_FILES) == [
-        "config.json", "generation_config.json", "model-00001-of-00002.safetensors",
-        "model-00002-of-00002.safetensors", "model.safetensors.index.json", "special_tokens_map.json",
-        "tokenizer.json", "tokenizer_config.json"]
+        "config.json",
+        "generation_config.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
 
 
 def test_allow_patterns_bin_only_without_safetensors():
-    files = ["config.json", "pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin",
-             "pytorch_model.bin.index.json", "training_args.bin", "tf_model.h5", "flax_model.msgpack",
-             "model.onnx", "model.gguf", "tokenizer.model", "vocab.json", "merges.txt", "qwen.tiktoken",
-             "tokenization_qwen.py"]
+    files = [
+        "config.json",
+        "pytorch_model-00001-of-00002.bin",
+        "pytorch_model-00002-of-00002.bin",
+        "pytorch_model.bin.index.json",
+        "training_args.bin",
+        "tf_model.h5",
+        "flax_model.msgpack",
+        "model.onnx",
+        "model.gguf",
+        "tokenizer.model",
+        "vocab.json",
+        "merges.txt",
+        "qwen.tiktoken",
+        "tokenization_qwen.py",
+    ]
     assert hub_allow_patterns(files) == [
-        "config.json", "merges.txt", "pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin",
-        "pytorch_model.bin.index.json", "qwen.tiktoken", "tokenization_qwen.py", "tokenizer.model", "vocab.json"]
+        "config.json",
+        "merges.txt",
+        "pytorch_model-00001-of-00002.bin",
+        "pytorch_model-00002-of-00002.bin",
+        "pytorch_model.bin.index.json",
+        "qwen.tiktoken",
+        "tokenization_qwen.py",
+        "tokenizer.model",
+        "vocab.json",
+    ]
     assert "pytorch_model.bin" not in hub_allow_patterns(["config.json", "model.safetensors", "pytorch_model.bin"])
 
 
 def test_allow_patterns_skip_consolidated_duplicates():
-    files = ["config.json", "consolidated.safetensors", "model-00001-of-00003.safetensors",
-             "model.safetensors.index.json", "params.json"]
-    assert hub_allow_patterns(files) == ["config.json", "model-00001-of-00003.safetensors",
-                                         "model.safetensors.index.json"]
-    assert hub_allow_patterns(["config.json", "consolidated.safetensors"]) == ["config.json",
-                                                                               "consolidated.safetensors"]
+    files = [
+        "config.json",
+        "consolidated.safetensors",
+        "model-00001-of-00003.safetensors",
+        "model.safetensors.index.json",
+        "params.json",
+    ]
+    assert hub_allow_patterns(files) == [
+        "config.json",
+        "model-00001-of-00003.safetensors",
+        "model.safetensors.index.json",
+    ]
+    assert hub_allow_patterns(["config.json", "consolidated.safetensors"]) == [
+        "config.json",
+        "consolidated.safetensors",
+    ]
 
 
 def test_allow_patterns_escape_glob_characters():
@@ -302,6 +383,7 @@ def test_allow_patterns_escape_glob_characters():
 
 
 # --- download -----------------------------------------------------------------------------------------------------
+
 
 def hub_source(revision=None):
     return ModelSource(kind="hub", path=None, repo_id="org/model", revision=revision, read_only=False)
@@ -315,18 +397,24 @@ def test_download_lists_then_fetches_the_resolved_commit(tmp_path):
     settings = make_settings(tmp_path, HF_TOKEN=TOKEN, MODEL_ID="org/model", MODEL_REVISION="main")
     stream = io.StringIO()
     snapshot = checkpoint(tmp_path / "cache" / "models" / "hub" / "snap")
-    with mock.patch("huggingface_hub.HfApi") as api, \
-            mock.patch("huggingface_hub.snapshot_download", return_value=str(snapshot)) as fetch, \
-            mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
+    with (
+        mock.patch("huggingface_hub.HfApi") as api,
+        mock.patch("huggingface_hub.snapshot_download", return_value=str(snapshot)) as fetch,
+        mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False),
+    ):
         api.return_value.model_info.return_value = model_info(LLAMA_FILES)
         result = sources.download(hub_source("main"), settings, Log(stream=stream, secrets=(TOKEN,)))
-    api.return_value.model_info.assert_called_once_with("org/model", revision="main", token=TOKEN,
-                                                        files_metadata=False)
-    fetch.assert_called_once_with(repo_id="org/model", revision="0123abcd" * 5, token=TOKEN,
-                                  cache_dir=str(tmp_path / "cache" / "models" / "hub"),
-                                  allow_patterns=hub_allow_patterns(LLAMA_FILES))
-    assert result == ModelSource(kind="checkpoint", path=snapshot, repo_id="org/model", revision="0123abcd" * 5,
-                                 read_only=True)
+    api.return_value.model_info.assert_called_once_with("org/model", revision="main", token=TOKEN, files_metadata=False)
+    fetch.assert_called_once_with(
+        repo_id="org/model",
+        revision="0123abcd" * 5,
+        token=TOKEN,
+        cache_dir=str(tmp_path / "cache" / "models" / "hub"),
+        allow_patterns=hub_allow_patterns(LLAMA_FILES),
+    )
+    assert result == ModelSource(
+        kind="checkpoint", path=snapshot, repo_id="org/model", revision="0123abcd" * 5, read_only=True
+    )
     assert identity(result) == {"repo_id": "org/model", "revision": "0123abcd" * 5}
     assert f"model fetched repo_id=org/model commit={'0123abcd' * 5}" in stream.getvalue()
     assert TOKEN not in stream.getvalue()
@@ -335,19 +423,25 @@ def test_download_lists_then_fetches_the_resolved_commit(tmp_path):
 def test_download_offline_uses_the_cached_snapshot(tmp_path):
     settings = make_settings(tmp_path, MODEL_ID="org/model")
     snapshot = checkpoint(tmp_path / "snapshots" / ("f" * 40))
-    with mock.patch("huggingface_hub.HfApi") as api, \
-            mock.patch("huggingface_hub.snapshot_download", return_value=str(snapshot)) as fetch, \
-            mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", True):
+    with (
+        mock.patch("huggingface_hub.HfApi") as api,
+        mock.patch("huggingface_hub.snapshot_download", return_value=str(snapshot)) as fetch,
+        mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", True),
+    ):
         result = sources.download(hub_source(), settings, Log(stream=io.StringIO()))
     api.assert_not_called()
-    fetch.assert_called_once_with(repo_id="org/model", revision=None, token=None,
-                                  cache_dir=str(tmp_path / "cache" / "models" / "hub"))
+    fetch.assert_called_once_with(
+        repo_id="org/model", revision=None, token=None, cache_dir=str(tmp_path / "cache" / "models" / "hub")
+    )
     assert (result.kind, result.path, result.revision) == ("checkpoint", snapshot, "f" * 40)
 
 
 def test_download_refuses_a_repo_without_weights_before_fetching(tmp_path):
-    with mock.patch("huggingface_hub.HfApi") as api, mock.patch("huggingface_hub.snapshot_download") as fetch, \
-            mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
+    with (
+        mock.patch("huggingface_hub.HfApi") as api,
+        mock.patch("huggingface_hub.snapshot_download") as fetch,
+        mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False),
+    ):
         api.return_value.model_info.return_value = model_info(["config.json", "model-q4.gguf", "original/x.pth"])
         with pytest.raises(UsageError, match=r"^org/model has no \*.safetensors or \*.bin weights"):
             sources.download(hub_source(), make_settings(tmp_path, MODEL_ID="org/model"), Log(stream=io.StringIO()))
@@ -355,8 +449,11 @@ def test_download_refuses_a_repo_without_weights_before_fetching(tmp_path):
 
 
 def test_download_refuses_a_repo_without_a_tokenizer_before_fetching(tmp_path):
-    with mock.patch("huggingface_hub.HfApi") as api, mock.patch("huggingface_hub.snapshot_download") as fetch, \
-            mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
+    with (
+        mock.patch("huggingface_hub.HfApi") as api,
+        mock.patch("huggingface_hub.snapshot_download") as fetch,
+        mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False),
+    ):
         api.return_value.model_info.return_value = model_info(["config.json", "model.safetensors"])
         with pytest.raises(UsageError, match=r"^org/model has no tokenizer files"):
             sources.download(hub_source(), make_settings(tmp_path, MODEL_ID="org/model"), Log(stream=io.StringIO()))
@@ -365,9 +462,11 @@ def test_download_refuses_a_repo_without_a_tokenizer_before_fetching(tmp_path):
 
 def test_download_of_a_snapshot_without_a_checkpoint_says_so(tmp_path):
     snapshot = write(tmp_path / "snap" / "model.safetensors", "x").parent
-    with mock.patch("huggingface_hub.HfApi") as api, \
-            mock.patch("huggingface_hub.snapshot_download", return_value=str(snapshot)), \
-            mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
+    with (
+        mock.patch("huggingface_hub.HfApi") as api,
+        mock.patch("huggingface_hub.snapshot_download", return_value=str(snapshot)),
+        mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False),
+    ):
         api.return_value.model_info.return_value = model_info(["model.safetensors", "tokenizer.json"])
         with pytest.raises(UsageError, match="holds no model that can be served"):
             sources.download(hub_source(), make_settings(tmp_path, MODEL_ID="org/model"), Log(stream=io.StringIO()))
@@ -389,6 +488,7 @@ def _response(status):
             continue
         return http.Response(status, request=http.Request("GET", "https://huggingface.co/api/models/org/model"))
     import requests
+
     response = requests.Response()
     response.status_code = status
     return response
@@ -398,28 +498,54 @@ def _http_error(cls, status):
     return cls(f"{status} Client Error (Authorization: Bearer {TOKEN})", response=_response(status))
 
 
-@pytest.mark.parametrize("make_error, message, hint", [
-    (lambda: _http_error(hub_errors.GatedRepoError, 403), "org/model is a gated model",
-     "request access on https://huggingface.co/org/model and set HF_TOKEN"),
-    (lambda: _http_error(hub_errors.RepositoryNotFoundError, 404), "model org/model was not found",
-     "check MODEL_ID"),
-    (lambda: _http_error(hub_errors.RevisionNotFoundError, 404), "revision 'v9' of org/model was not found",
-     "check MODEL_REVISION"),
-    (lambda: hub_errors.LocalEntryNotFoundError("not cached"), "org/model@v9 is not in the local cache",
-     "set MODEL_ID to its path"),
-    (lambda: ConnectionError("connection refused"), "the Hugging Face hub cannot be reached", "HF_HUB_OFFLINE=1"),
-    (lambda: hub_errors.OfflineModeIsEnabled("offline"), "the Hugging Face hub cannot be reached",
-     "HF_HUB_OFFLINE=1"),
-    (lambda: json.JSONDecodeError("Expecting value", "<html>proxy login</html>", 0),
-     "the Hugging Face hub's answer about org/model is not JSON", "a proxy or captive portal"),
-    (lambda: _http_error(hub_errors.HfHubHTTPError, 500),
-     "the Hugging Face hub refused to serve org/model: HTTP status 500",
-     "check MODEL_ID, MODEL_REVISION and HF_TOKEN"),
-])
+@pytest.mark.parametrize(
+    "make_error, message, hint",
+    [
+        (
+            lambda: _http_error(hub_errors.GatedRepoError, 403),
+            "org/model is a gated model",
+            "request access on https://huggingface.co/org/model and set HF_TOKEN",
+        ),
+        (
+            lambda: _http_error(hub_errors.RepositoryNotFoundError, 404),
+            "model org/model was not found",
+            "check MODEL_ID",
+        ),
+        (
+            lambda: _http_error(hub_errors.RevisionNotFoundError, 404),
+            "revision 'v9' of org/model was not found",
+            "check MODEL_REVISION",
+        ),
+        (
+            lambda: hub_errors.LocalEntryNotFoundError("not cached"),
+            "org/model@v9 is not in the local cache",
+            "set MODEL_ID to its path",
+        ),
+        (lambda: ConnectionError("connection refused"), "the Hugging Face hub cannot be reached", "HF_HUB_OFFLINE=1"),
+        (
+            lambda: hub_errors.OfflineModeIsEnabled("offline"),
+            "the Hugging Face hub cannot be reached",
+            "HF_HUB_OFFLINE=1",
+        ),
+        (
+            lambda: json.JSONDecodeError("Expecting value", "<html>proxy login</html>", 0),
+            "the Hugging Face hub's answer about org/model is not JSON",
+            "a proxy or captive portal",
+        ),
+        (
+            lambda: _http_error(hub_errors.HfHubHTTPError, 500),
+            "the Hugging Face hub refused to serve org/model: HTTP status 500",
+            "check MODEL_ID, MODEL_REVISION and HF_TOKEN",
+        ),
+    ],
+)
 def test_hub_errors_become_one_line_errors_without_the_token(tmp_path, make_error, message, hint):
     settings = make_settings(tmp_path, HF_TOKEN=TOKEN, MODEL_ID="org/model")
-    with mock.patch("huggingface_hub.HfApi") as api, mock.patch("huggingface_hub.snapshot_download"), \
-            mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
+    with (
+        mock.patch("huggingface_hub.HfApi") as api,
+        mock.patch("huggingface_hub.snapshot_download"),
+        mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False),
+    ):
         api.return_value.model_info.side_effect = make_error()
         with pytest.raises(EntrypointError) as err:
             sources.download(hub_source("v9"), settings, Log(stream=io.StringIO(), secrets=(TOKEN,)))
@@ -451,15 +577,19 @@ def test_unrelated_errors_are_not_disguised(tmp_path):
 
 # --- read_config: config.json alone, before any download --------------------------------------------------------
 
+
 def test_read_config_of_a_hub_model_fetches_that_file_alone(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "phi3"}))
     settings = make_settings(tmp_path, HF_TOKEN=TOKEN, MODEL_ID="org/model")
-    with mock.patch("huggingface_hub.hf_hub_download", return_value=str(config)) as fetch, \
-            mock.patch("huggingface_hub.snapshot_download") as snapshot:
+    with (
+        mock.patch("huggingface_hub.hf_hub_download", return_value=str(config)) as fetch,
+        mock.patch("huggingface_hub.snapshot_download") as snapshot,
+    ):
         assert sources.read_config(hub_source("v9"), settings) == {"model_type": "phi3"}
-    fetch.assert_called_once_with("org/model", "config.json", revision="v9", token=TOKEN,
-                                  cache_dir=str(tmp_path / "cache" / "models" / "hub"))
+    fetch.assert_called_once_with(
+        "org/model", "config.json", revision="v9", token=TOKEN, cache_dir=str(tmp_path / "cache" / "models" / "hub")
+    )
     snapshot.assert_not_called()
 
 
@@ -469,7 +599,7 @@ def test_read_config_translates_hub_errors_without_the_token(tmp_path):
         mock.patch("huggingface_hub.hf_hub_download", side_effect=_http_error(hub_errors.GatedRepoError, 403)),
         pytest.raises(EntrypointError, match="org/model is a gated model") as err,
     ):
-            sources.read_config(hub_source(), settings)
+        sources.read_config(hub_source(), settings)
     assert TOKEN not in str(err.value) and err.value.__cause__ is None
 
 

@@ -24,20 +24,25 @@ def caps(real, tag: str) -> support.TagCapabilities:
 
 # --- the real data -------------------------------------------------------------------------------------------------
 
+
 def test_every_tag_has_exactly_one_examples_layout_and_0_20_switches_it(real):
     the_matrix, capabilities, _ = real
     layouts = {entry.tag: capabilities.of(entry).examples_layout for entry in the_matrix.entries}
     assert {tag for tag, layout in layouts.items() if layout == "models"} == {
-        e.tag for e in the_matrix.entries if e.backend.subdir}   # 25.06 on: the backend moved too
+        e.tag for e in the_matrix.entries if e.backend.subdir
+    }  # 25.06 on: the backend moved too
 
 
-@pytest.mark.parametrize("tag,present,absent", [
-    ("24.02", set(), {"engine_build"}),                                   # TensorRT-LLM 0.8.0
-    ("24.05", {"engine_build"}, {"converter_dtype_auto", "llmapi_workflow"}),
-    ("24.12", {"python_3_12_wheels", "openai_frontend"}, {"app_in_image"}),
-    ("25.05", {"llmapi_workflow", "app_in_image"}, {"backend_in_tensorrt_llm"}),
-    ("25.09", {"engine_deprecated", "backend_in_tensorrt_llm"}, set()),
-])
+@pytest.mark.parametrize(
+    "tag,present,absent",
+    [
+        ("24.02", set(), {"engine_build"}),  # TensorRT-LLM 0.8.0
+        ("24.05", {"engine_build"}, {"converter_dtype_auto", "llmapi_workflow"}),
+        ("24.12", {"python_3_12_wheels", "openai_frontend"}, {"app_in_image"}),
+        ("25.05", {"llmapi_workflow", "app_in_image"}, {"backend_in_tensorrt_llm"}),
+        ("25.09", {"engine_deprecated", "backend_in_tensorrt_llm"}, set()),
+    ],
+)
 def test_features_per_tag(real, tag, present, absent):
     features = set(caps(real, tag).features)
     assert present <= features and not absent & features
@@ -45,9 +50,9 @@ def test_features_per_tag(real, tag, present, absent):
 
 def test_trtllm_build_flags_follow_the_release_notes(real):
     flags = {tag: set(caps(real, tag).flags["trtllm-build"]) for tag in ("24.06", "24.07", "24.08")}
-    assert "--max_output_len" in flags["24.06"] and "--max_seq_len" not in flags["24.06"]       # 0.10
-    assert {"--max_output_len", "--max_seq_len"} <= flags["24.07"]                              # 0.11: both
-    assert "--max_output_len" not in flags["24.08"] and "--kv_cache_type" in flags["24.08"]    # 0.12
+    assert "--max_output_len" in flags["24.06"] and "--max_seq_len" not in flags["24.06"]  # 0.10
+    assert {"--max_output_len", "--max_seq_len"} <= flags["24.07"]  # 0.11: both
+    assert "--max_output_len" not in flags["24.08"] and "--kv_cache_type" in flags["24.08"]  # 0.12
 
 
 def test_model_records_name_the_tags_per_workflow(real):
@@ -85,6 +90,7 @@ def test_unknown_names_list_the_known_ones(real):
 
 # --- validation ----------------------------------------------------------------------------------------------------
 
+
 def write(tmp_path, name: str, data) -> object:
     path = tmp_path / name
     path.write_text(yaml.safe_dump(data))
@@ -95,15 +101,21 @@ def real_yaml(name: str) -> dict:
     return yaml.safe_load((support.ROOT / name).read_text())
 
 
-@pytest.mark.parametrize("change,words", [
-    (lambda d: d["features"]["engine_build"].update(since="0.9"), None),
-    (lambda d: d["features"]["engine_build"].update(since="nine"), "features.engine_build.since: expected a quoted"),
-    (lambda d: d["features"]["engine_build"].update(after="1.0.0"), "features.engine_build.after: unknown key"),
-    (lambda d: d["flags"]["trtllm-build"].update(max_seq_len={}), "a flag starts with --"),
-    (lambda d: d["flags"].update(nvcc={}), "flags.nvcc: unknown program; allowed: trtllm-build"),
-    (lambda d: d["examples_layout"].pop("flat"), "expected exactly the layouts flat, models"),
-    (lambda d: d.pop("flags"), "top level: expected the keys features, examples_layout, flags"),
-])
+@pytest.mark.parametrize(
+    "change,words",
+    [
+        (lambda d: d["features"]["engine_build"].update(since="0.9"), None),
+        (
+            lambda d: d["features"]["engine_build"].update(since="nine"),
+            "features.engine_build.since: expected a quoted",
+        ),
+        (lambda d: d["features"]["engine_build"].update(after="1.0.0"), "features.engine_build.after: unknown key"),
+        (lambda d: d["flags"]["trtllm-build"].update(max_seq_len={}), "a flag starts with --"),
+        (lambda d: d["flags"].update(nvcc={}), "flags.nvcc: unknown program; allowed: trtllm-build"),
+        (lambda d: d["examples_layout"].pop("flat"), "expected exactly the layouts flat, models"),
+        (lambda d: d.pop("flags"), "top level: expected the keys features, examples_layout, flags"),
+    ],
+)
 def test_capabilities_validation_names_the_field(tmp_path, change, words):
     data = copy.deepcopy(real_yaml("capabilities.yaml"))
     change(data)
@@ -125,28 +137,45 @@ def test_overlapping_layout_rules_are_refused_when_applied(tmp_path, real):
 
 
 def model(**changes) -> dict:
-    data = {"model_type": "x", "architectures": ["XForCausalLM"],
-            "engine": {"since": "0.9.0", "folder": {"flat": "x", "models": "core/x"}},
-            "llmapi": None, "sources": ["test"]}
+    data = {
+        "model_type": "x",
+        "architectures": ["XForCausalLM"],
+        "engine": {"since": "0.9.0", "folder": {"flat": "x", "models": "core/x"}},
+        "llmapi": None,
+        "sources": ["test"],
+    }
     data.update(changes)
     return data
 
 
-@pytest.mark.parametrize("models,words", [
-    ([model()], None),
-    ([model(engine=None)], "engine and llmapi are both null"),
-    ([model(colour="red")], "model x: colour: unknown key"),
-    ([{k: v for k, v in model().items() if k != "sources"}], "model x: sources: missing key"),
-    ([model(engine={"since": "0.9.0", "folder": {"flat": "x"}})], "folder: expected a relative folder for each"),
-    ([model(engine={"since": "0.9.0", "folder": {"flat": "x", "models": "x"}})], "expected core/<dir> or contrib"),
-    ([model(engine={"folder": {"flat": "x", "models": "core/x"}})], "engine.since: missing"),
-    ([model(llmapi={"since": "0.19"})], None),
-    ([model(llmapi={"from": "0.19.0"})], "llmapi: expected null or {since: VERSION}"),
-    ([model(uncertain={"engine": ""})], "uncertain.engine: expected one of engine, engine.args, llmapi"),
-    ([model(), model(model_type="y", aliases=["x"])], "model y: 'x' is already a name of model x"),
-    ([model(engine={"since": "0.9.0", "folder": {"flat": "x", "models": "core/x"},
-                    "args": [{"args": ["--a", "b"], "sine": "0.10.0"}]})], "args[0].sine: unknown key"),
-])
+@pytest.mark.parametrize(
+    "models,words",
+    [
+        ([model()], None),
+        ([model(engine=None)], "engine and llmapi are both null"),
+        ([model(colour="red")], "model x: colour: unknown key"),
+        ([{k: v for k, v in model().items() if k != "sources"}], "model x: sources: missing key"),
+        ([model(engine={"since": "0.9.0", "folder": {"flat": "x"}})], "folder: expected a relative folder for each"),
+        ([model(engine={"since": "0.9.0", "folder": {"flat": "x", "models": "x"}})], "expected core/<dir> or contrib"),
+        ([model(engine={"folder": {"flat": "x", "models": "core/x"}})], "engine.since: missing"),
+        ([model(llmapi={"since": "0.19"})], None),
+        ([model(llmapi={"from": "0.19.0"})], "llmapi: expected null or {since: VERSION}"),
+        ([model(uncertain={"engine": ""})], "uncertain.engine: expected one of engine, engine.args, llmapi"),
+        ([model(), model(model_type="y", aliases=["x"])], "model y: 'x' is already a name of model x"),
+        (
+            [
+                model(
+                    engine={
+                        "since": "0.9.0",
+                        "folder": {"flat": "x", "models": "core/x"},
+                        "args": [{"args": ["--a", "b"], "sine": "0.10.0"}],
+                    }
+                )
+            ],
+            "args[0].sine: unknown key",
+        ),
+    ],
+)
 def test_models_validation_names_the_model_and_the_field(tmp_path, models, words):
     path = write(tmp_path, "models.yaml", {"models": models})
     if words is None:

@@ -18,14 +18,19 @@ from trtllm_images import backend_assets, matrix, upstream
 from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.upstream import Lock, Pin
 
-GOOD = tarball("kserve-0.20.0", {
-    "config/crd/full/serving.kserve.io_servingruntimes.yaml": b"kind: CustomResourceDefinition\n",
-    "config/crd/full/kustomization.yaml": b"not kept\n",
-    "tools/run.sh": b"#!/bin/sh\n",
-    "README.md": b"not kept\n",
-}, symlinks={"tools/inside": "run.sh", "tools/outside": "../../../etc/passwd", "tools/absolute": "/etc/passwd"})
-LAYOUT = MappingProxyType({"config/crd/full/serving.kserve.io_servingruntimes.yaml":
-                           "kserve/crd/serving.kserve.io_servingruntimes.yaml"})
+GOOD = tarball(
+    "kserve-0.20.0",
+    {
+        "config/crd/full/serving.kserve.io_servingruntimes.yaml": b"kind: CustomResourceDefinition\n",
+        "config/crd/full/kustomization.yaml": b"not kept\n",
+        "tools/run.sh": b"#!/bin/sh\n",
+        "README.md": b"not kept\n",
+    },
+    symlinks={"tools/inside": "run.sh", "tools/outside": "../../../etc/passwd", "tools/absolute": "/etc/passwd"},
+)
+LAYOUT = MappingProxyType(
+    {"config/crd/full/serving.kserve.io_servingruntimes.yaml": "kserve/crd/serving.kserve.io_servingruntimes.yaml"}
+)
 
 
 def quiet(message: str) -> None:
@@ -119,8 +124,9 @@ def test_unpinned_archive_is_refused_without_any_request_unless_allowed(server, 
     assert upstream.REFRESH in info.value.hint and upstream.ALLOW_UNPINNED_FLAG in info.value.hint
     assert "--backend-dir DIR" in info.value.hint
     assert server.requests == []
-    archive = upstream.fetch(pin_for(server, sha=None), tmp_path, local_copy="x", log=messages.append,
-                             allow_unpinned=True)
+    archive = upstream.fetch(
+        pin_for(server, sha=None), tmp_path, local_copy="x", log=messages.append, allow_unpinned=True
+    )
     assert archive.read_bytes() == GOOD
     assert any("unverified" in m for m in messages)
 
@@ -159,8 +165,11 @@ def test_unpacked_size_limit_refuses_the_archive(server, tmp_path, monkeypatch):
 def test_extract_keeps_the_members_asked_for_and_only_links_that_stay_inside(server, tmp_path):
     archive = fetch(pin_for(server), tmp_path / "cache")
     upstream.extract(archive, "kserve", {"tools": "bin", **LAYOUT}, tmp_path / "out")
-    got = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*")
-                 if p.is_file() or p.is_symlink())
+    got = sorted(
+        p.relative_to(tmp_path / "out").as_posix()
+        for p in (tmp_path / "out").rglob("*")
+        if p.is_file() or p.is_symlink()
+    )
     assert got == ["bin/inside", "bin/run.sh", "kserve/crd/serving.kserve.io_servingruntimes.yaml"]
     assert (tmp_path / "out/bin/run.sh").stat().st_mode & 0o111
 
@@ -168,8 +177,9 @@ def test_extract_keeps_the_members_asked_for_and_only_links_that_stay_inside(ser
 def test_materialize_layout_builds_the_upstream_dir_once_per_lock(server, tmp_path):
     lock = Lock((pin_for(server),))
     root = upstream.materialize_layout(lock, tmp_path, local_copy="x", log=quiet)
-    assert (root / "kserve/crd/serving.kserve.io_servingruntimes.yaml").read_bytes() == \
-        b"kind: CustomResourceDefinition\n"
+    assert (
+        root / "kserve/crd/serving.kserve.io_servingruntimes.yaml"
+    ).read_bytes() == b"kind: CustomResourceDefinition\n"
     assert upstream.materialize_layout(lock, tmp_path, local_copy="x", log=quiet) == root
     other = Lock((replace(pin_for(server), layout=MappingProxyType({"tools": "tools"})),))
     assert upstream.materialize_layout(other, tmp_path, local_copy="x", log=quiet) != root
@@ -183,14 +193,17 @@ def test_materialize_layout_with_an_unpinned_archive_writes_nothing(server, tmp_
 
 # --- the lock ---------------------------------------------------------------------------------------------------
 
+
 def test_refresh_records_missing_digests_keeps_test_archives_and_drops_stale_ones(server, tmp_path):
     server.served["/b.tar.gz"] = b"backend bytes"
     wanted = Pin("o/backend", "v1.0.0", server.url("/b.tar.gz"), None, upstream.NOT_RECORDED)
     stale = Pin("o/backend", "v0.1.0", server.url("/b.tar.gz"), "0" * 64)
     lock = Lock((pin_for(server, sha=None), wanted, stale), tmp_path / "lock.json")
     fresh = upstream.refresh(lock, [("o/backend", "v1.0.0")], log=quiet)
-    assert {p.name: p.sha256 for p in fresh.pins} == {"kserve/kserve@v0.20.0": sha256(GOOD),
-                                                     "o/backend@v1.0.0": sha256(b"backend bytes")}
+    assert {p.name: p.sha256 for p in fresh.pins} == {
+        "kserve/kserve@v0.20.0": sha256(GOOD),
+        "o/backend@v1.0.0": sha256(b"backend bytes"),
+    }
     assert all(p.uncertain == "" for p in fresh.pins)
     assert fresh.pins[0].layout == LAYOUT
 
@@ -222,12 +235,15 @@ def test_lock_round_trips(tmp_path):
     assert upstream.load_lock(lock.path) == lock
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"sha256": None}, "needs an `uncertain` reason"),
-    ({"sha256": "ABC"}, "not 64 lowercase hex"),
-    ({"layout": {"../x": "y"}}, "relative"),
-    ({"layout": {"x": "/etc"}}, "relative"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"sha256": None}, "needs an `uncertain` reason"),
+        ({"sha256": "ABC"}, "not 64 lowercase hex"),
+        ({"layout": {"../x": "y"}}, "relative"),
+        ({"layout": {"x": "/etc"}}, "relative"),
+    ],
+)
 def test_lock_rejects_what_it_cannot_trust(tmp_path, change, words):
     record = {"repo": "o/r", "ref": "v1", "url": "https://x/a.tar.gz", "sha256": "a" * 64, **change}
     path = tmp_path / "lock.json"
@@ -246,10 +262,13 @@ def test_the_repository_lock_pins_every_archive_the_matrix_needs():
     assert layout == {"tensorrtllm_backend", "tensorrt_llm", "kserve"}
 
 
-@pytest.mark.parametrize("environ, expected", [
-    ({"XDG_CACHE_HOME": "/var/tmp/xdg"}, Path("/var/tmp/xdg/trtllm-images")),
-    ({"XDG_CACHE_HOME": "relative/ignored"}, Path.home() / ".cache" / "trtllm-images"),
-    ({}, Path.home() / ".cache" / "trtllm-images"),
-])
+@pytest.mark.parametrize(
+    "environ, expected",
+    [
+        ({"XDG_CACHE_HOME": "/var/tmp/xdg"}, Path("/var/tmp/xdg/trtllm-images")),
+        ({"XDG_CACHE_HOME": "relative/ignored"}, Path.home() / ".cache" / "trtllm-images"),
+        ({}, Path.home() / ".cache" / "trtllm-images"),
+    ],
+)
 def test_cache_root_follows_xdg(environ, expected):
     assert upstream.cache_root(environ) == expected

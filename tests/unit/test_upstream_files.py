@@ -73,10 +73,20 @@ def test_missing_files_skip_with_one_line_or_fail_under_ci(tmp_path, ci, outcome
     """In a separate pytest: a directory as TRTLLM_UPSTREAM_DIR that lacks the files."""
     (tmp_path / "test_needs.py").write_text(HELPER_TEST)
     (tmp_path / "empty").mkdir()
-    env = {"PATH": "/usr/bin:/bin", "CI": ci, upstream_files.ENV: str(tmp_path / "empty"),
-           "PYTHONPATH": str(REPO), "HOME": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                             str(tmp_path / "test_needs.py")], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=120)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "CI": ci,
+        upstream_files.ENV: str(tmp_path / "empty"),
+        "PYTHONPATH": str(REPO),
+        "HOME": str(tmp_path),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tmp_path / "test_needs.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert outcome in result.stdout, result.stdout + result.stderr
     assert "kserve/crd is missing from" in result.stdout and "python build.py upstream fetch" in result.stdout

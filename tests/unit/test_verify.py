@@ -1,4 +1,5 @@
 """verify: the probe-vs-matrix rules (pure) and the probe run against a fake container API (no daemon)."""
+
 from __future__ import annotations
 
 import json
@@ -187,7 +188,7 @@ class FakeContainer:
 class FakeContainers:
     def __init__(self, container=None, create_error=None, by_command=None):
         self.container, self.create_error, self.created = container, create_error, []
-        self.by_command = by_command or {}   # `trtllm-entrypoint COMMAND` -> its container
+        self.by_command = by_command or {}  # `trtllm-entrypoint COMMAND` -> its container
 
     def create(self, image, **kwargs):
         self.created.append((image, kwargs))
@@ -205,7 +206,7 @@ def test_run_probe_runs_the_entrypoint_probe_and_removes_the_container():
     container = FakeContainer(stdout=json.dumps(good_probe()).encode())
     client = FakeClient(container=container)
     assert verify.run_probe(client, "img:1") == good_probe()
-    (image, kwargs), = client.containers.created
+    ((image, kwargs),) = client.containers.created
     assert image == "img:1"
     assert kwargs["entrypoint"] == ["trtllm-entrypoint"] and kwargs["command"] == ["probe"]
     assert container.removed
@@ -244,13 +245,25 @@ def test_a_probe_that_hangs_is_removed_and_reported():
     assert container.removed
 
 
-FLAGS_OK = {"tag": "25.01", "programs": [{"program": "trtllm-build", "help": ["trtllm-build", "--help"],
-                                          "flags": ["--max_seq_len"], "missing": [], "error": None}]}
+FLAGS_OK = {
+    "tag": "25.01",
+    "programs": [
+        {
+            "program": "trtllm-build",
+            "help": ["trtllm-build", "--help"],
+            "flags": ["--max_seq_len"],
+            "missing": [],
+            "error": None,
+        }
+    ],
+}
 
 
 def test_verify_image_is_probe_plus_compare_plus_flags():
-    client = FakeClient(container=FakeContainer(stdout=json.dumps(good_probe(python="3.10.12")).encode()),
-                        by_command={"flags": FakeContainer(stdout=json.dumps(FLAGS_OK).encode())})
+    client = FakeClient(
+        container=FakeContainer(stdout=json.dumps(good_probe(python="3.10.12")).encode()),
+        by_command={"flags": FakeContainer(stdout=json.dumps(FLAGS_OK).encode())},
+    )
     result = verify.verify_image(client, Entry(), "server", "img:1")
     assert [(m.field, m.level) for m in result.errors] == [("python", "error")]
     assert result.ref == "img:1" and result.kind == "server"
@@ -259,24 +272,51 @@ def test_verify_image_is_probe_plus_compare_plus_flags():
 
 
 def test_a_flag_the_program_lacks_fails_the_build_naming_program_flag_and_tag():
-    report = {"tag": "24.08", "programs": [
-        {"program": "trtllm-build", "help": [], "flags": ["--kv_cache_type", "--max_seq_len"],
-         "missing": ["--kv_cache_type"], "error": None},
-        {"program": "examples/qwen/convert_checkpoint.py", "help": [], "flags": ["--model_dir"], "missing": [],
-         "error": "/app/examples/qwen/convert_checkpoint.py does not exist"},
-        {"program": "examples/gpt/convert_checkpoint.py", "help": [], "flags": ["--model_dir"], "missing": [],
-         "error": None, "unverified": "`python3 … --help` listed no flags: ImportError: libcuda.so.1"}]}
-    client = FakeClient(container=FakeContainer(stdout=json.dumps(good_probe(tag="24.08")).encode()),
-                        by_command={"flags": FakeContainer(stdout=json.dumps(report).encode())})
+    report = {
+        "tag": "24.08",
+        "programs": [
+            {
+                "program": "trtllm-build",
+                "help": [],
+                "flags": ["--kv_cache_type", "--max_seq_len"],
+                "missing": ["--kv_cache_type"],
+                "error": None,
+            },
+            {
+                "program": "examples/qwen/convert_checkpoint.py",
+                "help": [],
+                "flags": ["--model_dir"],
+                "missing": [],
+                "error": "/app/examples/qwen/convert_checkpoint.py does not exist",
+            },
+            {
+                "program": "examples/gpt/convert_checkpoint.py",
+                "help": [],
+                "flags": ["--model_dir"],
+                "missing": [],
+                "error": None,
+                "unverified": "`python3 … --help` listed no flags: ImportError: libcuda.so.1",
+            },
+        ],
+    }
+    client = FakeClient(
+        container=FakeContainer(stdout=json.dumps(good_probe(tag="24.08")).encode()),
+        by_command={"flags": FakeContainer(stdout=json.dumps(report).encode())},
+    )
     result = verify.verify_image(client, Entry(tag="24.08"), "server", "trtllm-serve:24.08-trtllm-0.12.0")
     with pytest.raises(BuildError) as caught:
         result.raise_for_errors()
-    assert ("flags.trtllm-build: expected --kv_cache_type (our plans pass it), found no --kv_cache_type in its "
-            "--help at tag 24.08") in caught.value.message
-    assert ("flags.examples/qwen/convert_checkpoint.py: expected the program our plans run, found "
-            "/app/examples/qwen/convert_checkpoint.py does not exist") in caught.value.message
+    assert (
+        "flags.trtllm-build: expected --kv_cache_type (our plans pass it), found no --kv_cache_type in its "
+        "--help at tag 24.08"
+    ) in caught.value.message
+    assert (
+        "flags.examples/qwen/convert_checkpoint.py: expected the program our plans run, found "
+        "/app/examples/qwen/convert_checkpoint.py does not exist"
+    ) in caught.value.message
     assert [m.field for m in result.warnings if m.field.startswith("flags.")] == [
-        "flags.examples/gpt/convert_checkpoint.py"], "a help that printed nothing is reported, not passed"
+        "flags.examples/gpt/convert_checkpoint.py"
+    ], "a help that printed nothing is reported, not passed"
     assert verify.flag_mismatches(Entry(), {"programs": []})[0].field == "flags", "nothing checked is an error"
 
 

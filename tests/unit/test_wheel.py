@@ -55,7 +55,7 @@ def test_same_sources_give_the_same_bytes_whatever_the_mtimes(project, tmp_path)
     second = build_wheel(project, dest=tmp_path / "b")
     assert second.read_bytes() == first
     assert second.name == "trtllm_entrypoint-1.2.3-py3-none-any.whl"
-    assert [p.name for p in second.parent.iterdir()] == [second.name]   # no temp files left
+    assert [p.name for p in second.parent.iterdir()] == [second.name]  # no temp files left
 
 
 def test_changed_source_changes_the_bytes(project, tmp_path):
@@ -78,8 +78,10 @@ def test_wheel_layout_and_metadata(project, tmp_path):
         metadata = archive.read(f"{info}/METADATA").decode()
         assert "Name: trtllm-entrypoint\n" in metadata and "Version: 1.2.3\n" in metadata
         assert "Requires-Python: >=3.10" in metadata
-        assert archive.read(f"{info}/entry_points.txt").decode() == \
-            "[console_scripts]\ntrtllm-entrypoint = trtllm_entrypoint.main:main\n"
+        assert (
+            archive.read(f"{info}/entry_points.txt").decode()
+            == "[console_scripts]\ntrtllm-entrypoint = trtllm_entrypoint.main:main\n"
+        )
         rows = list(csv.reader(io.StringIO(archive.read(f"{info}/RECORD").decode())))
         assert sorted(row[0] for row in rows) == sorted(names)
         for name, digest, size in rows:
@@ -94,12 +96,31 @@ def test_wheel_layout_and_metadata(project, tmp_path):
 def test_pip_installs_it_offline_with_the_console_script(project, tmp_path):
     wheel = build_wheel(project, dest=tmp_path / "dist")
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-                    "--disable-pip-version-check", "--target", str(target), str(wheel)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+    )
     script = target / "bin" / "trtllm-entrypoint"
     assert "from trtllm_entrypoint.main import main" in script.read_text()
-    result = subprocess.run([sys.executable, str(script)], env={**os.environ, "PYTHONPATH": str(target)},
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        env={**os.environ, "PYTHONPATH": str(target)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert result.stdout == "hello from the entrypoint\n"
 
 
@@ -109,8 +130,9 @@ def test_the_real_entrypoints_project_builds(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     assert "trtllm_entrypoint/contract.py" in names
-    assert {p.relative_to(ENTRYPOINTS_DIR).as_posix() for p in (ENTRYPOINTS_DIR / "trtllm_entrypoint").glob("*.py")} \
-        <= names
+    assert {
+        p.relative_to(ENTRYPOINTS_DIR).as_posix() for p in (ENTRYPOINTS_DIR / "trtllm_entrypoint").glob("*.py")
+    } <= names
 
 
 def test_pyproject_without_version_is_a_build_error(project, tmp_path):

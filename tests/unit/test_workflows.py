@@ -44,7 +44,7 @@ def cli_invocations(workflow: dict) -> list[list[str]]:
         for line in commands(step.get("run", "")):
             words = shlex.split(line)
             if "build.py" in words:
-                args = words[words.index("build.py") + 1:]
+                args = words[words.index("build.py") + 1 :]
                 cut = next((i for i, word in enumerate(args) if word in SHELL_OPERATORS), len(args))
                 found.append(args[:cut])
     return found
@@ -124,8 +124,14 @@ def test_matrix_script_emits_the_supported_tags(tmp_path):
 
 
 def test_referenced_scripts_exist():
-    referenced = {word for path in FILES for _, _, step in steps(load(path))
-                  for line in commands(step.get("run", "")) for word in shlex.split(line) if word.startswith(".ci/")}
+    referenced = {
+        word
+        for path in FILES
+        for _, _, step in steps(load(path))
+        for line in commands(step.get("run", ""))
+        for word in shlex.split(line)
+        if word.startswith(".ci/")
+    }
     assert ".ci/run" in referenced
     for script in referenced:
         assert (REPO / script).is_file(), f"{script} is referenced by a workflow but missing"

@@ -58,14 +58,16 @@ class TritonPythonModel:
             engine_config = json.loads(engine_config_path.read_text())
         except (OSError, ValueError) as exc:
             raise pb_utils.TritonModelException(
-                f"[TensorRT-LLM][ERROR] cannot read {engine_config_path}: {exc}") from None
+                f"[TensorRT-LLM][ERROR] cannot read {engine_config_path}: {exc}"
+            ) from None
         world_size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
         rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
         engine_world = _engine_world_size(engine_config)
         if engine_world != world_size:
             raise pb_utils.TritonModelException(
                 f"[TensorRT-LLM][ERROR] the engine was built for world size {engine_world}, "
-                f"but the MPI world size is {world_size}")
+                f"but the MPI world size is {world_size}"
+            )
         if not (Path(engine_dir) / f"rank{rank}.engine").is_file():
             raise pb_utils.TritonModelException(f"[TensorRT-LLM][ERROR] no rank{rank}.engine in {engine_dir}")
         build = engine_config.get("build_config") or {}
@@ -73,8 +75,9 @@ class TritonPythonModel:
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.exclude_input = _param(config, "exclude_input_in_output") == "true"
         self.delay_s = float(os.environ.get("TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S") or 0)
-        self.outputs = [(o["name"], pb_utils.triton_string_to_numpy(o["data_type"]), o["dims"])
-                        for o in config["output"]]
+        self.outputs = [
+            (o["name"], pb_utils.triton_string_to_numpy(o["data_type"]), o["dims"]) for o in config["output"]
+        ]
         self.in_flight = []  # [request, sender, streaming, tokens, steps left]: the engine thread's batch
         self.wake = threading.Condition()
         if self.decoupled:
@@ -84,8 +87,10 @@ class TritonPythonModel:
 
     def _response(self, tokens):
         """One response holding `tokens` as output_ids; every other declared output zero-filled."""
-        known = {"output_ids": np.array(tokens, dtype=np.int32).reshape(1, 1, -1),
-                 "sequence_length": np.array([[len(tokens)]], dtype=np.int32)}
+        known = {
+            "output_ids": np.array(tokens, dtype=np.int32).reshape(1, 1, -1),
+            "sequence_length": np.array([[len(tokens)]], dtype=np.int32),
+        }
         tensors = []
         for name, dtype, dims in self.outputs:
             value = known.get(name)
@@ -98,10 +103,12 @@ class TritonPythonModel:
         """The request's tokens one at a time (a stream never repeats the prompt), or raise ValueError for a
         request the real backend rejects."""
         ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy().reshape(-1).tolist()
-        ids = ids[:int(_first(request, "input_lengths", len(ids)))]
+        ids = ids[: int(_first(request, "input_lengths", len(ids)))]
         if len(ids) > self.max_input_len:
-            raise ValueError(f"[TensorRT-LLM][ERROR] the prompt has {len(ids)} tokens, more than the engine's "
-                             f"max_input_len {self.max_input_len}")
+            raise ValueError(
+                f"[TensorRT-LLM][ERROR] the prompt has {len(ids)} tokens, more than the engine's "
+                f"max_input_len {self.max_input_len}"
+            )
         wanted = int(_first(request, "request_output_len", 16))
         exclude = bool(_first(request, "exclude_input_in_output", self.exclude_input))
         if not (exclude or streaming):
@@ -133,8 +140,10 @@ class TritonPythonModel:
             streaming = bool(_first(request, "streaming", False))
             tokens = list(self._generate(request, streaming=streaming, delay_s=0))
         except ValueError as exc:
-            sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(exc))),
-                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            sender.send(
+                pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(exc))),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
             return
         steps = int(_first(request, "request_output_len", 16))
         with self.wake:

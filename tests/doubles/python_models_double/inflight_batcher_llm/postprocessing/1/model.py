@@ -18,15 +18,18 @@ class TritonPythonModel:
         params = {k: v["string_value"] for k, v in (config.get("parameters") or {}).items()}
         self.tokenizer = AutoTokenizer.from_pretrained(params["tokenizer_dir"])
         self.skip_special_tokens = params.get("skip_special_tokens", "${").lower() != "false"
-        self.outputs = [(o["name"], pb_utils.triton_string_to_numpy(o["data_type"]), o["dims"])
-                        for o in config["output"]]
+        self.outputs = [
+            (o["name"], pb_utils.triton_string_to_numpy(o["data_type"]), o["dims"]) for o in config["output"]
+        ]
 
     def _decode(self, request):
-        tokens = pb_utils.get_input_tensor_by_name(request, "TOKENS_BATCH").as_numpy()      # [batch, beam, seq]
+        tokens = pb_utils.get_input_tensor_by_name(request, "TOKENS_BATCH").as_numpy()  # [batch, beam, seq]
         lengths = pb_utils.get_input_tensor_by_name(request, "SEQUENCE_LENGTH").as_numpy()  # [batch, beam]
-        texts = [self.tokenizer.decode(beam[:length].tolist(), skip_special_tokens=self.skip_special_tokens).encode()
-                 for batch, batch_lengths in zip(tokens, lengths, strict=True)
-                 for beam, length in zip(batch, batch_lengths, strict=True)]
+        texts = [
+            self.tokenizer.decode(beam[:length].tolist(), skip_special_tokens=self.skip_special_tokens).encode()
+            for batch, batch_lengths in zip(tokens, lengths, strict=True)
+            for beam, length in zip(batch, batch_lengths, strict=True)
+        ]
         return np.array(texts, dtype=object)
 
     def execute(self, requests):
@@ -38,8 +41,9 @@ class TritonPythonModel:
                     value = self._decode(request)
                 else:
                     given = pb_utils.get_input_tensor_by_name(request, name.removeprefix("OUT_"))
-                    value = given.as_numpy() if given is not None else np.zeros([1] + [1 if d == -1 else d
-                                                                                       for d in dims])
+                    value = (
+                        given.as_numpy() if given is not None else np.zeros([1] + [1 if d == -1 else d for d in dims])
+                    )
                 tensors.append(pb_utils.Tensor(name, value.astype(dtype)))
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         return responses

@@ -28,8 +28,9 @@ class TritonPythonModel:
         eos = self.tokenizer.eos_token_id
         self.end_id = eos if eos is not None else 0
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.end_id
-        self.outputs = [(o["name"], pb_utils.triton_string_to_numpy(o["data_type"]), o["dims"])
-                        for o in config["output"]]
+        self.outputs = [
+            (o["name"], pb_utils.triton_string_to_numpy(o["data_type"]), o["dims"]) for o in config["output"]
+        ]
 
     def _encode(self, text):
         return self.tokenizer.encode(text, add_special_tokens=self.add_special_tokens)
@@ -51,8 +52,10 @@ class TritonPythonModel:
         end_id = pb_utils.get_input_tensor_by_name(request, "END_ID")
         pad_id = pb_utils.get_input_tensor_by_name(request, "PAD_ID")
         return {
-            "INPUT_ID": np.array([ids]), "REQUEST_INPUT_LEN": np.array([[len(ids)]]),
-            "DECODER_INPUT_ID": np.array([decoder_ids]), "REQUEST_DECODER_INPUT_LEN": np.array([[len(decoder_ids)]]),
+            "INPUT_ID": np.array([ids]),
+            "REQUEST_INPUT_LEN": np.array([[len(ids)]]),
+            "DECODER_INPUT_ID": np.array([decoder_ids]),
+            "REQUEST_DECODER_INPUT_LEN": np.array([[len(decoder_ids)]]),
             "BAD_WORDS_IDS": self._word_list(_text(request, "BAD_WORDS_DICT")),
             "STOP_WORDS_IDS": self._word_list(_text(request, "STOP_WORDS_DICT")),
             "REQUEST_OUTPUT_LEN": output_len.reshape(1, -1),

@@ -12,23 +12,39 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 # (model input, where its value comes from): the tensor names every template version shares.
-PREPROCESSING = {"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens", "BAD_WORDS_DICT": "bad_words",
-                 "STOP_WORDS_DICT": "stop_words"}
-ENGINE = {"input_ids": "INPUT_ID", "input_lengths": "REQUEST_INPUT_LEN", "request_output_len": "REQUEST_OUTPUT_LEN",
-          "end_id": "OUT_END_ID", "pad_id": "OUT_PAD_ID", "stop_words_list": "STOP_WORDS_IDS",
-          "bad_words_list": "BAD_WORDS_IDS"}
-POSTPROCESSING = {"TOKENS_BATCH": "output_ids", "SEQUENCE_LENGTH": "sequence_length",
-                  "CUM_LOG_PROBS": "cum_log_probs", "OUTPUT_LOG_PROBS": "output_log_probs"}
+PREPROCESSING = {
+    "QUERY": "text_input",
+    "REQUEST_OUTPUT_LEN": "max_tokens",
+    "BAD_WORDS_DICT": "bad_words",
+    "STOP_WORDS_DICT": "stop_words",
+}
+ENGINE = {
+    "input_ids": "INPUT_ID",
+    "input_lengths": "REQUEST_INPUT_LEN",
+    "request_output_len": "REQUEST_OUTPUT_LEN",
+    "end_id": "OUT_END_ID",
+    "pad_id": "OUT_PAD_ID",
+    "stop_words_list": "STOP_WORDS_IDS",
+    "bad_words_list": "BAD_WORDS_IDS",
+}
+POSTPROCESSING = {
+    "TOKENS_BATCH": "output_ids",
+    "SEQUENCE_LENGTH": "sequence_length",
+    "CUM_LOG_PROBS": "cum_log_probs",
+    "OUTPUT_LOG_PROBS": "output_log_probs",
+}
 
 
 def _call(model, wiring, source, repository):
     """Run `model` with its inputs taken from `source` (name -> Tensor) through `wiring`, limited to the tensors
     its config declares (they differ between template versions); its outputs by name."""
     declared = set(re.findall(r'name:\s*"(\w+)"', (repository / model / "config.pbtxt").read_text()))
-    inputs = [pb_utils.Tensor(name, source[origin].as_numpy()) for name, origin in wiring.items()
-              if origin in source and name in declared]
-    response = pb_utils.InferenceRequest(model_name=model, inputs=inputs,
-                                         requested_output_names=[]).exec()
+    inputs = [
+        pb_utils.Tensor(name, source[origin].as_numpy())
+        for name, origin in wiring.items()
+        if origin in source and name in declared
+    ]
+    response = pb_utils.InferenceRequest(model_name=model, inputs=inputs, requested_output_names=[]).exec()
     if response.has_error():
         raise pb_utils.TritonModelException(f"{model}: {response.error().message()}")
     return {t.name(): t for t in response.output_tensors()}
@@ -41,8 +57,9 @@ class TritonPythonModel:
         self.engine = name if name and not name.startswith("${") else "tensorrt_llm"  # older templates lack it
         self.repository = Path(args["model_repository"]).parent
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
-        self.outputs = [(o["name"], pb_utils.triton_string_to_numpy(o["data_type"]), o["dims"])
-                        for o in config["output"]]
+        self.outputs = [
+            (o["name"], pb_utils.triton_string_to_numpy(o["data_type"]), o["dims"]) for o in config["output"]
+        ]
 
     def _answer(self, request):
         given = {t.name(): t for t in request.inputs()}

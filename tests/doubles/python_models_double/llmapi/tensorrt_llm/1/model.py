@@ -38,9 +38,12 @@ class TritonPythonModel:
 
     def _response(self, tokens):
         text = self.tokenizer.decode(tokens).encode()
-        return pb_utils.InferenceResponse(output_tensors=[
-            pb_utils.Tensor(name, np.array([text], dtype=object) if name == "text_output" else np.zeros(1, dtype))
-            for name, dtype in self.outputs])
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor(name, np.array([text], dtype=object) if name == "text_output" else np.zeros(1, dtype))
+                for name, dtype in self.outputs
+            ]
+        )
 
     def _tokens(self, request):
         prompt = _first(request, "text_input", b"")
@@ -50,9 +53,12 @@ class TritonPythonModel:
 
     def execute(self, requests):
         if not self.decoupled:
-            return [self._response(self._tokens(request)) if not _first(request, "streaming", False) else
-                    pb_utils.InferenceResponse(error=pb_utils.TritonError("streaming needs a decoupled model"))
-                    for request in requests]
+            return [
+                self._response(self._tokens(request))
+                if not _first(request, "streaming", False)
+                else pb_utils.InferenceResponse(error=pb_utils.TritonError("streaming needs a decoupled model"))
+                for request in requests
+            ]
         for request in requests:
             sender, tokens = request.get_response_sender(), self._tokens(request)
             if _first(request, "streaming", False):

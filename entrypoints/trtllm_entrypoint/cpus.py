@@ -19,8 +19,9 @@ CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 # v1 mounts the cpu controller as `cpu` or, co-mounted with cpuacct, as `cpu,cpuacct` (with `cpu` a symlink).
 CGROUP_V1_DIRS = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpu,cpuacct"))
 # Usable CPUs per default instance, and the most instances of one Python model by default. Measured on the real
-# server (docs/benchmarks.md): on 2 CPUs, 2 instances each were 5-10 % below 1 at concurrency 64 and 4 or 8 never
-# above: the models' processes compete with the server, the engine and each other. So an instance per two CPUs,
+# server (docs/benchmarks.md): on 2 CPUs, 2, 4 and 8 instances each were below 1 at concurrency 64 in almost every
+# run (4 / 4 was below 1 / 1 in seven of eight): the models' processes compete with the server, the engine and each
+# other. So an instance per two CPUs,
 # which still lets a 16-core node tokenize on several CPUs at once. Each instance is a process with its own tokenizer.
 CPUS_PER_INSTANCE = 2
 MAX_DEFAULT_INSTANCES = 8

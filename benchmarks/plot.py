@@ -38,11 +38,12 @@ def write_plot(series: Series, path: Path, subtitle: str) -> str | None:
     from trtllm_entrypoint import cpus
 
     usable = cpus.usable_cpus()
+    count = cpus.default_instances(usable)
     styles = {
         OURS.name: (
             "tab:blue",
             "o",
-            f"ours (defaults on {usable} CPUs: {cpus.default_instances(usable)} instances each, no BLS)",
+            f"ours (defaults on {usable} CPUs: {count} instance{'s' if count > 1 else ''} each, no BLS)",
         ),
         SEEDS.name: ("tab:gray", "s", "seeds' configuration (1 instance each, BLS loaded)"),
         ENGINE_ALONE: ("tab:orange", "^", "the engine double alone, no pipeline (the ceiling)"),

@@ -18,11 +18,12 @@ from pathlib import Path
 CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 # v1 mounts the cpu controller as `cpu` or, co-mounted with cpuacct, as `cpu,cpuacct` (with `cpu` a symlink).
 CGROUP_V1_DIRS = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpu,cpuacct"))
-# Instances per usable CPU, and the most instances of one Python model by default. Measured on the real server
-# (docs/benchmarks.md): a second instance per CPU never raised throughput and cost up to 10 % (more processes
-# handing requests to each other on the same CPUs, smaller batches in postprocessing); one per CPU lets every CPU
-# tokenize at once where there are many. Each instance is a process with its own tokenizer.
-INSTANCES_PER_CPU = 1
+# Usable CPUs per default instance, and the most instances of one Python model by default. Measured on the real
+# server (docs/benchmarks.md): on 2 CPUs, 2, 4 and 8 instances each were below 1 at concurrency 64 in almost every
+# run (4 / 4 was below 1 / 1 in seven of eight): the models' processes compete with the server, the engine and each
+# other. So an instance per two CPUs,
+# which still lets a 16-core node tokenize on several CPUs at once. Each instance is a process with its own tokenizer.
+CPUS_PER_INSTANCE = 2
 MAX_DEFAULT_INSTANCES = 8
 
 
@@ -65,7 +66,7 @@ def usable_from(affinity: int, quota: float | None) -> int:
 
 def default_instances(cpus: int) -> int:
     """The default instance count of pre- and postprocessing on `cpus` usable CPUs."""
-    return max(1, min(INSTANCES_PER_CPU * cpus, MAX_DEFAULT_INSTANCES))
+    return max(1, min(cpus // CPUS_PER_INSTANCE, MAX_DEFAULT_INSTANCES))
 
 
 def _read(path: Path) -> str | None:

@@ -41,7 +41,7 @@ def test_usable_cpus_are_the_smaller_of_affinity_and_quota(affinity, quota, expe
     assert cpus.usable_from(affinity, quota) == expected
 
 
-@pytest.mark.parametrize("usable,expected", [(1, 1), (2, 2), (6, 6), (8, 8), (64, 8)])
+@pytest.mark.parametrize("usable,expected", [(1, 1), (2, 1), (3, 1), (4, 2), (16, 8), (64, 8)])
 def test_default_instances_follow_the_cpus_up_to_a_cap(usable, expected):
     assert cpus.default_instances(usable) == expected
 

@@ -319,7 +319,7 @@ def test_the_openai_port_only_has_to_differ_when_the_openai_frontend_runs():
 
 
 def test_instance_counts_default_from_the_usable_cpus(monkeypatch):
-    monkeypatch.setattr(settings_mod.cpus, "usable_cpus", lambda: 3)
+    monkeypatch.setattr(settings_mod.cpus, "usable_cpus", lambda: 6)
     s = load()
     assert (s.preprocessing_instances, s.postprocessing_instances) == (3, 3)
     s = load(PREPROCESSING_INSTANCES="1", POSTPROCESSING_INSTANCES="12")

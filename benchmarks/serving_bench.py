@@ -318,6 +318,7 @@ class Bench:
             self.work / "cache",
             self.work / "records",
             TEMPLATES_DIR=str(self.templates[pipeline.bls]),
+            ENABLE_BLS=str(pipeline.bls).lower(),  # the entrypoint writes the BLS model only when asked (opt-in)
             DECOUPLED=str(decoupled).lower(),
             BLS_DOUBLE_TORCH_SITE=str(torch_site()),
             **pipeline.env(),

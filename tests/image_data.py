@@ -9,7 +9,21 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from trtllm_entrypoint.facts import ImageFacts
 from trtllm_images import matrix, support
+
+# The facts of a 25.05 image (both workflows, the OpenAI frontend, /app): what the unit tests of settings, launch and
+# the repository run against.
+FACTS = ImageFacts(
+    tag="25.05",
+    tensorrt_llm="0.19.0",
+    tensorrt="10.9.0.34",
+    triton="2.58.0",
+    workflows=("engine", "llmapi"),
+    engine_deprecated=False,
+    openai_frontend=True,
+    app_dir=Path("/app"),
+)
 
 
 def write_image_data(directory: Path, the_matrix: matrix.Matrix | None = None) -> Path:

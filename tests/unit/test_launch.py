@@ -3,21 +3,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.image_data import FACTS
 from trtllm_entrypoint import contract, launch
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.settings import Settings
 
-FACTS = ImageFacts(
-    tag="25.05",
-    tensorrt_llm="0.19.0",
-    tensorrt="10.9.0.34",
-    triton="2.58.0",
-    workflows=("engine", "llmapi"),
-    engine_deprecated=False,
-    openai_frontend=True,
-    app_dir=Path("/app"),
-)
 REPO = Path("/tmp/trtllm-model-repository")
 TS = contract.TRITONSERVER
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.image_data import FACTS
 from tests.upstream_files import upstream_path
 from trtllm_entrypoint import fill as filling
 from trtllm_entrypoint import repository, repository_check
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.fill import UNSET
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.settings import Settings
@@ -22,16 +22,6 @@ BACKEND_VERSIONS = ("v0.7.0", "v0.8.0", "v0.12.0", "v0.13.0", "v0.17.0", "v0.19.
 # Template sets in the upstream layout (tests/upstream_files.py).
 TEMPLATE_ROOTS = [f"tensorrtllm_backend/{v}" for v in BACKEND_VERSIONS] + ["tensorrt_llm/triton_backend/all_models"]
 TRTLLM_ROOT = TEMPLATE_ROOTS[-1]
-FACTS = ImageFacts(
-    tag="25.05",
-    tensorrt_llm="0.19.0",
-    tensorrt="10.9.0.34",
-    triton="2.58.0",
-    workflows=("engine", "llmapi"),
-    engine_deprecated=False,
-    openai_frontend=True,
-    app_dir=Path("/app"),
-)
 ENGINE = Path("/var/cache/trtllm/engines/abc")
 TOKENIZER = Path("/var/cache/trtllm/models/org--name")
 

@@ -5,23 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from tests import image_data
 from trtllm_entrypoint import contract, launch, security
 from trtllm_entrypoint import settings as settings_mod
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.settings import Settings
 
-FACTS = ImageFacts(
-    tag="25.05",
-    tensorrt_llm="0.19.0",
-    tensorrt="10.9.0.34",
-    triton="2.58.0",
-    workflows=("engine", "llmapi"),
-    engine_deprecated=False,
-    openai_frontend=True,
-    app_dir=Path("/app"),
-    restricted_apis=True,
-)
+FACTS = replace(image_data.FACTS, restricted_apis=True)
 KEY = "k3y-0123456789abcdef"
 DEFAULT_FLAGS = [
     f"--http-restricted-api=shared-memory,model-repository,statistics,trace,logging:admin-key={KEY}",

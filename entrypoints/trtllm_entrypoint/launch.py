@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from trtllm_entrypoint import contract, security
+from trtllm_entrypoint import contract, security, server_args
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.server_args import PORT_FLAGS, REPOSITORY_FLAGS, SHM_PREFIX
+from trtllm_entrypoint.server_args import SHM_PREFIX
 
 if TYPE_CHECKING:
     from trtllm_entrypoint.facts import ImageFacts
@@ -133,17 +133,18 @@ def server_env(settings: Settings) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Passthrough:
-    """What a given `tritonserver …` command line asks for."""
+    """What a given `tritonserver …` command line asks for, read as tritonserver reads it (server_args.parse)."""
 
     repositories: tuple[Path, ...]
     http_port: int | None
     grpc_port: int | None
     metrics_port: int | None
     others: tuple[str, ...] = ()  # every other argument, as given
+    restriction_keys: tuple[str, ...] = ()  # the keys of its own restriction flags: masked in every log line
 
     def ports(self) -> dict[str, int]:
         """The ports the command line sets, by Settings field name."""
-        return {name: port for name in PORT_FLAGS.values() if (port := getattr(self, name)) is not None}
+        return {name: port for name in PORT_FIELDS if (port := getattr(self, name)) is not None}
 
     @property
     def repository(self) -> Path | None:
@@ -151,45 +152,39 @@ class Passthrough:
         return self.repositories[0] if len(self.repositories) == 1 else None
 
 
-def _options(argv: Sequence[str]) -> list[tuple[int, str, str, bool]]:
-    """(index of the value, flag, value, written as --flag=value) for each long option with a value."""
-    found = []
-    for i, arg in enumerate(argv):
-        flag, sep, value = arg.partition("=")
-        if sep and flag.startswith("--"):
-            found.append((i, flag, value, True))
-        elif flag in REPOSITORY_FLAGS + tuple(PORT_FLAGS) and i + 1 < len(argv):
-            found.append((i + 1, flag, argv[i + 1], False))
-    return found
+PORT_FIELDS = tuple(flag.field for flag in server_args.TRITONSERVER if flag.field)
 
 
 def parse_passthrough(argv: Sequence[str]) -> Passthrough:
-    repositories: list[Path] = []
-    ports: dict[str, int | None] = dict.fromkeys(PORT_FLAGS.values())
+    options = server_args.parse(argv[1:])
+    repositories = [Path(o.value or "") for o in server_args.found(options, server_args.REPOSITORY_FLAG)]
+    ports: dict[str, int | None] = dict.fromkeys(PORT_FIELDS)
     taken: set[int] = set()
-    for index, flag, value, inline in _options(argv[1:]):
-        if flag in REPOSITORY_FLAGS:
-            repositories.append(Path(value))
-        elif flag in PORT_FLAGS:
-            if not (value.isascii() and value.isdigit()) or not 0 < int(value) < 65536:
-                raise UsageError(f"{flag}={value!r} is not a port number", "give a number from 1 to 65535")
-            ports[PORT_FLAGS[flag]] = int(value)
-        else:
+    for option in options:
+        if option.flag is None or not (option.flag.field or option.flag.option == server_args.REPOSITORY_FLAG):
             continue
-        taken.update((index,) if inline else (index - 1, index))
+        if option.flag.field:
+            value = option.value or ""
+            if not (value.isascii() and value.isdigit()) or not 0 < int(value) < 65536:
+                raise UsageError(f"{option.flag.name}={value!r} is not a port number", "give a number from 1 to 65535")
+            ports[option.flag.field] = int(value)
+        taken.update(option.indexes())
     others = tuple(arg for i, arg in enumerate(argv[1:]) if i not in taken)
-    return Passthrough(tuple(repositories), **ports, others=others)
+    keys = server_args.restriction_keys(server_args.restriction_values(options))
+    return Passthrough(tuple(repositories), **ports, others=others, restriction_keys=tuple(keys))
 
 
 def rewrite_repository(argv: Sequence[str], new_repository: Path) -> list[str]:
     """The same command line with its one model repository replaced; every other argument is kept as given."""
     argv = list(argv)
-    hits = [(i, flag, inline) for i, flag, _, inline in _options(argv[1:]) if flag in REPOSITORY_FLAGS]
+    hits = server_args.found(server_args.parse(argv[1:]), server_args.REPOSITORY_FLAG)
     if len(hits) != 1:
         raise EntrypointError(f"expected one --model-repository/--model-store in the command line, found {len(hits)}")
-    index, flag, inline = hits[0]
-    index += 1  # _options saw argv[1:]
-    argv[index] = f"{flag}={new_repository}" if inline else str(new_repository)
+    hit = hits[0]
+    if hit.value_index == hit.index:
+        argv[hit.index + 1] = f"{hit.given}={new_repository}"  # argv[0] is the program
+    else:
+        argv[hit.index + 2] = str(new_repository)
     return argv
 
 

@@ -32,6 +32,7 @@ from trtllm_entrypoint import (
     repository,
     security,
     serve_plan,
+    server_args,
     sources,
 )
 from trtllm_entrypoint.errors import EntrypointError, UsageError
@@ -39,7 +40,7 @@ from trtllm_entrypoint.facts import ImageFacts, installation, load_facts
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.serve_plan import ServePlan
-from trtllm_entrypoint.settings import CommandLine, Settings, token_values
+from trtllm_entrypoint.settings import CommandLine, Settings, side_door_variables, token_values
 
 SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health", "flags")
 USAGE = (
@@ -150,8 +151,9 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
     return exec_server(prepared, env, log)
 
 
-def open_log(settings: Settings) -> Log:
-    log = Log(settings.log_format, secrets=(settings.hf_token or "", settings.admin_key))
+def open_log(settings: Settings, typed_keys: Sequence[str] = ()) -> Log:
+    """`typed_keys`: admin keys on a typed command line, masked like ours."""
+    log = Log(settings.log_format, secrets=(settings.hf_token or "", settings.admin_key, *typed_keys))
     if settings.cache_fallback_reason:
         log.warn(settings.cache_fallback_reason, cache_dir=settings.cache_dir)
     return log
@@ -234,6 +236,8 @@ def prepare(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log
             world_size=settings.world_size,
             tokenizer=None,
         )
+    if need_gpu:  # before any build: an engine for more GPUs than this node has would never serve here
+        gpu.require_gpus(gpus(), planned_world_size(plan), "to serve the model")
     engine_dir = None if plan.engine == "none" else ensure_engine(plan, facts, env, log, gpus)
     world_size = settings.world_size
     if engine_dir is not None:
@@ -241,14 +245,20 @@ def prepare(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log
         settings, taken = engine_config.serving_settings(settings, engine_dir)
         if taken:
             log.info("serving the limits the engine was built with", **taken)
-    if need_gpu:
-        gpu.require_gpus(gpus(), world_size, "to serve the model")
     tokenizer = preflight.tokenizer_dir(settings, plan.model, engine_dir)
     with log.phase("fill"):
         repo = write_repository(settings, facts, log, plan.model, engine_dir, tokenizer)
     return finish(
         plan, settings, facts, log, repo=repo, engine_dir=engine_dir, world_size=world_size, tokenizer=tokenizer
     )
+
+
+def planned_world_size(plan: ServePlan) -> int:
+    """The ranks the plan serves, known before any build: a prebuilt engine's own, else TP_SIZE x PP_SIZE (which a
+    cached engine's key holds)."""
+    if plan.engine == "prebuilt" and plan.model.path is not None:
+        return engine_config.engine_world_size(plan.model.path)
+    return plan.settings.world_size
 
 
 def finish(
@@ -362,12 +372,20 @@ def health(env: Mapping[str, str]) -> int:
 
 
 def passthrough(args: list[str], env: dict[str, str]) -> int:
-    """Run a given command line; a `tritonserver` one whose repository is not a complete repository gets one."""
+    """Run a given command line; a `tritonserver` one whose repository is not a complete repository gets one.
+
+    It is read as tritonserver reads it (unique prefixes included). A restriction typed for one protocol is
+    completed for the other with the same key, and a route around a restriction is refused."""
     if Path(args[0]).name != "tritonserver":
         launch.exec_argv(args, env)
+    args = args + server_args.completed_restriction(server_args.parse(args[1:]))
     given = launch.parse_passthrough(args)
     store = given.repository
     kind = sources.classify_dir(store) if store is not None else "repository"
+    opened = security.parse_apis(env.get("RESTRICTED_APIS", "").strip() or None) == ()
+    restricted = bool(given.restriction_keys) or (kind != "repository" and not opened)
+    if restricted and not opened:
+        server_args.check_side_doors(args[1:], side_door_variables(env), "the tritonserver command")
     if store is None or kind == "repository":
         if given.http_port:
             record_health_url(health_url(given.http_port))
@@ -377,7 +395,7 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     # ranks its other arguments go to rank 0.
     typed = CommandLine(server_args=given.others, ports=given.ports(), typed_server=True)
     settings = Settings.from_env(env, facts, typed)
-    log = open_log(settings)
+    log = open_log(settings, given.restriction_keys)
     log.info("the model store is not a Triton model repository; preparing one from it", path=store)
     source = sources.ModelSource(kind=kind, path=store, repo_id=None, revision=None, read_only=under_model_dir(store))
     plan = decide(settings, facts, log, given=source, typed_argv=tuple(args))

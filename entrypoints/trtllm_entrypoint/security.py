@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from trtllm_entrypoint import server_args
 from trtllm_entrypoint.errors import UsageError
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ CLIENT_APIS = ("metadata", "inference", "model-config")
 OPEN = "none"
 HEADER = "admin-key"
 GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"
-FLAGS = ("--http-restricted-api", "--grpc-restricted-protocol")
+FLAGS = server_args.RESTRICTION_FLAGS
 KEY_LENGTH = (16, 4096)
 # Visible ASCII (valid in HTTP headers and gRPC metadata) except `"` and `\`, which JSON escapes: the log masks a
 # key by its text, in JSON lines too.
@@ -71,8 +72,8 @@ def random_key() -> str:
 
 
 def flags_in(args: Sequence[str]) -> list[str]:
-    """The restriction flags a command line sets itself."""
-    return [flag for flag in (arg.split("=", 1)[0] for arg in args) if flag in FLAGS]
+    """The restriction flags a tritonserver command line sets itself, however they are spelled."""
+    return [option.given for option in server_args.found(server_args.parse(args), *FLAGS)]
 
 
 def check_relations(apis: tuple[str, ...], key_generated: bool) -> None:
@@ -111,7 +112,7 @@ def restriction(settings: Settings, facts: ImageFacts) -> Restriction:
 
 def start_warnings(settings: Settings, facts: ImageFacts) -> list[str]:
     """What stays open at this start, for the start-up log."""
-    if flags_in(settings.triton_args):
+    if settings.frontend == "triton" and flags_in(settings.triton_args):
         return []  # a `tritonserver …` command line of the user's own that restricts APIs itself
     if not settings.restricted_apis:
         return [

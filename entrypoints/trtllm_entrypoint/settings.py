@@ -18,13 +18,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from trtllm_entrypoint import contract, cpus, security
+from trtllm_entrypoint import contract, cpus, security, server_args
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.fill import INNER_MODELS
 from trtllm_entrypoint.gpu import Visibility
 from trtllm_entrypoint.paths import under_model_dir
-from trtllm_entrypoint.server_args import check_extra_arguments
 
 DTYPES = ("auto", "float16", "bfloat16", "float32")
 QUANTIZATIONS = ("none", "fp8", "int8_sq", "int4_awq", "w4a8_awq", "int8_wo", "int4_wo", "nvfp4")
@@ -103,6 +102,11 @@ class Settings:
     def world_size(self) -> int:
         return self.tp_size * self.pp_size
 
+    @property
+    def server_program(self) -> str:
+        """Whose flags TRITON_ARGS are (server_args.PROGRAMS)."""
+        return "openai" if self.frontend == "openai" else "tritonserver"
+
     @classmethod
     def from_env(
         cls, environ: Mapping[str, str], facts: ImageFacts, command_line: CommandLine = CommandLine()
@@ -123,6 +127,13 @@ class Settings:
         )
         settings = cls(**values, explicit=frozenset(name.lower() for name in env.given))
         _check_relations(settings)
+        if settings.restricted_apis and not command_line.typed_server:  # main checks typed commands itself
+            server_args.check_side_doors(
+                settings.triton_args,
+                side_door_variables(environ),
+                "TRITON_ARGS (or the command line)",
+                settings.server_program,
+            )
         return settings
 
     def describe(self) -> dict[str, Any]:
@@ -143,6 +154,11 @@ class Settings:
             out[f.name] = value
         out["world_size"] = self.world_size
         return out
+
+
+def side_door_variables(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables the server reads that can open a route around the API restriction (server_args)."""
+    return {name: environ.get(name, "") for name, *_ in server_args.SIDE_DOOR_VARIABLES}
 
 
 def bad(name: str, value: object, allowed: str) -> UsageError:
@@ -355,9 +371,10 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
         triton_args = tuple(shlex.split(raw_args))
     except ValueError as exc:
         raise bad("TRITON_ARGS", raw_args, f"arguments in shell quoting ({exc})") from None
-    check_extra_arguments(triton_args)
+    program = "openai" if frontend == "openai" else "tritonserver"  # as Settings.server_program
+    server_args.check_extra_arguments(triton_args, program=program)
     if not command_line.typed_server:
-        check_extra_arguments(command_line.server_args, source="the command line")
+        server_args.check_extra_arguments(command_line.server_args, source="the command line", program=program)
     ports = {
         name: command_line.ports.get(name) or env.integer(name.upper(), default, 1, 65535)
         for name, default in (

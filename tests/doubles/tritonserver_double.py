@@ -77,12 +77,25 @@ def make_handler(models: list[str], ready_at: float):
     return Handler
 
 
+def full_names(argv: list[str]) -> list[str]:
+    """Unique prefixes written out, as the real server's getopt_long reads them (--model-repo=/x serves /x)."""
+    known = program_flags("tritonserver", ())
+    out = []
+    for arg in argv:
+        name, sep, value = arg.partition("=")
+        matches = [flag for flag in known if flag.startswith(name)] if arg.startswith("--") else []
+        if name not in known and len(matches) == 1:
+            arg = matches[0] + sep + value
+        out.append(arg)
+    return out
+
+
 def main(argv: list[str]) -> int:
     if "--help" in argv or "-h" in argv:
         record("tritonserver", argv)
         print(USAGE + "\n\n" + usage("tritonserver", program_flags("tritonserver", ())))
         return 1  # as the real one does
-    flags = parse_flags(argv)
+    flags = parse_flags(full_names(argv))
     repositories = flags.get("model-repository", []) + flags.get("model-store", [])
     models, error = check_repositories(repositories)
     record("tritonserver", argv, models=sorted(models))

@@ -388,20 +388,24 @@ def test_check_reports_versions_and_fails_on_too_few_gpus(image):
     assert "needs 2 GPUs" in short.stderr
 
 
-@pytest.mark.parametrize("own", [[], ["--http-restricted-api=logging:my-key=my-value-0123456789"]])
-def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, own):
+TYPED_KEY = "my-value-0123456789"
+
+
+@pytest.mark.parametrize(
+    "store, own, completed",
+    [
+        ("--model-store", [], []),
+        ("--model-st", [f"--http-restricted-api=logging:my-key={TYPED_KEY}"], ["--grpc-restricted-protocol"]),
+        ("--model-repo", [f"--http-restricted=logging:my-key={TYPED_KEY}"], ["--grpc-restricted-protocol"]),
+        ("--model-repository", [f"--grpc-restricted-p=trace:my-key={TYPED_KEY}"], ["--http-restricted-api"]),
+    ],
+)
+def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, store, own, completed):
     built = image.run("build-engine")
     engine_dir = Path(json.loads(built.stdout)["engine_dir"])
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (engine_dir / name).write_bytes((image.model / name).read_bytes())
-    args = [
-        "tritonserver",
-        f"--model-store={engine_dir}",
-        "--grpc-port=9000",
-        "--http-port=18080",
-        "--allow-grpc=true",
-        *own,
-    ]
+    args = ["tritonserver", f"{store}={engine_dir}", "--grpc-port=9000", "--http-port=18080", "--allow-grpc=true", *own]
     proc = image.start(*args, MODEL_ID="")
     try:
         deadline = time.monotonic() + 60
@@ -409,10 +413,12 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, o
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1]
             time.sleep(0.1)
         argv = records(image.records, "tritonserver")[0]["argv"]
-        assert argv[:4] == [f"--model-store={image.repo}", "--grpc-port=9000", "--http-port=18080", "--allow-grpc=true"]
+        # Any unique prefix is the option, as tritonserver reads it: the repository is filled and put in its place.
+        assert argv[:4] == [f"{store}={image.repo}", "--grpc-port=9000", "--http-port=18080", "--allow-grpc=true"]
         apis = "shared-memory,model-repository,statistics,trace,logging"
-        if own:  # a command line that restricts APIs itself is kept as typed
-            assert argv[4:] == own
+        if own:  # a command line that restricts one protocol itself gets the other, with the same groups and key
+            group = own[0].split("=", 1)[1]
+            assert argv[4:] == [*own, f"{completed[0]}={group}"]
         else:  # secure by default, with a key nobody knows (none is set)
             assert [arg.rsplit("=", 1)[0] for arg in argv[4:]] == [
                 f"--http-restricted-api={apis}:admin-key",
@@ -423,14 +429,36 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, o
         os.killpg(proc.pid, signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0
-    # The log shows the command that was exec'd, with the filled repository in place of the engine (and the admin
-    # key masked).
-    logged = (
-        " ".join(argv)
-        if own
-        else " ".join(arg.rsplit("=", 1)[0] + "=***" if "restricted" in arg else arg for arg in argv)
-    )
+    # The log shows the command that was exec'd, with the filled repository in place of the engine and every admin
+    # key masked, the typed one too.
+    logged = " ".join(arg.rsplit("=", 1)[0] + "=***" if "restricted" in arg else arg for arg in argv)
     assert f"starting the server argv=tritonserver {logged}\n" in stderr
+    assert TYPED_KEY not in stderr
+
+
+@pytest.mark.parametrize(
+    "args, env, shown",
+    [
+        (["--allow-sagemaker=true", "--sagemaker-port=18081"], {}, "--allow-sagemaker=true"),
+        (["--allow-sage", "1"], {}, "--allow-sage=1"),
+        (["--allow-vertex-ai=on"], {}, "--allow-vertex-ai=on"),
+        ([], {"AIP_MODE": "PREDICTION"}, "AIP_MODE=PREDICTION"),
+    ],
+)
+def test_a_typed_command_may_not_open_a_route_around_the_restriction(image, args, env, shown):
+    engine_dir = image.prebuilt()
+    result = image.run("tritonserver", f"--model-repo={engine_dir}", *args, MODEL_ID="", **env)
+    assert result.returncode == 2, result.stderr
+    assert shown in result.stderr and "RESTRICTED_APIS=none" in result.stderr
+    assert not records(image.records, "tritonserver") and not image.repo.exists()
+
+
+def test_an_ambiguous_prefix_in_a_typed_command_is_refused_as_tritonserver_refuses_it(image):
+    engine_dir = image.prebuilt()
+    result = image.run("tritonserver", f"--model={engine_dir}", MODEL_ID="")
+    assert result.returncode == 2
+    assert "'--model' is ambiguous" in result.stderr and "--model-repository" in result.stderr
+    assert not records(image.records, "tritonserver") and not image.repo.exists()
 
 
 def test_arguments_starting_with_a_dash_are_appended_to_the_served_command_line(image):
@@ -458,7 +486,7 @@ def test_arguments_starting_with_a_dash_are_appended_to_the_served_command_line(
 def test_a_dash_argument_that_sets_what_the_entrypoint_sets_is_refused(image):
     result = image.run("--http-port=9999")
     assert result.returncode == 2
-    assert "error: the command line may not contain '--http-port=9999'" in result.stderr
+    assert "error: the command line may not contain '--http-port'" in result.stderr
     assert "set HTTP_PORT instead" in result.stderr
     assert not image.cache.exists() and not image.repo.exists(), "refused before anything is written"
 
@@ -943,3 +971,13 @@ def test_templates_dir_may_name_the_inflight_batcher_llm_folder_the_seeds_copy(i
         "preprocessing",
         "tensorrt_llm",
     ]  # and no BLS model unless ENABLE_BLS=true
+
+
+@pytest.mark.parametrize("command", [["serve"], ["--log-verbose=1"]])
+def test_serve_refuses_more_ranks_than_visible_gpus_before_building(image, command):
+    result = image.run(*command, TP_SIZE="2")  # the double shows one GPU
+    assert result.returncode != 0
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "2 GPU" in error, error
+    assert image.builds() == 0 and image.published() == [] and not image.repo.exists()
+    assert not records(image.records, "tritonserver") and not records(image.records, "mpirun")

@@ -167,3 +167,28 @@ def test_no_warning_when_restricted():
 def test_a_command_line_that_restricts_apis_itself_gets_no_warning():
     own = replace(load(RESTRICTED_APIS="none"), triton_args=("--http-restricted-api=logging:k=v",))
     assert security.start_warnings(own, FACTS) == []
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"TRITON_ARGS": "--allow-sagemaker=true --sagemaker-port=8090 --model-control-mode=explicit"},
+        {"TRITON_ARGS": "--allow-sag true"},
+        {"TRITON_ARGS": "--allow-vertex-ai=1"},
+        {"AIP_MODE": "PREDICTION"},
+        {"TRITON_ARGS": "--enable-kserve", "FRONTEND": "openai"},
+    ],
+)
+def test_routes_around_the_restriction_are_refused_unless_every_api_is_open(env):
+    with pytest.raises(UsageError, match="opens a route around the API restriction") as error:
+        load(**env)
+    assert error.value.exit_code == 2 and "RESTRICTED_APIS=none" in error.value.hint
+    assert load(**env, RESTRICTED_APIS="none").restricted_apis == ()
+
+
+def test_a_side_door_given_as_server_arguments_is_refused_too():
+    line = settings_mod.CommandLine(server_args=("--allow-vertex=true",))
+    with pytest.raises(UsageError, match="--allow-vertex=true"):
+        Settings.from_env({"CACHE_DIR": "/tmp/c"}, FACTS, line)
+    closed = settings_mod.CommandLine(server_args=("--allow-vertex-ai=false",))
+    assert Settings.from_env({"AIP_MODE": "PREDICTION", "CACHE_DIR": "/tmp/c"}, FACTS, closed).triton_args

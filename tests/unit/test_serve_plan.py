@@ -87,5 +87,5 @@ def test_a_typed_tritonserver_command_keeps_its_arguments_with_only_the_reposito
 def test_server_arguments_from_the_command_line_follow_triton_args_and_are_checked_like_them():
     line = CommandLine(server_args=("--log-verbose=1",))
     assert settings(line, TRITON_ARGS="--log-info=true").triton_args == ("--log-info=true", "--log-verbose=1")
-    with pytest.raises(UsageError, match="the command line may not contain '--grpc-port=1'"):
+    with pytest.raises(UsageError, match="the command line may not contain '--grpc-port'"):
         settings(CommandLine(server_args=("--grpc-port=1",)))

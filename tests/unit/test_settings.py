@@ -172,7 +172,10 @@ def test_bad_values_name_the_variable_and_what_is_allowed(env, named, allowed):
         ("--http-p=9000", "HTTP_PORT"),  # tritonserver's getopt takes unique prefixes
         ("--model-repository=/other", "REPOSITORY_DIR"),
         ("--model-store /other", "REPOSITORY_DIR"),
-        ("--openai-port=1234", "OPENAI_PORT"),
+        ("--model-repo=/other", "REPOSITORY_DIR"),
+        ("--model-st /other", "REPOSITORY_DIR"),
+        ("--http-restricted=logging:admin-key=k", "RESTRICTED_APIS"),
+        ("--grpc-restricted-p logging:admin-key=k", "RESTRICTED_APIS"),
         ("--backend-config=python,shm-region-prefix-name=mine_", "nothing: each rank gets its own"),
         ("--backend-config python,shm-region-prefix-name=mine_", "nothing: each rank gets its own"),
     ],
@@ -180,6 +183,17 @@ def test_bad_values_name_the_variable_and_what_is_allowed(env, named, allowed):
 def test_triton_args_may_not_set_what_the_entrypoint_sets(args, variable):
     with pytest.raises(UsageError) as info:
         load(TRITON_ARGS=args)
+    assert info.value.message.startswith("TRITON_ARGS may not contain '--")
+    assert info.value.hint.startswith(f"set {variable}")
+
+
+@pytest.mark.parametrize(
+    "args, variable",
+    [("--openai-port=1234", "OPENAI_PORT"), ("--openai-p 1", "OPENAI_PORT"), ("--kserve-h=1", "HTTP_PORT")],
+)
+def test_openai_frontend_arguments_may_not_set_what_the_entrypoint_sets(args, variable):
+    with pytest.raises(UsageError) as info:
+        load(TRITON_ARGS=args, FRONTEND="openai")
     assert info.value.message.startswith("TRITON_ARGS may not contain '--")
     assert info.value.hint.startswith(f"set {variable}")
 
@@ -274,10 +288,10 @@ def test_token_is_hidden_in_repr_and_describe():
 def test_describe_is_json_ready_and_complete(tmp_path):
     import json
 
-    described = load(TRITON_ARGS="--a --b", TP_SIZE="2").describe()
+    described = load(TRITON_ARGS="--log-info=true --id x", TP_SIZE="2").describe()
     assert json.loads(json.dumps(described)) == described
     assert described["cache_dir"] == str(tmp_path / "cache")
-    assert described["triton_args"] == ["--a", "--b"]
+    assert described["triton_args"] == ["--log-info=true", "--id", "x"]
     assert described["world_size"] == 2
     assert {"model_id", "workflow", "openai_port", "cache_fallback_reason", "lock_timeout_secs"} <= set(described)
 

@@ -90,11 +90,15 @@ def openai_argv(settings: Settings, repository: Path, tokenizer: str | Path | No
         f"--model-repository={repository}",
         f"--tokenizer={tokenizer}",
         f"--openai-port={settings.openai_port}",
-        # Triton's own protocol stays on the usual ports, so probes and KServe clients keep working.
-        "--enable-kserve-frontends",
-        f"--kserve-http-port={settings.http_port}",
-        f"--kserve-grpc-port={settings.grpc_port}",
     ]
+    if not settings.restricted_apis:
+        # Triton's own protocol on the usual ports, for KServe clients; these frontends take no restriction, so
+        # only when every API is open on purpose (RESTRICTED_APIS=none).
+        argv += [
+            "--enable-kserve-frontends",
+            f"--kserve-http-port={settings.http_port}",
+            f"--kserve-grpc-port={settings.grpc_port}",
+        ]
     if settings.workflow == "engine":
         argv.append("--backend=tensorrtllm")
     return argv + list(settings.triton_args)

@@ -64,7 +64,7 @@ class Prepared:
                 "argv": self.argv,
                 "repository": str(self.repository),
                 "engine_dir": str(self.engine_dir) if self.engine_dir else None,
-                "health_url": health_url(self.plan.health_port),
+                "health_url": health_url(self.plan.health_port, self.plan.health_path),
                 "env": self.plan.env,
                 "plan": self.plan.describe(),
             },
@@ -332,13 +332,13 @@ def write_repository(
 
 
 def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoReturn:
-    record_health_url(health_url(prepared.plan.health_port))
+    record_health_url(health_url(prepared.plan.health_port, prepared.plan.health_path))
     log.info("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
     launch.exec_argv(prepared.argv, {**env, **prepared.plan.env})
 
 
-def health_url(port: int | str) -> str:
-    return f"http://127.0.0.1:{port}/v2/health/ready"
+def health_url(port: int | str, path: str = serve_plan.TRITON_HEALTH_PATH) -> str:
+    return f"http://127.0.0.1:{port}{path}"
 
 
 def health_state() -> Path:

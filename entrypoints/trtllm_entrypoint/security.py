@@ -122,8 +122,8 @@ def start_warnings(settings: Settings, facts: ImageFacts) -> list[str]:
     what = ", ".join(settings.restricted_apis)
     if settings.frontend == "openai":
         return [
-            f"FRONTEND=openai: the KServe HTTP/gRPC endpoints of Triton's OpenAI frontend cannot restrict APIs; "
-            f"{what} stay open on HTTP_PORT and GRPC_PORT"
+            "FRONTEND=openai: Triton's KServe HTTP/gRPC endpoints are not served on HTTP_PORT and GRPC_PORT: "
+            f"the OpenAI frontend's cannot restrict APIs ({what}); set RESTRICTED_APIS=none to serve them open"
         ]
     if not facts.restricted_apis:
         return [f"tritonserver {facts.triton} in image {facts.tag} cannot restrict APIs; {what} stay open"]

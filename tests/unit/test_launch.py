@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from tests.image_data import FACTS
-from trtllm_entrypoint import contract, launch
+from trtllm_entrypoint import contract, launch, server_args
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.settings import Settings
 
@@ -111,6 +111,7 @@ def test_openai_frontend_engine_workflow():
         GRPC_PORT="9001",
         OPENAI_PORT="9000",
         TRITON_ARGS="--uvicorn-log-level=warning",
+        RESTRICTED_APIS="none",
     )
     argv = launch.server_argv(settings, FACTS, REPO, 2, uid=1000, tokenizer=Path("/models/tok"))
     assert argv == [
@@ -126,6 +127,13 @@ def test_openai_frontend_engine_workflow():
         "--uvicorn-log-level=warning",
     ]
     assert launch.server_env(settings) == {"TRTLLM_ORCHESTRATOR": "1"}
+
+
+def test_openai_frontend_serves_no_unrestrictable_kserve_endpoints_while_apis_are_restricted():
+    settings = make_settings(FRONTEND="openai", MODEL_ID="org/name")
+    argv = launch.server_argv(settings, FACTS, REPO, 1, uid=1000)
+    assert not [arg for arg in argv if "kserve" in arg]
+    assert server_args.side_doors(argv[2:], {}, "openai") == []
 
 
 def test_openai_frontend_llmapi_and_tokenizer_fallback():

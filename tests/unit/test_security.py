@@ -149,7 +149,11 @@ def test_only_rank_0_gets_the_flags_and_triton_args_come_last():
     "facts,env,warning",
     [
         (FACTS, {"RESTRICTED_APIS": "none"}, "RESTRICTED_APIS=none: every Triton API"),
-        (FACTS, {"FRONTEND": "openai", "MODEL_ID": "org/model"}, "FRONTEND=openai: the KServe HTTP/gRPC endpoints"),
+        (
+            FACTS,
+            {"FRONTEND": "openai", "MODEL_ID": "org/model"},
+            "FRONTEND=openai: Triton's KServe HTTP/gRPC",
+        ),
         (replace(FACTS, restricted_apis=False), {}, "tritonserver 2.58.0 in image 25.05 cannot restrict APIs"),
     ],
 )

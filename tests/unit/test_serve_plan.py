@@ -66,6 +66,14 @@ def test_a_complete_repository_is_served_where_it_is():
     assert (plan.engine, plan.repository, plan.fills_repository) == ("none", Path("/mnt/models"), False)
 
 
+def test_readiness_is_asked_where_the_frontend_answers_it():
+    assert (decide(settings(), model("checkpoint")).health_path) == "/v2/health/ready"
+    restricted = decide(settings(FRONTEND="openai", OPENAI_PORT="9100"), model("checkpoint"))
+    assert (restricted.health_port, restricted.health_path) == (9100, "/health/ready")
+    opened = decide(settings(FRONTEND="openai", HTTP_PORT="8100", RESTRICTED_APIS="none"), model("checkpoint"))
+    assert (opened.health_port, opened.health_path) == (8100, "/v2/health/ready")
+
+
 def test_the_openai_frontend_with_an_engine_gets_orchestrator_mode():
     plan = decide(settings(FRONTEND="openai", WORKFLOW="engine"), model("checkpoint"))
     assert plan.env == {"TRTLLM_ORCHESTRATOR": "1"}

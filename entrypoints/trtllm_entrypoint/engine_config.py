@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtllm_entrypoint import model_files
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import version_tuple
 
@@ -18,39 +19,51 @@ ENGINE_CONFIG = "config.json"
 # build_config keys that bound what can be served, named like the Settings fields (and variables) that set them.
 LIMITS = ("max_batch_size", "max_input_len", "max_seq_len", "max_beam_width", "max_num_tokens")
 PARALLELISM = ("tp_size", "pp_size")  # pretrained_config.mapping: fixed when the engine was built
+MAX_WORLD_SIZE = 4096  # ranks; far above any node group, and a bound on the rank files looked for
 
 
 def _read_engine_config(engine_dir: Path) -> dict[str, Any]:
     path = engine_dir / ENGINE_CONFIG
-    try:
-        config = json.loads(path.read_text())
-    except FileNotFoundError:
+    config = model_files.read_json_object(path)
+    if config is None:
         raise EntrypointError(
             f"{path} does not exist",
             "an engine directory holds config.json and rank*.engine as written by trtllm-build",
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise EntrypointError(f"cannot read {path}: {exc}") from None
-    if not isinstance(config, dict):
-        raise EntrypointError(f"{path} is not a JSON object")
+        )
+    return config
+
+
+def _section(engine_dir: Path, config: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """config[keys[0]][keys[1]]…, {} where absent; UsageError where it is not a JSON object."""
+    for depth, key in enumerate(keys):
+        value = config.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            where = ".".join(keys[: depth + 1])
+            raise UsageError(f"{engine_dir / ENGINE_CONFIG} is not allowed: expected {where} to be a JSON object")
+        config = value
     return config
 
 
 def _mapping(engine_dir: Path) -> dict[str, Any]:
-    return (_read_engine_config(engine_dir).get("pretrained_config") or {}).get("mapping") or {}
+    return _section(engine_dir, _read_engine_config(engine_dir), "pretrained_config", "mapping")
 
 
 def engine_world_size(engine_dir: Path) -> int:
     """Ranks the engine was built for (one rank*.engine each): mapping.world_size, else tp*pp, else 1."""
     mapping = _mapping(engine_dir)
-    try:
-        if "world_size" in mapping:
-            return int(mapping["world_size"])
-        return int(mapping.get("tp_size", 1)) * int(mapping.get("pp_size", 1))
-    except (TypeError, ValueError):
-        raise EntrypointError(
-            f"{engine_dir / ENGINE_CONFIG} has a malformed pretrained_config.mapping: {mapping!r}"
-        ) from None
+    world_size = mapping.get("world_size", None)
+    if world_size is None:
+        world_size = mapping.get("tp_size", 1), mapping.get("pp_size", 1)
+        valid = all(type(n) is int for n in world_size)
+        world_size = world_size[0] * world_size[1] if valid else None
+    if type(world_size) is not int or not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise UsageError(
+            f"{engine_dir / ENGINE_CONFIG} is not allowed: expected pretrained_config.mapping to give a world size "
+            f"from 1 to {MAX_WORLD_SIZE}, got {json.dumps(mapping)[:120]}"
+        )
+    return world_size
 
 
 def missing_ranks(engine_dir: Path, world_size: int) -> list[str]:
@@ -82,7 +95,7 @@ def check_engine_version(engine_dir: Path, installed: str) -> None:
 def built_limits(engine_dir: Path) -> dict[str, int]:
     """The serving limits in build_config; engines before TensorRT-LLM 0.11 record max_output_len instead of
     max_seq_len, which is then their sum with max_input_len."""
-    build = _read_engine_config(engine_dir).get("build_config") or {}
+    build = _section(engine_dir, _read_engine_config(engine_dir), "build_config")
     numbers = {k: v for k, v in build.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
     limits = {name: numbers[name] for name in LIMITS if name in numbers}
     if "max_seq_len" not in limits and {"max_input_len", "max_output_len"} <= set(numbers):

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtllm_entrypoint import engine_config, fill, publish, repository
+from trtllm_entrypoint import engine_config, fill, model_files, publish, repository
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.settings import bad
 from trtllm_entrypoint.sources import TOKENIZER_FILES
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from trtllm_entrypoint.settings import Settings
     from trtllm_entrypoint.sources import ModelSource
 
+# Read by the tokenizer next to TOKENIZER_FILES when present.
+TOKENIZER_JSON = ("special_tokens_map.json", "added_tokens.json", "generation_config.json", "chat_template.json")
 # Below CACHE_DIR, these hold what we published and only read afterwards: a model or engine there is fine.
 CACHE_READ_ONLY = ("engines", "models")
 
@@ -104,7 +106,8 @@ def tokenizer_dir(settings: Settings, source: ModelSource, engine_dir: Path | No
         if path is not None and path not in candidates:
             candidates.append(path)
     for path in candidates:
-        if any((path / name).is_file() for name in TOKENIZER_FILES):
+        if any(os.path.lexists(path / name) for name in TOKENIZER_FILES):
+            check_tokenizer_files(path)
             return path
     where = "beside the engine" if settings.engine_dir else "into the checkpoint directory"
     hint = (
@@ -113,6 +116,18 @@ def tokenizer_dir(settings: Settings, source: ModelSource, engine_dir: Path | No
         else f"set MODEL_ID to the Hugging Face checkpoint, or copy the tokenizer files {where}"
     )
     raise UsageError(f"no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {', '.join(map(str, candidates))}", hint)
+
+
+def check_tokenizer_files(path: Path) -> None:
+    """The tokenizer files the pre/postprocessing models load: regular, bounded, and JSON objects where JSON."""
+    for name in TOKENIZER_FILES + TOKENIZER_JSON:
+        file = path / name
+        if not os.path.lexists(file):
+            continue
+        if name.endswith(".json"):
+            model_files.read_json_object(file)
+        else:
+            model_files.read_bytes(file)
 
 
 def check_prebuilt_engine(settings: Settings, engine_dir: Path, installed: str) -> None:

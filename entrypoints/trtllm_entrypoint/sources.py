@@ -9,7 +9,6 @@ from __future__ import annotations
 import fnmatch
 import glob
 import hashlib
-import json
 import os
 import re
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtllm_entrypoint import contract, fill
+from trtllm_entrypoint import contract, fill, model_files
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.paths import under_model_dir
@@ -62,13 +61,7 @@ class ModelSource:
 
 
 def _json_keys(path: Path) -> set[str]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return set()
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path} is not readable JSON: {exc}") from None
-    return set(data) if isinstance(data, dict) else set()
+    return set(model_files.read_json_object(path) or {})
 
 
 def classify_dir(path: Path) -> str:
@@ -333,13 +326,10 @@ def read_config(source: ModelSource, settings: Settings) -> dict[str, Any]:
             if error is None:
                 raise
             raise error from None  # as in download(): the chained traceback could show the token
-    try:
-        config = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"the config.json of {source.repo_id or source.path} is not readable JSON: {exc}") from None
-    if not isinstance(config, dict):
-        raise UsageError(f"the config.json of {source.repo_id or source.path} is not a JSON object")
-    return config
+    config = model_files.read_json_object(Path(path))
+    if config is None:
+        raise UsageError(f"the config.json of {source.repo_id or source.path} does not exist")
+    return model_files.check_names(Path(path), config)
 
 
 def download(source: ModelSource, settings: Settings, log: Log) -> ModelSource:

@@ -211,7 +211,7 @@ def test_engine_world_size_rejects_malformed_mapping_and_missing_config(tmp_path
     with pytest.raises(EntrypointError, match="config.json does not exist"):
         engine_world_size(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"pretrained_config": {"mapping": {"world_size": "many"}}}))
-    with pytest.raises(EntrypointError, match="malformed pretrained_config.mapping"):
+    with pytest.raises(UsageError, match="expected pretrained_config.mapping to give a world size"):
         engine_world_size(tmp_path)
 
 

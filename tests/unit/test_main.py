@@ -981,3 +981,61 @@ def test_serve_refuses_more_ranks_than_visible_gpus_before_building(image, comma
     assert "2 GPU" in error, error
     assert image.builds() == 0 and image.published() == [] and not image.repo.exists()
     assert not records(image.records, "tritonserver") and not records(image.records, "mpirun")
+
+
+def _fifo(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+def _directory(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.mkdir()
+
+
+def _huge(path: Path) -> None:
+    with open(path, "wb") as file:
+        file.truncate(65 << 20)  # sparse: no disk used
+
+
+MALFORMED = {
+    "architectures of numbers": ("config.json", lambda p: p.write_text('{"architectures": [1]}')),
+    "model_type a number": ("config.json", lambda p: p.write_text('{"model_type": 5}')),
+    "config a FIFO": ("config.json", _fifo),
+    "config a directory": ("config.json", _directory),
+    "config not UTF-8": ("config.json", lambda p: p.write_bytes(b'{"model_type": "\xff\xfe"}')),
+    "config huge": ("config.json", _huge),
+    "config a list": ("config.json", lambda p: p.write_text("[]")),
+    "tokenizer_config not JSON": ("tokenizer_config.json", lambda p: p.write_text("{not json")),
+    "tokenizer_config not UTF-8": ("tokenizer_config.json", lambda p: p.write_bytes(b"\xff\xfe\x00")),
+    "tokenizer_config a directory": ("tokenizer_config.json", _directory),
+    "tokenizer_config a FIFO": ("tokenizer_config.json", _fifo),
+    "tokenizer.json a list": ("tokenizer.json", lambda p: p.write_text("[1, 2]")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_model_file_is_one_error_line_and_exit_2(image, tmp_path, case):
+    name, spoil = MALFORMED[case]
+    model = tiny_llama(tmp_path / "spoiled")
+    spoil(model / name)
+    result = image.run("prepare", MODEL_ID=str(model))  # run() times out after 120 s: nothing may hang
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and name in errors[0] and "Traceback" not in result.stderr, result.stderr
+    assert image.builds() == 0 and not image.repo.exists() and not (image.cache / "engines").exists()
+
+
+@pytest.mark.parametrize(
+    "mapping",
+    [{"world_size": "abc"}, {"world_size": 10**9}, {"world_size": 0}, {"tp_size": [2]}, "not an object"],
+)
+def test_a_malformed_engine_config_is_one_error_line_and_exit_2(image, mapping):
+    engine = image.prebuilt()
+    config = json.loads((engine / "config.json").read_text())
+    config["pretrained_config"] = {"mapping": mapping}
+    (engine / "config.json").write_text(json.dumps(config))
+    result = image.run("prepare", ENGINE_DIR=str(engine), MODEL_ID="")
+    assert result.returncode == 2, result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "config.json" in error and "Traceback" not in result.stderr

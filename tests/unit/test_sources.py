@@ -104,7 +104,7 @@ def test_unknown_directory_lists_what_was_looked_for(tmp_path):
 
 def test_broken_config_json_is_named(tmp_path):
     write(tmp_path / "config.json", "{not json")
-    with pytest.raises(UsageError, match=r"config.json is not readable JSON"):
+    with pytest.raises(UsageError, match=r"config.json is not allowed: expected JSON"):
         classify_dir(tmp_path)
 
 
@@ -608,5 +608,5 @@ def test_read_config_of_a_local_checkpoint_names_a_broken_file(tmp_path):
     local = ModelSource(kind="checkpoint", path=model, repo_id=None, revision=None, read_only=False)
     assert "architectures" in sources.read_config(local, make_settings(tmp_path))
     (model / "config.json").write_text("[1, 2]")
-    with pytest.raises(UsageError, match="is not a JSON object"):
+    with pytest.raises(UsageError, match="expected a JSON object, found list"):
         sources.read_config(local, make_settings(tmp_path))

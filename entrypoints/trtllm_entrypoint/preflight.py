@@ -89,7 +89,9 @@ def check_repository_dir(path: Path | None) -> None:
             "a directory that is not itself a mount point (mount the volume at its "
             "parent and name a directory inside it)",
         )
-    if not publish.is_ours(path, repository.STAMP) and not publish.is_empty_dir(path):
+    if publish.is_ours(path, repository.STAMP):
+        repository.refuse_user_files(path)
+    elif not publish.is_empty_dir(path):
         raise UsageError(
             f"REPOSITORY_DIR={str(path)!r} is not allowed: it is not empty and was not written by "
             "trtllm-entrypoint, so it is never replaced",

@@ -71,6 +71,15 @@ def is_ours(path: Path, stamp_name: str) -> bool:
     return (path / stamp_name).is_file()
 
 
+def listed_files(path: Path, stamp_name: str) -> set[str]:
+    """The files our stamp in `path` records (relative paths); none when it is missing or unreadable."""
+    try:
+        files = json.loads((path / stamp_name).read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return set(files) if isinstance(files, dict) else set()
+
+
 def is_empty_dir(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink() and next(path.iterdir(), None) is None
 

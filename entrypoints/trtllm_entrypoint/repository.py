@@ -29,6 +29,42 @@ LOCK_HINT = (
 )
 
 
+def user_files(dest: Path) -> list[str]:
+    """What in a repository we wrote is not ours: every path its stamp does not list, save the bytecode the server
+    writes next to model.py (`__pycache__/*.pyc`). Sorted; a directory of the user's is named, not its content."""
+    listed = publish.listed_files(dest, STAMP) | {STAMP}
+    parents = {parent.as_posix() for name in listed for parent in Path(name).parents}
+    found = []
+    for directory, dirs, files in os.walk(dest):
+        here = Path(directory).relative_to(dest)
+        for name in sorted(dirs):
+            relative = (here / name).as_posix()
+            path = dest / relative
+            if path.is_symlink() or (relative not in parents and not _bytecode_dir(path)):
+                found.append(relative + ("" if path.is_symlink() else "/"))
+        dirs[:] = [d for d in dirs if (here / d).as_posix() in parents]
+        found += [(here / name).as_posix() for name in files if (here / name).as_posix() not in listed]
+    return sorted(found)
+
+
+def _bytecode_dir(path: Path) -> bool:
+    return path.name == served_code.BYTECODE_DIR and all(
+        entry.is_file() and not entry.is_symlink() and entry.suffix == ".pyc" for entry in path.iterdir()
+    )
+
+
+def refuse_user_files(dest: Path) -> None:
+    """REPOSITORY_DIR is rewritten when the settings change; files of the user's in it are never deleted."""
+    found = user_files(dest)
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise UsageError(
+            f"REPOSITORY_DIR={str(dest)!r} is not allowed: it holds what trtllm-entrypoint did not write ({shown}), "
+            "so it is never replaced",
+            "move those files out, or point REPOSITORY_DIR at another directory",
+        )
+
+
 def check_destination(dest: Path, template_root: Path) -> None:
     if under_model_dir(dest):
         raise UsageError(
@@ -170,6 +206,8 @@ def write_named(plan: FillPlan, dest: Path, template_root: Path, log: Log, *, ti
         if taken == [fcntl.LOCK_EX]:
             publish.write_holder(fd)
             publish.remove_leftovers(dest, log)
+            if problem is not None and publish.is_ours(dest, STAMP):
+                refuse_user_files(dest)  # again under the lock: preflight looked before it was taken
             if problem is not None:
                 publish.publish(dest, _fill(plan, template_root, log), {"digest": digest}, STAMP, log)
             fcntl.flock(fd, fcntl.LOCK_SH)  # serving it now: replicas with the same content may join

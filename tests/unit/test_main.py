@@ -1039,3 +1039,36 @@ def test_a_malformed_engine_config_is_one_error_line_and_exit_2(image, mapping):
     assert result.returncode == 2, result.stderr
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert "config.json" in error and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "add",
+    ["my_model/config.pbtxt", "notes.txt", "preprocessing/1/helper.py", "empty_dir/", "preprocessing/__pycache__/x.py"],
+)
+@pytest.mark.parametrize("settings", [{}, {"MAX_BATCH_SIZE": "4"}])
+def test_files_a_user_adds_to_repository_dir_are_refused_never_deleted(image, add, settings):
+    first = image.run("prepare")
+    assert first.returncode == 0, first.stderr
+    (image.repo / "preprocessing" / "1" / "__pycache__").mkdir()  # what the server writes is not the user's
+    (image.repo / "preprocessing" / "1" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"pyc")
+    added = image.repo / add
+    added.parent.mkdir(parents=True, exist_ok=True)
+    if add.endswith("/"):
+        added.mkdir()
+    else:
+        added.write_text("the user's")
+    before = snapshot(image.repo)
+    result = image.run("prepare", **settings)  # same settings, or settings that rewrite the repository
+    assert result.returncode == 2, result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "REPOSITORY_DIR" in error and add.split("/")[0] in error and "__pycache__/model" not in error
+    assert snapshot(image.repo) == before and added.exists()
+
+
+def test_the_servers_bytecode_does_not_keep_repository_dir_from_being_rewritten(image):
+    assert image.run("prepare").returncode == 0
+    (image.repo / "preprocessing" / "1" / "__pycache__").mkdir()
+    (image.repo / "preprocessing" / "1" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"pyc")
+    result = image.run("prepare", MAX_BATCH_SIZE="4")
+    assert result.returncode == 0, result.stderr
+    assert "max_batch_size: 4" in (image.repo / "tensorrt_llm" / "config.pbtxt").read_text()

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from trtllm_entrypoint.settings import Settings
 
 # Bump when the layout, the stamp or the build commands change: old entries then no longer match any key.
-SCHEMA = 2
+SCHEMA = 3  # 3: local models are named by their content digest
 KEY_LENGTH = 20
 STAMP = "stamp.json"
 BUILD_LOG = "build.log"

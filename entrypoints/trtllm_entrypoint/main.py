@@ -42,6 +42,7 @@ from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.serve_plan import ServePlan
 from trtllm_entrypoint.settings import CommandLine, Settings, side_door_variables, token_values
 
+DIGESTS = "digests"  # under CACHE_DIR: the content digests of local models (model_digest)
 SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health", "flags")
 USAGE = (
     "usage: trtllm-entrypoint [serve|prepare|build-engine|check|probe|health|flags] "
@@ -295,7 +296,7 @@ def ensure_engine(
     gpus = detect_gpus()
     # Engines are specific to the GPU's compute capability, so building needs one (ranks are built one by one).
     gpu.require_gpus(gpus, 1, "to build a TensorRT engine")
-    inputs = engine_cache.key_inputs(sources.identity(source), settings, facts, gpus)
+    inputs = engine_cache.key_inputs(sources.identity(source, settings.cache_dir / DIGESTS), settings, facts, gpus)
     key = engine_cache.cache_key(inputs)
     cache = engine_cache.EngineCache(settings.cache_dir / "engines")
     build = engine_build.engine_builder(facts, settings, source.path, converter, log, env)

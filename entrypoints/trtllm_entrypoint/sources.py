@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fnmatch
 import glob
-import hashlib
 import os
 import re
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtllm_entrypoint import contract, fill, model_files
+from trtllm_entrypoint import contract, fill, model_digest, model_files
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.paths import under_model_dir
@@ -137,48 +136,6 @@ def resolve(settings: Settings, exists: Callable[[str], bool] = os.path.exists) 
     return source
 
 
-SMALL_FILE = 1 << 20  # configs and tokenizers are below this; weight shards are far above it
-SAMPLE = 1 << 16  # bytes read from the middle and from the end of a large file in a per-pod copy
-
-
-def _sample(path: str, size: int) -> bytes:
-    """A few bytes from the middle and the end of a large file: enough to tell two fine-tunes of the same
-    architecture apart (same names and sizes), without reading the weights."""
-    with open(path, "rb") as file:
-        file.seek(size // 2)
-        middle = file.read(SAMPLE)
-        file.seek(max(size - SAMPLE, 0))
-        return middle + file.read(SAMPLE)
-
-
-def fingerprint(path: Path, mtimes: bool = True) -> str:
-    """Cheap identity of a local directory: relative names, sizes and mtimes of its files, never the weights.
-
-    mtimes=False is for copies made anew at every start (KServe's storage initializer downloads into /mnt/models per
-    pod): the contents of the small files (configs, tokenizer) and a 128 KiB sample of each large one stand in for
-    the mtimes, so a restart still hits and another model with the same file sizes does not. Hidden files and
-    directories (download metadata such as .cache/huggingface) are not part of the model."""
-    digest = hashlib.sha256()
-    entries = []
-    for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in filenames:
-            if name.startswith("."):
-                continue
-            full = os.path.join(dirpath, name)
-            st = os.stat(full)
-            if mtimes:
-                mark = str(st.st_mtime_ns)
-            elif st.st_size <= SMALL_FILE:
-                mark = hashlib.sha256(Path(full).read_bytes()).hexdigest()
-            else:
-                mark = hashlib.sha256(_sample(full, st.st_size)).hexdigest()
-            entries.append((os.path.relpath(full, path).replace(os.sep, "/"), st.st_size, mark))
-    for rel, size, mark in sorted(entries):
-        digest.update(f"{rel}\0{size}\0{mark}\n".encode())
-    return digest.hexdigest()
-
-
 def hub_allow_patterns(files: list[str]) -> list[str]:
     """The top-level files of a hub repo to download: configs, tokenizer, and one copy of the weights.
 
@@ -198,13 +155,14 @@ def hub_allow_patterns(files: list[str]) -> list[str]:
     return sorted(glob.escape(f) for f in set(weights) | set(metadata))
 
 
-def identity(source: ModelSource) -> dict[str, Any]:
-    """What the engine cache key records about the model: repo and resolved commit, or path and fingerprint."""
+def identity(source: ModelSource, memo_dir: Path | None = None) -> dict[str, Any]:
+    """What the engine cache key records about the model: repo and resolved commit, or path and content digest
+    (model_digest; `memo_dir` keeps the digests of unchanged files between starts)."""
     if source.kind == "hub" or source.path is None:
         raise ValueError("identity() of a hub model needs download() first: the commit is resolved there")
     if source.repo_id is not None:
         return {"repo_id": source.repo_id, "revision": source.revision}
-    return {"path": str(source.path), "fingerprint": fingerprint(source.path, mtimes=not source.read_only)}
+    return {"path": str(source.path), "content": model_digest.content_digest(source.path, memo_dir)}
 
 
 def _offline() -> bool:

@@ -1072,3 +1072,19 @@ def test_the_servers_bytecode_does_not_keep_repository_dir_from_being_rewritten(
     result = image.run("prepare", MAX_BATCH_SIZE="4")
     assert result.returncode == 0, result.stderr
     assert "max_batch_size: 4" in (image.repo / "tensorrt_llm" / "config.pbtxt").read_text()
+
+
+def test_weights_changed_in_place_with_their_mtime_put_back_build_a_new_engine(image):
+    assert image.run("prepare").returncode == 0 and image.builds() == 1
+    weights = max(image.model.glob("*.safetensors"), key=lambda p: p.stat().st_size)
+    before = weights.stat()
+    with open(weights, "r+b") as file:  # another model of the same size: bytes changed in the middle
+        file.seek(before.st_size // 2)
+        file.write(bytes(b ^ 0xFF for b in file.read(16)[:16]))
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert weights.stat().st_size == before.st_size
+    result = image.run("prepare")
+    assert result.returncode == 0, result.stderr
+    assert image.builds() == 2 and len(image.published()) == 2
+    again = image.run("prepare")  # unchanged since: the memo answers, nothing is built
+    assert again.returncode == 0 and image.builds() == 2

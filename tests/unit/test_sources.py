@@ -1,4 +1,3 @@
-import builtins
 import io
 import json
 import os
@@ -10,12 +9,13 @@ from unittest import mock
 import pytest
 
 from tests.upstream_files import upstream_path
-from trtllm_entrypoint import sources
+from trtllm_entrypoint import model_digest, sources
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.log import Log
+from trtllm_entrypoint.model_digest import content_digest
 from trtllm_entrypoint.settings import Settings
-from trtllm_entrypoint.sources import ModelSource, classify_dir, fingerprint, hub_allow_patterns, identity
+from trtllm_entrypoint.sources import ModelSource, classify_dir, hub_allow_patterns, identity
 
 hub_errors = pytest.importorskip("huggingface_hub.errors")
 
@@ -219,75 +219,70 @@ def test_resolve_engine_dir_wins_and_must_hold_an_engine(tmp_path):
 # --- fingerprint / identity ---------------------------------------------------------------------------------------
 
 
-def test_fingerprint_follows_names_sizes_and_mtimes(tmp_path):
+def test_content_digest_follows_every_byte_of_every_file(tmp_path):
     path = checkpoint(tmp_path / "m")
-    first = fingerprint(path)
-    assert len(first) == 64 and first == fingerprint(path)
+    first = content_digest(path, None)
+    assert len(first) == 64 and first == content_digest(path, None)
     weights = path / "model.safetensors"
     st = weights.stat()
-    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-    touched = fingerprint(path)
-    assert touched != first
-    weights.write_text("weightS")  # same size, new mtime
-    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-    assert fingerprint(path) == touched, "contents are not part of the fingerprint"
-    weights.write_text("longer weights")
-    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-    assert fingerprint(path) != touched
+    weights.write_text("weightS")  # same size, the mtime put back: the bytes still count
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert content_digest(path, None) != first
     write(path / "sub" / "extra.txt", "x")
-    assert fingerprint(path) != touched
+    assert len({first, content_digest(path, None)}) == 2
 
 
-def test_fingerprint_never_opens_files(tmp_path, monkeypatch):
-    path = checkpoint(tmp_path / "m")
-    expected = fingerprint(path)
-
-    def no_open(*args, **kwargs):
-        raise AssertionError(f"fingerprint opened {args[0]}")
-
-    monkeypatch.setattr(builtins, "open", no_open)
-    monkeypatch.setattr(io, "open", no_open)
-    assert fingerprint(path) == expected
-
-
-def test_fingerprint_of_a_per_pod_copy_ignores_mtimes_and_samples_large_files(tmp_path, monkeypatch):
-    path = checkpoint(tmp_path / "m")
+def test_the_memo_is_reused_only_while_device_inode_size_mtime_and_ctime_hold(tmp_path, monkeypatch):
+    path, memo = checkpoint(tmp_path / "m"), tmp_path / "digests"
     with open(path / "model-00001.safetensors", "wb") as shard:
-        shard.truncate(sources.SMALL_FILE * 64)  # sparse: a weight shard
-    metadata = path / ".cache" / "huggingface" / "download" / "config.json.metadata"
-    write(metadata, "written at 1700000000.1")  # what hf:// downloads leave, different on every pod
-    first = fingerprint(path, mtimes=False)
-    for file in path.iterdir():  # the storage initializer downloaded everything again
-        os.utime(file, ns=(1, 1))
-    write(metadata, "written at 1700000999.9")
-    assert fingerprint(path, mtimes=False) == first
-    (path / "config.json").write_text((path / "config.json").read_text().replace("}", ', "x": 1}'))
-    changed_config = fingerprint(path, mtimes=False)
-    assert changed_config != first
-    with open(path / "model-00001.safetensors", "r+b") as shard:  # another fine-tune: same names and sizes
-        shard.seek(sources.SMALL_FILE * 32 + 10)
-        shard.write(b"\x01")
-    assert fingerprint(path, mtimes=False) != changed_config
-    read = []
-    real_sample = sources._sample
-    monkeypatch.setattr(sources, "_sample", lambda p, size: read.append(len(real_sample(p, size))) or b"")
-    fingerprint(path, mtimes=False)
-    assert read == [2 * sources.SAMPLE], "only a sample of the one large file is read"
+        shard.truncate(64 << 20)  # sparse: a weight shard
+    first = content_digest(path, memo)
+    hashed = []
+    real = model_digest._hash
+    monkeypatch.setattr(model_digest, "_hash", lambda p, state: hashed.append(p.name) or real(p, state))
+    assert content_digest(path, memo) == first and hashed == [], "a warm start reads no file"
+    with open(path / "model-00001.safetensors", "r+b") as shard:  # 1 MiB rewritten in place, same size
+        st = os.fstat(shard.fileno())
+        shard.seek(1 << 20)
+        shard.write(b"\x01" * (1 << 20))
+    os.utime(path / "model-00001.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime put back
+    changed = content_digest(path, memo)
+    assert changed != first and hashed == ["model-00001.safetensors"], "ctime gave the change away"
 
 
-def test_fingerprint_does_not_depend_on_location_or_creation_order(tmp_path):
+def test_a_memo_another_uid_could_write_is_not_trusted(tmp_path):
+    path, memo = checkpoint(tmp_path / "m"), tmp_path / "digests"
+    content_digest(path, memo)
+    (memo_file,) = memo.glob("*.json")
+    record = json.loads(memo_file.read_text())
+    for state in record["files"].values():
+        state[-1] = "0" * 64  # planted digests
+    memo_file.write_text(json.dumps(record))
+    os.chmod(memo_file, 0o666)
+    assert model_digest.load_memo(memo, path) == {}
+    os.chmod(memo_file, 0o600)
+    assert model_digest.load_memo(memo, path) == record["files"]
+
+
+def test_a_fifo_in_the_model_is_refused_not_read(tmp_path):
+    path = checkpoint(tmp_path / "m")
+    os.mkfifo(path / "model-00002.safetensors")
+    with pytest.raises(UsageError, match="expected regular files only"):
+        content_digest(path, None)
+
+
+def test_content_digest_does_not_depend_on_location_or_creation_order(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    for root, names in ((a, ["x", "y/z", "w"]), (b, ["w", "y/z", "x"])):
+    for root, names in ((a, ["x", "y/z", "w", ".cache/meta"]), (b, ["w", "y/z", "x"])):
         for name in names:
             write(root / name, "12")
-            os.utime(root / name, ns=(1, 1_000))
-    assert fingerprint(a) == fingerprint(b)
+    assert content_digest(a, None) == content_digest(b, None)
 
 
 def test_identity(tmp_path):
     path = checkpoint(tmp_path / "m")
     local = ModelSource("checkpoint", path, None, None, False)
-    assert identity(local) == {"path": str(path), "fingerprint": fingerprint(path)}
+    assert identity(local) == {"path": str(path), "content": content_digest(path, None)}
     fetched = ModelSource("checkpoint", path, "org/name", "abc123", True)
     assert identity(fetched) == {"repo_id": "org/name", "revision": "abc123"}
     with pytest.raises(ValueError, match="needs download"):

@@ -14,13 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtllm_entrypoint import publish
+from trtllm_entrypoint import publish, trust
 from trtllm_entrypoint.engine_config import engine_world_size, missing_ranks
 from trtllm_entrypoint.errors import EntrypointError
 
@@ -121,7 +122,7 @@ class EngineCache:
         found = self.lookup(key, log)
         if found is not None:
             log.info("engine cache hit", key=key, path=str(found))
-            return found, False
+            return self.served(found, key, timeout_s=timeout_s, log=log), False
         publish.sweep(self.root, log)
         waited_since = time.monotonic()
         entry = self.entry(key)
@@ -129,12 +130,43 @@ class EngineCache:
             found = self.lookup(key)
             if found is not None:  # another replica published it while we waited for the lock
                 log.info("engine cache hit after waiting", key=key, path=str(found))
-                return found, False
+                return self.served(found, key, timeout_s=timeout_s, log=log), False
             publish.remove_leftovers(entry, log)
             if entry.exists():  # everything under CACHE_DIR/engines is ours; an invalid copy is not kept
                 publish.discard(entry, log, _entry_problem(entry, key) or "invalid")
             lock_wait = round(time.monotonic() - waited_since, 3)
             return self._build(key, stamp_inputs, build, lock_wait, log), True
+
+    def private(self, key: str) -> Path:
+        return self.root / f"{key}.uid{os.geteuid()}"
+
+    def served(self, entry: Path, key: str, *, timeout_s: float, log: Log) -> Path:
+        """`entry` when no other UID could change it before the server loads it (trust.untrusted), else this UID's
+        private copy beside it: made once from the entry, checked against the entry's own stamp, then reused."""
+        reason = trust.untrusted(entry)
+        if reason is None:
+            return entry
+        private = self.private(key)
+        if private.exists() and _entry_problem(private, key) is None and trust.untrusted(private) is None:
+            log.info("serving this UID's private copy of the engine", path=str(private), because=reason)
+            return private
+        log.info("copying the engine privately: another UID could change it", path=str(entry), because=reason)
+        waiting = f"waiting for another process copying {key}"
+        with publish.locked(private, timeout_s, log, waiting, LOCK_HINT):
+            publish.remove_leftovers(private, log)
+            if private.exists():
+                publish.discard(private, log, _entry_problem(private, key) or "not this UID's alone")
+
+            def fill(tmp: Path) -> None:
+                shutil.copytree(entry, tmp, symlinks=True, dirs_exist_ok=True)
+                links = [p for p in tmp.rglob("*") if p.is_symlink()]
+                # The copy is checked against the entry's own stamp: what the builder recorded, not what is there now.
+                problem = f"{links[0].name} is a symbolic link" if links else _entry_problem(tmp, key)
+                if problem is not None:
+                    raise EntrypointError(f"the cached engine {entry} cannot be copied intact: {problem}", LOCK_HINT)
+
+            publish.publish(private, fill, {"schema": SCHEMA, "key": key, "copied_from": str(entry)}, STAMP, log)
+        return private
 
     def _keep_failed_log(self, key: str, log_path: Path, log: Log) -> Path | None:
         """Moves the output out of the temp dir before it is removed; where it went, or None when none was written."""

@@ -34,6 +34,7 @@ from trtllm_entrypoint import (
     serve_plan,
     server_args,
     sources,
+    trust,
 )
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, installation, load_facts
@@ -237,6 +238,8 @@ def prepare(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log
             world_size=settings.world_size,
             tokenizer=None,
         )
+    if plan.engine == "cache" or not settings.repository_dir:
+        warn_open_cache(settings.cache_dir, log)
     if need_gpu:  # before any build: an engine for more GPUs than this node has would never serve here
         gpu.require_gpus(gpus(), planned_world_size(plan), "to serve the model")
     engine_dir = None if plan.engine == "none" else ensure_engine(plan, facts, env, log, gpus)
@@ -252,6 +255,18 @@ def prepare(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log
     return finish(
         plan, settings, facts, log, repo=repo, engine_dir=engine_dir, world_size=world_size, tokenizer=tokenizer
     )
+
+
+def warn_open_cache(cache_dir: Path, log: Log) -> None:
+    """What the cache serves is checked, then loaded by path: a directory above it in which another UID can rename
+    entries lets that UID swap the checked tree for another in between."""
+    open_dirs = trust.open_ancestors(cache_dir)
+    if open_dirs:
+        log.warn(
+            "another UID can rename entries in a directory above CACHE_DIR, so it could swap what the cache "
+            "serves after the check: make it sticky (chmod +t) or writable by this UID alone",
+            dirs=", ".join(map(str, open_dirs)),
+        )
 
 
 def planned_world_size(plan: ServePlan) -> int:

@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtllm_entrypoint import trust
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.paths import open_lock, shared_dir
 
@@ -263,6 +264,7 @@ def publish(
             "files": manifest(tmp, stamp_name),
         }
         (tmp / stamp_name).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")  # last: marks completion
+        trust.restrict_writes(tmp)  # only this UID may change it: what replicas of other UIDs require
         fsync_tree(tmp)
         if path.exists() and not is_empty_dir(path):
             discard(path, log, "replaced by a new copy")

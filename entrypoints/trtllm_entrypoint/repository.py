@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtllm_entrypoint import contract, publish, served_code
+from trtllm_entrypoint import contract, publish, served_code, trust
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.fill import FillPlan
 from trtllm_entrypoint.paths import open_lock, under_model_dir, within
@@ -152,6 +152,10 @@ def write_cached(plan: FillPlan, root: Path, template_root: Path, log: Log, *, t
     digest = plan_digest(plan, template_root)
     dest = Path(os.path.abspath(root)) / digest
     check_destination(dest, template_root)
+    reason = trust.untrusted(dest) if dest.exists() else None
+    if reason is not None:  # another UID's copy could change after the check: this UID writes its own
+        log.info("writing this UID's own model repository: another UID could change the shared one", because=reason)
+        dest = dest.with_name(f"{digest}.uid{os.geteuid()}")
     if _problem(dest, plan, template_root, digest, None) is None:
         log.info("model repository up to date", repository=dest)
         return dest, False

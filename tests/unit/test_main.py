@@ -1088,3 +1088,52 @@ def test_weights_changed_in_place_with_their_mtime_put_back_build_a_new_engine(i
     assert image.builds() == 2 and len(image.published()) == 2
     again = image.run("prepare")  # unchanged since: the memo answers, nothing is built
     assert again.returncode == 0 and image.builds() == 2
+
+
+def chown_tree(root: Path, uid: int) -> None:
+    for path in [root, *root.rglob("*")]:
+        os.lchown(path, uid, uid)
+
+
+def test_what_another_uid_published_is_served_from_this_uids_private_copies(image):
+    """The cache entries of another UID (simulated with chown: the tests run as root) could change between the
+    check and the load; this UID serves copies of its own, builds nothing, and later starts reuse them."""
+    first = image.run("prepare", REPOSITORY_DIR="")
+    assert first.returncode == 0, first.stderr
+    shared = json.loads(first.stdout)
+    engine, repo = Path(shared["engine_dir"]), Path(shared["repository"])
+    uid = os.geteuid()
+    chown_tree(repo, 1001)
+    own_repo = image.run("prepare", REPOSITORY_DIR="")
+    assert own_repo.returncode == 0, own_repo.stderr
+    assert json.loads(own_repo.stdout)["repository"] == f"{repo}.uid{uid}"
+    chown_tree(engine, 1001)
+    second = image.run("prepare", REPOSITORY_DIR="")
+    assert second.returncode == 0, second.stderr
+    private = json.loads(second.stdout)
+    # The repository names the engine it serves, so it is another (this UID's) repository too.
+    assert private["engine_dir"] == f"{engine}.uid{uid}" and Path(private["repository"]).stat().st_uid == uid
+    assert image.builds() == 1, "replicas of different UIDs still build once"
+    assert "copying the engine privately" in second.stderr
+    for path in [Path(private["engine_dir"]), *Path(private["engine_dir"]).rglob("*")]:
+        st = path.lstat()
+        assert st.st_uid == uid and not st.st_mode & 0o022
+    os.chmod(engine, 0o755)
+    (engine / "plugin.so").write_bytes(b"planted")  # the other UID changes its entry afterwards
+    third = image.run("prepare", REPOSITORY_DIR="")
+    assert third.returncode == 0, third.stderr
+    assert json.loads(third.stdout)["engine_dir"] == private["engine_dir"]
+    assert not (Path(private["engine_dir"]) / "plugin.so").exists()
+    assert "copying" not in third.stderr and image.builds() == 1
+
+
+def test_what_we_publish_is_writable_by_this_uid_alone(image):
+    os.umask(0o002)  # the arbitrary-UID pattern with GID 0 makes files group-writable
+    try:
+        result = image.run("prepare", REPOSITORY_DIR="")
+    finally:
+        os.umask(0o022)
+    assert result.returncode == 0, result.stderr
+    prepared = json.loads(result.stdout)
+    for root in (Path(prepared["engine_dir"]), Path(prepared["repository"])):
+        assert all(not p.lstat().st_mode & 0o022 for p in [root, *root.rglob("*")]), root

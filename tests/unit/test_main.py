@@ -22,6 +22,7 @@ from tests.image_data import write_image_data
 from tests.tiny_checkpoint import tiny_llama
 from tests.upstream_files import upstream_path
 from trtllm_entrypoint import contract
+from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.fill import structural_placeholders
 from trtllm_images import matrix
 
@@ -1137,3 +1138,27 @@ def test_what_we_publish_is_writable_by_this_uid_alone(image):
     prepared = json.loads(result.stdout)
     for root in (Path(prepared["engine_dir"]), Path(prepared["repository"])):
         assert all(not p.lstat().st_mode & 0o022 for p in [root, *root.rglob("*")]), root
+
+
+def complete_repository(root: Path) -> Path:
+    (root / "model" / "1").mkdir(parents=True)
+    (root / "model" / "config.pbtxt").write_text('name: "model"\nbackend: "python"\n')
+    return root
+
+
+def test_a_typed_command_serving_a_complete_repository_gets_its_restriction_completed(tmp_path, monkeypatch):
+    from trtllm_entrypoint import launch, main
+
+    ran = []
+    monkeypatch.setattr(launch, "exec_argv", lambda argv, env: ran.append(argv) or sys.exit(0))
+    repo = complete_repository(tmp_path / "repo")
+    typed = ["tritonserver", f"--model-repo={repo}", "--http-restricted=logging:admin-key=K-0123456789abcdef"]
+    with pytest.raises(SystemExit):
+        main.run(typed, {})
+    assert ran == [[*typed, "--grpc-restricted-protocol=logging:admin-key=K-0123456789abcdef"]]
+    with pytest.raises(UsageError, match="--allow-sagemaker=true"):  # a restricted server gets no side door
+        main.run([*typed, "--allow-sagemaker=true"], {})
+    ran.clear()
+    with pytest.raises(SystemExit):  # no restriction at all: as typed, the user's own open server
+        main.run(["tritonserver", f"--model-repo={repo}", "--allow-sagemaker=true"], {})
+    assert len(ran) == 1

@@ -72,13 +72,20 @@ def is_ours(path: Path, stamp_name: str) -> bool:
     return (path / stamp_name).is_file()
 
 
-def listed_files(path: Path, stamp_name: str) -> set[str]:
-    """The files our stamp in `path` records (relative paths); none when it is missing or unreadable."""
+def listed(path: Path, stamp_name: str) -> tuple[set[str], set[str] | None]:
+    """(files, directories) our stamp in `path` records, as relative paths; nothing when it is missing or unreadable.
+    Directories are None in stamps written before they were recorded."""
     try:
-        files = json.loads((path / stamp_name).read_text()).get("files")
+        stamp = json.loads((path / stamp_name).read_text())
+        files, dirs = stamp.get("files"), stamp.get("dirs")
     except (OSError, ValueError, AttributeError):
-        return set()
-    return set(files) if isinstance(files, dict) else set()
+        return set(), set()
+    return (set(files) if isinstance(files, dict) else set()), (set(dirs) if isinstance(dirs, list) else None)
+
+
+def directories(root: Path) -> list[str]:
+    """Every directory below `root`, relative: empty ones (a model's version folder) are ours too."""
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_dir() and not p.is_symlink())
 
 
 def is_empty_dir(path: Path) -> bool:
@@ -262,6 +269,7 @@ def publish(
             "publisher": "trtllm-entrypoint",
             "created": utc_now(),
             "files": manifest(tmp, stamp_name),
+            "dirs": directories(tmp),
         }
         (tmp / stamp_name).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")  # last: marks completion
         trust.restrict_writes(tmp)  # only this UID may change it: what replicas of other UIDs require

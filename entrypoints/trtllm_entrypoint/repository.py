@@ -30,11 +30,16 @@ LOCK_HINT = (
 
 
 def user_files(dest: Path) -> list[str]:
-    """What in a repository we wrote is not ours: every path its stamp does not list, save the bytecode the server
-    writes next to model.py (`__pycache__/*.pyc`). Sorted; a directory of the user's is named, not its content."""
-    listed = publish.listed_files(dest, STAMP) | {STAMP}
+    """What in a repository we wrote is not ours: every file or directory its stamp does not list, save the bytecode
+    the server writes next to model.py (`__pycache__/*.pyc`). Sorted; a directory of the user's is named, not its
+    content."""
+    listed, recorded = publish.listed(dest, STAMP)
+    listed.add(STAMP)
     parents = {parent.as_posix() for name in listed for parent in Path(name).parents}
-    found = []
+    if recorded is None:  # a stamp from before directories were recorded: our empty version folders hold nothing
+        recorded = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if publish.is_empty_dir(p)}
+    parents |= recorded
+    found: list[str] = []
     for directory, dirs, files in os.walk(dest):
         here = Path(directory).relative_to(dest)
         for name in sorted(dirs):

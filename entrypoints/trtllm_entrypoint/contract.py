@@ -27,3 +27,9 @@ DEFAULT_OPENAI_PORT = 9000
 
 TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 OPENAI_FRONTEND_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
+
+# The models of a filled repository by workflow, and the one clients call (SERVED_MODEL_NAME renames it). The
+# others keep their names, since the ensemble steps and the BLS model refer to them: no served name may take them.
+ENGINE_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls", "ensemble")
+ENTRY_MODEL = {"engine": "ensemble", "llmapi": "tensorrt_llm"}
+INNER_MODELS = {"engine": tuple(m for m in ENGINE_MODELS if m != ENTRY_MODEL["engine"]), "llmapi": ()}

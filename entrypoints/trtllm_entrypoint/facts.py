@@ -16,6 +16,7 @@ from typing import Any
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.variables import WORKFLOWS, Workflow
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class ImageFacts:
     tensorrt_llm: str  # the version engines are built and served with
     tensorrt: str | None
     triton: str | None
-    workflows: tuple[str, ...]  # "engine", "llmapi"
+    workflows: tuple[Workflow, ...]
     engine_deprecated: bool
     openai_frontend: bool
     app_dir: Path  # holds all_models/, tools/, examples/
@@ -38,7 +39,7 @@ class ImageFacts:
     models_file: Path = Path(contract.MODELS_FILE)  # the model list (`python build.py models --json`)
 
     @property
-    def default_workflow(self) -> str:
+    def default_workflow(self) -> Workflow:
         return "llmapi" if self.engine_deprecated and "llmapi" in self.workflows else "engine"
 
     @property
@@ -151,7 +152,7 @@ def load_facts(environ: Mapping[str, str]) -> ImageFacts:
         tensorrt_llm=trtllm or entry["tensorrt_llm"],
         tensorrt=installed_tensorrt() or entry["tensorrt"],
         triton=entry["triton"],
-        workflows=tuple(entry["workflows"]),
+        workflows=tuple(w for w in WORKFLOWS if w in entry["workflows"]),
         engine_deprecated=bool(entry["engine_deprecated"]),
         openai_frontend=bool(entry["openai_frontend"]),
         app_dir=app_dir(environ, entry["backend"]["in_image"]),

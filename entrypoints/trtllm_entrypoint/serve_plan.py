@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from trtllm_entrypoint import launch, security
 from trtllm_entrypoint.errors import UsageError
@@ -18,14 +19,14 @@ from trtllm_entrypoint.sources import ModelSource
 
 # How the engine is had: none is needed (llmapi, or a complete repository), the model is one, or the cache holds the
 # one these settings build (built into it, under its lock, when it does not yet).
-ENGINES = ("none", "prebuilt", "cache")
+Engine = Literal["none", "prebuilt", "cache"]
 
 
 @dataclass(frozen=True)
 class ServePlan:
     settings: Settings  # as served: the workflow is the plan's
     model: ModelSource  # what is served as is, or built and served from
-    engine: str  # one of ENGINES
+    engine: Engine
     repository: Path  # the given repository, REPOSITORY_DIR, or the cache's (content-named below it)
     env: dict[str, str]  # environment the server gets on top of the container's
     health_port: int  # where `health` asks whether the server is ready
@@ -69,6 +70,7 @@ def decide(settings: Settings, model: ModelSource, typed_argv: tuple[str, ...] =
         notes.append("the model is a prebuilt engine: using the engine workflow (this image's default is llmapi)")
         workflow = "engine"
     settings = dataclasses.replace(settings, workflow=workflow)
+    engine: Engine
     if model.kind == "repository" and model.path is not None:  # a repository is always local
         engine, repository = "none", model.path
     else:

@@ -331,13 +331,6 @@ def test_good_image_references_are_accepted(image):
     assert kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, image=image).image == image
 
 
-def test_parallelism_limits_agree_with_the_entrypoint():
-    from trtllm_entrypoint import settings
-
-    assert kserve_options.TP_SIZES == settings.POWERS_OF_TWO
-    assert kserve_options.MAX_PP_SIZE == 64 and 'PP_SIZE", 1, 1, 64)' in Path(settings.__file__).read_text()
-
-
 @pytest.mark.parametrize(
     "args", [["--tp-size", "3"], ["--name", "1abc"], ["--pvc-size", "0", "--cache", "pvc"], ["--image", "Bad Image"]]
 )

@@ -285,10 +285,11 @@ def ensure_engine(
     gpus = detect_gpus()
     # Engines are specific to the GPU's compute capability, so building needs one (ranks are built one by one).
     gpu.require_gpus(gpus, 1, "to build a TensorRT engine")
-    inputs = engine_cache.key_inputs(sources.identity(source), settings, facts, gpus)
+    spec = settings.engine_spec  # all the build reads, and so all the key needs
+    inputs = engine_cache.key_inputs(sources.identity(source), spec, facts, gpus)
     key = engine_cache.cache_key(inputs)
     cache = engine_cache.EngineCache(settings.cache_dir / "engines")
-    build = engine_build.engine_builder(facts, settings, source.path, converter, log, env)
+    build = engine_build.engine_builder(facts, spec, source.path, converter, log, env)
     with log.phase("engine", key=key) as extra:
         engine_dir, built = cache.ensure(
             key, engine_cache.stamp_inputs(inputs, facts, gpus), build, timeout_s=settings.lock_timeout_secs, log=log

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import cast
 
 from trtllm_entrypoint import contract
+from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.variables import VARIABLES
-from trtllm_images.errors import UsageError
 
 CACHE_MODES = ("emptydir", "pvc")
 ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
@@ -37,8 +38,8 @@ class KServeOptions:
     model_id: str | None = None  # hub id; None -> the model that storage_uri puts at /mnt/models
     model_revision: str | None = None
     storage_uri: str | None = None
-    tp_size: int = 1
-    pp_size: int = 1
+    tp_size: int = cast(int, VARIABLES["TP_SIZE"].default)
+    pp_size: int = cast(int, VARIABLES["PP_SIZE"].default)
     namespace: str = "default"
     name: str = "llm"
     cache: str = "emptydir"  # "emptydir" | "pvc"

@@ -1,6 +1,5 @@
-"""Paths, ports and names shared with the Dockerfiles (images/) and the KServe manifests (trtllm_images/kserve.py).
-
-Changing a value here means changing it there too; tests compare them.
+"""Paths, ports and names shared by the image and what the host makes for it: the Dockerfiles (images/*.j2) and the
+KServe manifests (trtllm_images/kserve.py) read them from here. Standard library only, importing nothing.
 """
 
 # Where KServe's storage initializer, PVC or modelcar puts the model; always treated as read-only.
@@ -24,6 +23,9 @@ DEFAULT_HTTP_PORT = 8000
 DEFAULT_GRPC_PORT = 8001
 DEFAULT_METRICS_PORT = 8002
 DEFAULT_OPENAI_PORT = 9000
+
+# The NGC images' triton-server user: the images run as it, and the KServe pods' fsGroup is it.
+UID = 1000
 
 TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 OPENAI_FRONTEND_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"

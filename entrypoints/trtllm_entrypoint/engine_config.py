@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.facts import version_tuple
 from trtllm_entrypoint.settings import Limits, Parallelism, Settings
+from trtllm_entrypoint.versions import version_tuple
 
 ENGINE_CONFIG = "config.json"
 # trtllm-build records the limits in build_config and the parallelism in pretrained_config.mapping under the names

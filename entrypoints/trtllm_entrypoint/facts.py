@@ -47,23 +47,6 @@ class ImageFacts:
         return self.app_dir / "all_models"
 
 
-def version_tuple(version: str) -> tuple[int, ...]:
-    """Leading numeric release of a version string: '0.17.0.post1' -> (0, 17, 0), '1.2.0rc8' -> (1, 2, 0)."""
-    parts: list[int] = []
-    for piece in version.split("."):
-        digits = ""
-        for ch in piece:
-            if not "0" <= ch <= "9":
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(int(digits))
-        if digits != piece:
-            break
-    return tuple(parts[:3])
-
-
 def installed_version(distribution: str) -> str | None:
     try:
         return metadata.version(distribution)

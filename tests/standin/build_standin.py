@@ -39,8 +39,9 @@ if str(REPO) not in sys.path:  # run as a script: make `tests.` and `trtllm_imag
 from tests import realtriton  # noqa: E402
 from tests.doubles.install import DOUBLES_DIR, install_doubles, python_models_origin, write_wrapper  # noqa: E402
 from tests.upstream_files import UpstreamMissing, upstream_root  # noqa: E402
-from trtllm_images.errors import BuildError  # noqa: E402
-from trtllm_images.matrix import DEFAULT_PATH, MatrixEntry, load, version_tuple  # noqa: E402
+from trtllm_entrypoint.errors import Error  # noqa: E402
+from trtllm_entrypoint.versions import version_tuple  # noqa: E402
+from trtllm_images.matrix import DEFAULT_PATH, MatrixEntry, load  # noqa: E402
 
 OS_IMAGE = "trtllm-standin-os:bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -336,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
             matrix_path=args.matrix,
             log=lambda msg: print(msg, file=sys.stderr),
         )
-    except (StandinUnavailable, BuildError, RuntimeError) as exc:
+    except (StandinUnavailable, Error, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     args.matrix_out.parent.mkdir(parents=True, exist_ok=True)

@@ -171,6 +171,11 @@ def found(options: Sequence[Option], *names: str) -> list[Option]:
     return [option for option in options if option.flag is not None and option.flag.option in names]
 
 
+def restriction_flags(args: Sequence[str]) -> list[str]:
+    """The API restriction flags a tritonserver command line sets itself, however they are spelled."""
+    return [option.given for option in found(parse(args), *RESTRICTION_FLAGS)]
+
+
 def reserved_argument(args: Sequence[str], table: Sequence[Flag] = TRITONSERVER) -> tuple[str, str] | None:
     """(the option as given, the variable meant for it) for the first option that sets what we set, else None."""
     for option in parse(args, table):

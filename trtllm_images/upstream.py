@@ -21,6 +21,7 @@ import bz2
 import contextlib
 import gzip
 import hashlib
+import http.client
 import json
 import lzma
 import os
@@ -201,7 +202,10 @@ def source(pin: Pin, cache: Path, *, local_copy: str, log: Callable[[str], None]
             _trust(cache, pin, commit, digest, log)
         else:
             _check(pin, expected, commit, digest)
-        return publish_dir(cache / "sources" / digest.removeprefix(source_tree.PREFIX), lambda tmp: _move(tree, tmp))
+        final = cache / "sources" / digest.removeprefix(source_tree.PREFIX)
+        if final.is_dir() and source_tree.from_directory(final) != digest:
+            shutil.rmtree(final)  # ours, changed since: publish_dir would keep it
+        return publish_dir(final, lambda tmp: _move(tree, tmp))
 
 
 def _expected(pin: Pin, cache: Path, require_pinned: bool) -> _Expected | None:
@@ -229,20 +233,35 @@ def _check(pin: Pin, expected: _Expected, commit: str | None, digest: str) -> No
     raise BuildError(
         f"{pin.name}: the {what} differs from {expected.where}: expected {want}, got {got}",
         "the ref moved upstream or the download was altered; nothing was kept. If the change is intended: "
-        + (f"`{REFRESH} --repin {pin.name}`" if expected.where == LOCK_PATH.name else f"edit {expected.where}"),
+        + (
+            f"`{REFRESH} --repin {pin.name}`"
+            if expected.where == LOCK_PATH.name
+            else f"remove its record from {expected.where}"
+        ),
     )
 
 
 def _trusted(cache: Path) -> dict[str, dict]:
+    """The trust-on-first-use records; a damaged file is an error, never an empty trust store."""
+    path = cache / TRUST_FILE
     try:
-        data = json.loads((cache / TRUST_FILE).read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or not all(_trust_record(record) for record in data.values()):
+            raise ValueError("each record needs a tree1 digest, a commit or null, and its paths")
     except FileNotFoundError:
         return {}
     except ValueError as exc:
-        raise BuildError(
-            f"{cache / TRUST_FILE} is malformed: {exc}", "delete it to trust again on next fetch"
-        ) from None
-    return data if isinstance(data, dict) else {}
+        raise BuildError(f"{path} is malformed: {exc}", "delete it; the next fetch trusts again") from None
+    return data
+
+
+def _trust_record(record: object) -> bool:
+    return (
+        isinstance(record, dict)
+        and source_tree.is_digest(record.get("digest"))
+        and (record.get("commit") is None or source_tree.is_commit(record.get("commit")))
+        and isinstance(record.get("paths"), list)
+    )
 
 
 def _trust(cache: Path, pin: Pin, commit: str | None, digest: str, log: Callable[[str], None]) -> None:
@@ -289,7 +308,7 @@ def _download(pin: Pin, dest: Path, hint: str) -> None:
         raise error(f"cannot download {pin.name} from {pin.url}: HTTP {exc.code} {exc.reason}", hint) from None
     except urllib.error.URLError as exc:  # refused, DNS failure, timeout while connecting
         raise BuildError(f"cannot download {pin.name} from {pin.url} (offline?): {exc.reason}", hint) from None
-    except (ConnectionError, TimeoutError, OSError) as exc:  # broke off mid-body (http.client errors included)
+    except (ConnectionError, TimeoutError, http.client.HTTPException) as exc:  # broke off mid-body
         raise BuildError(f"cannot download {pin.name} from {pin.url}: the connection broke: {exc!r}", hint) from None
     if length is not None and size != int(length):
         raise BuildError(

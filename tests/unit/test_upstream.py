@@ -212,6 +212,15 @@ def test_an_unpinned_source_is_trusted_on_first_use_with_one_line_and_must_match
     assert json.loads((tmp_path / upstream.TRUST_FILE).read_text()) == trusted
 
 
+@pytest.mark.parametrize("content", ["not json", "[]", '{"kserve/kserve@v0.20.0": {"commit": null}}'])
+def test_a_damaged_trust_file_is_an_error_never_an_empty_trust_store(server, tmp_path, content):
+    (tmp_path / upstream.TRUST_FILE).write_text(content)
+    with pytest.raises(BuildError, match="trusted.json is malformed") as info:
+        fetch(pin_for(server, digest=None), tmp_path)
+    assert "delete it" in info.value.hint and server.requests == []
+    assert (tmp_path / upstream.TRUST_FILE).read_text() == content
+
+
 def test_require_pinned_refuses_an_unpinned_source_without_any_request(server, tmp_path):
     with pytest.raises(BuildError, match="kserve/kserve@v0.20.0 is not pinned in upstream.lock.json") as info:
         fetch(pin_for(server, digest=None), tmp_path, require_pinned=True)

@@ -353,6 +353,7 @@ def extract(archive: Path, name: str, paths: Iterable[str], dest: Path) -> tuple
             target = root / rel
             if os.path.realpath(target.parent) != str(target.parent):
                 raise refuse(member.name, "a member whose directory resolves elsewhere")
+            kinds.update({parent: "dir" for parent in parents})  # created below, if not yet there
             kinds[rel] = kind
             target.parent.mkdir(parents=True, exist_ok=True)
             if kind == "dir":

@@ -132,3 +132,29 @@ def test_paths_are_normalized_and_lines_are_unambiguous():
         source_tree.digest([source_tree.entry("a\n100644 x b", source_tree.REGULAR, b"")])
     with pytest.raises(BuildError, match="twice"):
         source_tree.digest([source_tree.entry("a", source_tree.REGULAR, b"")] * 2)
+
+
+def test_upstream_lock_from_git_records_the_walk_and_leaves_a_ref_the_clone_lacks(repo, tmp_path, monkeypatch):
+    """`build.py upstream lock --from-git DIR --repo O/N`: the walk's values land in the lock; a ref the clone lacks
+    stays as it was, and a record nothing needs any more is dropped."""
+    from click.testing import CliRunner
+
+    from trtllm_images import backend_assets
+    from trtllm_images.cli import cli
+
+    monkeypatch.setattr(backend_assets, "lock_paths", lambda matrix: {("o/r", "v1.0.0"): list(PATHS)})
+    lock_path = tmp_path / "lock.json"
+    other = upstream.new_pin("o/other", "v1.0.0", ["tools"])
+    missing = upstream.new_pin("o/r", "v2.0.0", ["tools"])
+    layout = {"tools/fill.sh": "x/fill.sh"}
+    missing = upstream.Pin(missing.repo, missing.ref, missing.url, missing.paths, uncertain="u", layout=layout)
+    upstream.write_lock(upstream.Lock((upstream.new_pin("o/r", "v1.0.0", PATHS), missing, other), lock_path))
+    args = ["upstream", "lock", "--lock", str(lock_path), "--from-git", str(repo), "--repo", "o/r"]
+    result = CliRunner().invoke(cli, args, prog_name="build.py")
+    assert result.exit_code == 0, result.output
+    pins = {pin.name: pin for pin in upstream.load_lock(lock_path).pins}
+    walked = source_tree.from_git(repo, "v1.0.0", PATHS)
+    assert (pins["o/r@v1.0.0"].commit, pins["o/r@v1.0.0"].digest) == (walked.commit, walked.digest)
+    assert pins["o/r@v2.0.0"].digest is None and "left as it was" in result.stderr
+    assert "o/other@v1.0.0" not in pins  # the matrix no longer needs it
+    assert "2 sources, 1 without a digest (o/r@v2.0.0)" in result.stdout

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from trtllm_images.contract import CACHE_DIR, KSERVE_MODEL_DIR, METRICS_PORT, UID
-from trtllm_images.errors import BuildError
+from trtllm_entrypoint.contract import DEFAULT_CACHE_DIR, DEFAULT_METRICS_PORT, KSERVE_MODEL_DIR, UID
+from trtllm_entrypoint.errors import Error
 from trtllm_images.files import write_atomic
 from trtllm_images.kserve_options import KServeOptions
 from trtllm_images.plan import make_plan as make_build_plan
@@ -71,7 +71,7 @@ def make_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
     # An image given with --image is the user's own; only the default one must be an image build.py makes.
     problems = semantic_findings(documents, None if options.image else matrix)
     if problems:  # what KServe's webhooks would reject later, refused before anything is written
-        raise BuildError(
+        raise Error(
             "the manifests break KServe's rules: " + "; ".join(problems),
             "a combination of options this generator does not handle: please report it",
         )
@@ -121,8 +121,8 @@ def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
             {
                 "HTTP_PORT": HTTP_PORT,
                 "GRPC_PORT": GRPC_PORT,
-                "METRICS_PORT": METRICS_PORT,
-                "CACHE_DIR": CACHE_DIR,
+                "METRICS_PORT": DEFAULT_METRICS_PORT,
+                "CACHE_DIR": DEFAULT_CACHE_DIR,
                 "SERVED_MODEL_NAME": "{{.Name}}",
                 "TP_SIZE": o.tp_size,
                 "PP_SIZE": o.pp_size,
@@ -140,7 +140,10 @@ def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
     }
     spec = {
-        "annotations": {"prometheus.kserve.io/port": str(METRICS_PORT), "prometheus.kserve.io/path": "/metrics"},
+        "annotations": {
+            "prometheus.kserve.io/port": str(DEFAULT_METRICS_PORT),
+            "prometheus.kserve.io/path": "/metrics",
+        },
         "supportedModelFormats": [
             {"name": MODEL_FORMAT, "version": entry.tensorrt_llm, "autoSelect": True, "priority": 1}
         ],
@@ -163,7 +166,7 @@ def _model_env(o: KServeOptions) -> list[dict]:
         {
             "MODEL_ID": o.model_id,
             "MODEL_REVISION": o.model_revision,
-            "CACHE_DIR": CACHE_DIR,
+            "CACHE_DIR": DEFAULT_CACHE_DIR,
             "TP_SIZE": o.tp_size,
             "PP_SIZE": o.pp_size,
         }
@@ -220,7 +223,7 @@ def _inference_service(o: KServeOptions) -> dict:
                 {"name": "grpc-v2", "containerPort": GRPC_PORT, "protocol": "TCP"},
             ],
             "resources": _gpu_resources(o.gpus),
-            "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": CACHE_DIR}],
+            "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": DEFAULT_CACHE_DIR}],
         }
     )
     predictor = {
@@ -249,7 +252,7 @@ def _pvc(o: KServeOptions) -> dict:
 
 def _warm_job(o: KServeOptions, image: str) -> dict:
     mounts: list[dict[str, Any]] = [
-        {"name": CACHE_VOLUME, "mountPath": CACHE_DIR},
+        {"name": CACHE_VOLUME, "mountPath": DEFAULT_CACHE_DIR},
         {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
     ]
     volumes = [_cache_volume(o), _shm_volume()]

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from trtllm_images.errors import BuildError, UsageError
+from trtllm_entrypoint.errors import Error, UsageError
 
 PREFIX = "tree1:"
 REGULAR, EXECUTABLE, SYMLINK = "100644", "100755", "120000"
@@ -51,7 +51,7 @@ def digest(entries: Iterable[Entry]) -> str:
     body = hashlib.sha256()
     for before, current in zip([None, *ordered], ordered, strict=False):
         if "\n" in current.path or (before is not None and before.path == current.path):
-            raise BuildError(f"cannot digest {current.path!r}: a newline in a path or a path given twice")
+            raise Error(f"cannot digest {current.path!r}: a newline in a path or a path given twice")
         body.update(f"{current.mode} {current.sha256} {current.path}\n".encode())
     return PREFIX + body.hexdigest()
 
@@ -145,7 +145,7 @@ def from_git(repo: Path, ref: str, paths: Iterable[str]) -> GitSource:
         attrs = attributes[path]
         problem = _conversion(attrs) if mode != SYMLINK else ""
         if problem:
-            raise BuildError(
+            raise Error(
                 f"{path} at {ref}: .gitattributes sets {problem}, which changes its bytes in an archive "
                 "in a way this walk does not reproduce",
                 "record this source from a download instead: `python build.py upstream lock` where GitHub answers",

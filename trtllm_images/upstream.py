@@ -40,8 +40,8 @@ from typing import IO, cast
 
 from packaging.version import InvalidVersion, Version
 
+from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import source_tree
-from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.files import publish_dir, write_atomic
 from trtllm_images.matrix import DEFAULT_PATH
 
@@ -109,7 +109,7 @@ class Lock:
         for pin in self.pins:
             if (pin.repo, pin.ref) == (repo, ref):
                 return pin
-        raise BuildError(
+        raise Error(
             f"{repo}@{ref} is not in {self.path.name}",
             f"run `{REFRESH}`: it adds every source matrix.yaml needs",
         )
@@ -212,7 +212,7 @@ def _expected(pin: Pin, cache: Path, require_pinned: bool) -> _Expected | None:
     if pin.digest is not None:
         return _Expected(pin.commit, pin.digest, LOCK_PATH.name)
     if require_pinned:
-        raise BuildError(
+        raise Error(
             f"{pin.name} is not pinned in {LOCK_PATH.name} ({pin.uncertain}), and {REQUIRE_PINNED_FLAG} takes "
             "only what the committed lock pins",
             f"run `{FROM_GIT}` with a clone of {pin.repo}, or `{REFRESH}` where GitHub answers, and commit the lock",
@@ -230,7 +230,7 @@ def _check(pin: Pin, expected: _Expected, commit: str | None, digest: str) -> No
         what, want, got = "commit", expected.commit, commit
     else:
         return
-    raise BuildError(
+    raise Error(
         f"{pin.name}: the {what} differs from {expected.where}: expected {want}, got {got}",
         "the ref moved upstream or the download was altered; nothing was kept. If the change is intended: "
         + (
@@ -251,7 +251,7 @@ def _trusted(cache: Path) -> dict[str, dict]:
     except FileNotFoundError:
         return {}
     except ValueError as exc:
-        raise BuildError(f"{path} is malformed: {exc}", "delete it; the next fetch trusts again") from None
+        raise Error(f"{path} is malformed: {exc}", "delete it; the next fetch trusts again") from None
     return data
 
 
@@ -288,7 +288,7 @@ def _host(pin: Pin) -> str:
     return urllib.parse.urlparse(pin.url).hostname or pin.url
 
 
-class _NotFound(BuildError):
+class _NotFound(Error):
     """HTTP 404: the ref does not exist upstream (refresh records that instead of failing)."""
 
 
@@ -301,17 +301,17 @@ def _download(pin: Pin, dest: Path, hint: str) -> None:
             while chunk := response.read(CHUNK):
                 size += len(chunk)
                 if size > MAX_ARCHIVE_BYTES:
-                    raise BuildError(f"{pin.name}: {pin.url} is larger than {MAX_ARCHIVE_BYTES} bytes", hint)
+                    raise Error(f"{pin.name}: {pin.url} is larger than {MAX_ARCHIVE_BYTES} bytes", hint)
                 out.write(chunk)
     except urllib.error.HTTPError as exc:
-        error = _NotFound if exc.code == 404 else BuildError
+        error = _NotFound if exc.code == 404 else Error
         raise error(f"cannot download {pin.name} from {pin.url}: HTTP {exc.code} {exc.reason}", hint) from None
     except urllib.error.URLError as exc:  # refused, DNS failure, timeout while connecting
-        raise BuildError(f"cannot download {pin.name} from {pin.url} (offline?): {exc.reason}", hint) from None
+        raise Error(f"cannot download {pin.name} from {pin.url} (offline?): {exc.reason}", hint) from None
     except (ConnectionError, TimeoutError, http.client.HTTPException) as exc:  # broke off mid-body
-        raise BuildError(f"cannot download {pin.name} from {pin.url}: the connection broke: {exc!r}", hint) from None
+        raise Error(f"cannot download {pin.name} from {pin.url}: the connection broke: {exc!r}", hint) from None
     if length is not None and size != int(length):
-        raise BuildError(
+        raise Error(
             f"cannot download {pin.name} from {pin.url}: the connection closed after {size} of {length} bytes", hint
         )
 
@@ -336,8 +336,8 @@ def extract(archive: Path, name: str, paths: Iterable[str], dest: Path) -> tuple
     entries: list[source_tree.Entry] = []
     state = {"count": 0, "unpacked": 0, "top": None}
 
-    def refuse(member: str, why: str) -> BuildError:
-        return BuildError(f"{name}: {why}: {member!r} in the archive", "this is not a source archive; nothing was kept")
+    def refuse(member: str, why: str) -> Error:
+        return Error(f"{name}: {why}: {member!r} in the archive", "this is not a source archive; nothing was kept")
 
     with _open(archive, name) as tar:
         for member in tar:
@@ -372,7 +372,7 @@ def extract(archive: Path, name: str, paths: Iterable[str], dest: Path) -> tuple
                 rel, f"a symlink that resolves outside the extraction directory (to {os.readlink(root / rel)!r})"
             )
     if not entries:
-        raise BuildError(
+        raise Error(
             f"{name}: the archive has nothing under {', '.join(paths)}", "check the ref and the paths in the lock"
         )
     return (commit if source_tree.is_commit(commit) else None), source_tree.digest(entries)
@@ -411,7 +411,7 @@ def _open(archive: Path, name: str) -> Iterator[tarfile.TarFile]:
     except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError) as exc:
         if isinstance(exc, OSError) and exc.errno is not None:  # the disk, not the data
             raise
-        raise BuildError(
+        raise Error(
             f"{name}: {archive.name} is not a complete tar archive (plain, gzip, bzip2 or xz): {exc}",
             "a truncated or corrupt download; nothing was kept. Retry",
         ) from None
@@ -421,13 +421,13 @@ def _plain(path: str) -> IO[bytes]:
     return open(path, "rb")
 
 
-def _member_path(member: tarfile.TarInfo, name: str, state: dict, refuse: Callable[[str, str], BuildError]) -> str:
+def _member_path(member: tarfile.TarInfo, name: str, state: dict, refuse: Callable[[str, str], Error]) -> str:
     """The member's path below the archive's one top directory ("" for the top itself), after the checks that
     apply to every member, kept or not."""
     state["count"] += 1
     state["unpacked"] += max(member.size, 0)
     if state["count"] > MAX_MEMBERS or state["unpacked"] > MAX_UNPACKED_BYTES:
-        raise BuildError(
+        raise Error(
             f"{name}: the archive unpacks to more than {MAX_MEMBERS} entries or {MAX_UNPACKED_BYTES} bytes",
             "this is not a source archive; check the URL",
         )
@@ -483,7 +483,7 @@ def _copy_entry(path: Path, out: Path) -> None:
 def covering(pin: Pin, members: Iterable[str]) -> None:
     missing = [m for m in members if not source_tree.under(m, pin.paths)]
     if missing:
-        raise BuildError(
+        raise Error(
             f"{pin.name}: {LOCK_PATH.name} does not pin {', '.join(missing)}",
             f"run `{REFRESH}` (or `{FROM_GIT}`) so that its `paths` cover them",
         )
@@ -498,7 +498,7 @@ def materialize_layout(lock: Lock, cache: Path, *, local_copy: str, log: Callabl
     never reuses an old tree."""
     pins = [pin for pin in lock.pins if pin.layout]
     if not pins:
-        raise BuildError(f"{lock.path.name} names no source with a `layout`", "restore it from git")
+        raise Error(f"{lock.path.name} names no source with a `layout`", "restore it from git")
     trees = [source(pin, cache, local_copy=local_copy, log=log) for pin in pins]
     layouts = [[tree.name, dict(pin.layout)] for pin, tree in zip(pins, trees, strict=True)]
     key = hashlib.sha256(json.dumps(layouts, sort_keys=True).encode()).hexdigest()[:16]
@@ -608,7 +608,7 @@ def _record(
         updated[pin.name] = replace(pin, commit=commit, digest=digest, uncertain="")
         log(f"{pin.name}: {commit} {digest}")
     if problems:
-        raise BuildError(
+        raise Error(
             f"{lock.path.name} left unchanged: " + "; ".join(problems),
             f"find out why the source changed; to accept it: `{REFRESH} --repin REPO@REF`",
         )

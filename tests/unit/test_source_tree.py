@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import source_tree, upstream
-from trtllm_images.errors import BuildError, UsageError
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -105,7 +105,7 @@ def test_the_digest_follows_content_mode_and_link_target_not_metadata(repo):
 def test_a_conversion_the_walk_cannot_reproduce_is_refused_by_name(repo):
     (repo / ".gitattributes").write_text("*.pbtxt eol=crlf\n")
     git(repo, "commit", "-q", "-am", "crlf")
-    with pytest.raises(BuildError, match=r"models/ensemble/config.pbtxt .* sets eol=crlf") as info:
+    with pytest.raises(Error, match=r"models/ensemble/config.pbtxt .* sets eol=crlf") as info:
         source_tree.from_git(repo, "HEAD", PATHS)
     assert "download" in info.value.hint
 
@@ -128,9 +128,9 @@ def test_origin_repo_reads_github_remotes(repo):
 
 def test_paths_are_normalized_and_lines_are_unambiguous():
     assert source_tree.normalize_paths(["tools", "a/b", "a", "tools/x"]) == ("a", "tools")
-    with pytest.raises(BuildError, match="newline"):
+    with pytest.raises(Error, match="newline"):
         source_tree.digest([source_tree.entry("a\n100644 x b", source_tree.REGULAR, b"")])
-    with pytest.raises(BuildError, match="twice"):
+    with pytest.raises(Error, match="twice"):
         source_tree.digest([source_tree.entry("a", source_tree.REGULAR, b"")] * 2)
 
 

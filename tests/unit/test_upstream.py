@@ -19,8 +19,8 @@ from types import MappingProxyType
 import pytest
 
 from tests.archive_server import ArchiveServer, link, refused_url, regular, tarball
+from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import backend_assets, matrix, source_tree, upstream
-from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.upstream import Lock, Pin
 
 COMMIT = "1fb781055dd1567164358233e1125142ca6ef1fe"
@@ -112,7 +112,7 @@ def test_any_compression_gives_the_same_digest(server, tmp_path, compression):
 def test_tampered_content_names_source_expected_and_actual_digest_and_keeps_nothing(server, tmp_path):
     tampered = {**FILES, CRD: b"evil\n"}
     server.served["/kserve.tar.gz"] = tarball("kserve-0.20.0", tampered, LINKS, commit=COMMIT)
-    with pytest.raises(BuildError) as info:
+    with pytest.raises(Error) as info:
         fetch(pin_for(server), tmp_path)
     message = info.value.message
     assert "kserve/kserve@v0.20.0" in message and DIGEST in message and digest_of(tampered, LINKS) in message
@@ -132,13 +132,13 @@ def test_every_part_of_the_content_counts(server, tmp_path, change):
     else:
         del files["config/crd/full/kustomization.yaml"]
     server.served["/kserve.tar.gz"] = tarball("kserve-0.20.0", files, links, commit=COMMIT)
-    with pytest.raises(BuildError, match="content of config/crd/full, tools differs"):
+    with pytest.raises(Error, match="content of config/crd/full, tools differs"):
         fetch(pin_for(server), tmp_path)
 
 
 def test_a_moved_tag_with_the_same_content_is_still_refused(server, tmp_path):
     server.served["/kserve.tar.gz"] = tarball("kserve-0.20.0", FILES, LINKS, commit="a" * 40)
-    with pytest.raises(BuildError, match=f"the commit differs from upstream.lock.json: expected {COMMIT}"):
+    with pytest.raises(Error, match=f"the commit differs from upstream.lock.json: expected {COMMIT}"):
         fetch(pin_for(server), tmp_path)
 
 
@@ -162,7 +162,7 @@ def test_a_damaged_download_is_one_error_and_leaves_nothing(server, tmp_path, da
         if damage == "cut without length":
             server.unsized.add("/kserve.tar.gz")
     for pin in (pin_for(server), pin_for(server, digest=None)):
-        with pytest.raises(BuildError, match="not a complete tar archive|closed after") as info:
+        with pytest.raises(Error, match="not a complete tar archive|closed after") as info:
             fetch(pin, tmp_path)
         assert "\n" not in info.value.message
     assert cache_files(tmp_path) == []
@@ -170,14 +170,14 @@ def test_a_damaged_download_is_one_error_and_leaves_nothing(server, tmp_path, da
 
 def test_offline_is_one_line_naming_the_local_copy_to_supply(tmp_path):
     pin = Pin("kserve/kserve", "v0.20.0", refused_url(), PATHS, COMMIT, DIGEST)
-    with pytest.raises(BuildError, match="offline") as info:
+    with pytest.raises(Error, match="offline") as info:
         fetch(pin, tmp_path)
     assert "\n" not in str(info.value) and "--backend-dir DIR" in info.value.hint
     assert cache_files(tmp_path) == []
 
 
 def test_http_error_is_one_line_naming_the_url(server, tmp_path):
-    with pytest.raises(BuildError, match="HTTP 404") as info:
+    with pytest.raises(Error, match="HTTP 404") as info:
         fetch(pin_for(server, path="/missing.tar.gz"), tmp_path)
     assert server.url("/missing.tar.gz") in info.value.message
 
@@ -185,11 +185,11 @@ def test_http_error_is_one_line_naming_the_url(server, tmp_path):
 def test_size_limits_stop_the_download_and_the_extraction(server, tmp_path, monkeypatch):
     monkeypatch.setattr(upstream, "MAX_ARCHIVE_BYTES", len(GOOD) - 1)
     monkeypatch.setattr(upstream, "CHUNK", 64)
-    with pytest.raises(BuildError, match="larger than"):
+    with pytest.raises(Error, match="larger than"):
         fetch(pin_for(server), tmp_path)
     monkeypatch.setattr(upstream, "MAX_ARCHIVE_BYTES", 1 << 20)
     monkeypatch.setattr(upstream, "MAX_UNPACKED_BYTES", 8)
-    with pytest.raises(BuildError, match="unpacks to more than"):
+    with pytest.raises(Error, match="unpacks to more than"):
         fetch(pin_for(server), tmp_path)
     assert cache_files(tmp_path) == []
 
@@ -207,7 +207,7 @@ def test_an_unpinned_source_is_trusted_on_first_use_with_one_line_and_must_match
     assert fetch(pin_for(server, digest=None), tmp_path) == tree
     server.served["/kserve.tar.gz"] = tarball("kserve-0.20.0", {**FILES, CRD: b"evil\n"}, LINKS, commit=COMMIT)
     shutil.rmtree(tree)  # the next fetch downloads again
-    with pytest.raises(BuildError, match="content of config/crd/full, tools differs from .*trusted.json") as info:
+    with pytest.raises(Error, match="content of config/crd/full, tools differs from .*trusted.json") as info:
         fetch(pin_for(server, digest=None), tmp_path)
     assert str(tmp_path / upstream.TRUST_FILE) in info.value.message
     assert json.loads((tmp_path / upstream.TRUST_FILE).read_text()) == trusted
@@ -216,14 +216,14 @@ def test_an_unpinned_source_is_trusted_on_first_use_with_one_line_and_must_match
 @pytest.mark.parametrize("content", ["not json", "[]", '{"kserve/kserve@v0.20.0": {"commit": null}}'])
 def test_a_damaged_trust_file_is_an_error_never_an_empty_trust_store(server, tmp_path, content):
     (tmp_path / upstream.TRUST_FILE).write_text(content)
-    with pytest.raises(BuildError, match="trusted.json is malformed") as info:
+    with pytest.raises(Error, match="trusted.json is malformed") as info:
         fetch(pin_for(server, digest=None), tmp_path)
     assert "delete it" in info.value.hint and server.requests == []
     assert (tmp_path / upstream.TRUST_FILE).read_text() == content
 
 
 def test_require_pinned_refuses_an_unpinned_source_without_any_request(server, tmp_path):
-    with pytest.raises(BuildError, match="kserve/kserve@v0.20.0 is not pinned in upstream.lock.json") as info:
+    with pytest.raises(Error, match="kserve/kserve@v0.20.0 is not pinned in upstream.lock.json") as info:
         fetch(pin_for(server, digest=None), tmp_path, require_pinned=True)
     assert "--from-git" in info.value.hint and server.requests == []
     assert fetch(pin_for(server), tmp_path, require_pinned=True).is_dir()
@@ -279,7 +279,7 @@ HOSTILE = {
 
 @pytest.mark.parametrize("members", HOSTILE.values(), ids=HOSTILE.keys())
 def test_hostile_archives_are_refused_and_nothing_lands_outside(tmp_path, members):
-    with pytest.raises(BuildError, match="in the archive") as info:
+    with pytest.raises(Error, match="in the archive") as info:
         extract_members(tmp_path, members)
     assert "\n" not in info.value.message and "nothing was kept" in info.value.hint
     assert written_outside(tmp_path) == []
@@ -303,7 +303,7 @@ def test_random_link_chains_never_write_outside(tmp_path):
         (root / "a.tar").write_bytes(tarball("top", {"src/ok.txt": b"ok\n"}, members=members, compression=""))
         try:
             upstream.extract(root / "a.tar", "random", ["src"], root / "sub" / "dest")
-        except BuildError:
+        except Error:
             pass
         else:
             for path in (root / "sub" / "dest").rglob("*"):
@@ -353,7 +353,7 @@ def test_materialize_layout_builds_the_upstream_dir_once_per_content(server, tmp
 
 def test_materialize_layout_with_a_tampered_source_writes_nothing(server, tmp_path):
     server.served["/kserve.tar.gz"] = tarball("kserve-0.20.0", {**FILES, CRD: b"evil\n"}, LINKS, commit=COMMIT)
-    with pytest.raises(BuildError, match="differs"):
+    with pytest.raises(Error, match="differs"):
         upstream.materialize_layout(Lock((pin_for(server),)), tmp_path, local_copy="x", log=quiet)
     assert not (tmp_path / "layout").exists() and cache_files(tmp_path) == []
 
@@ -375,7 +375,7 @@ def test_refresh_records_commit_and_digest_and_refuses_a_change_unless_repinned(
     fresh = upstream.refresh(Lock((pin_for(server, digest=None),), tmp_path / "lock.json"), log=quiet)
     assert (fresh.pins[0].commit, fresh.pins[0].digest, fresh.pins[0].uncertain) == (COMMIT, DIGEST, "")
     wrong = Lock((pin_for(server, digest="tree1:" + "f" * 64),), tmp_path / "lock.json")
-    with pytest.raises(BuildError, match=f"expected {COMMIT} tree1:f+, got {COMMIT} {DIGEST}") as info:
+    with pytest.raises(Error, match=f"expected {COMMIT} tree1:f+, got {COMMIT} {DIGEST}") as info:
         upstream.refresh(wrong, log=quiet)
     assert "--repin" in info.value.hint
     assert upstream.refresh(wrong, repin=["kserve/kserve@v0.20.0"], log=quiet).pins[0].digest == DIGEST
@@ -388,7 +388,7 @@ def test_refresh_records_a_ref_that_does_not_exist_and_stops_when_offline(server
     (fresh,) = upstream.refresh(Lock((gone,)), log=quiet).pins
     assert fresh.digest is None and "HTTP 404" in fresh.uncertain
     offline = replace(gone, url=refused_url())
-    with pytest.raises(BuildError, match="offline"):
+    with pytest.raises(Error, match="offline"):
         upstream.refresh(Lock((offline,)), log=quiet)
 
 

@@ -12,3 +12,4 @@ CACHE_DIR = "/var/cache/trtllm"
 KSERVE_MODEL_DIR = "/mnt/models"  # where KServe's storage initializer puts the model
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002  # Triton's defaults
 UID = 1000  # the NGC images' triton-server user
+MPI_SSH_DIR, MPI_SSH_PORT = "/etc/trtllm-images/mpi-ssh", 2222  # a multi-node group's launcher key and sshd port

@@ -27,3 +27,8 @@ DEFAULT_OPENAI_PORT = 9000
 
 TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 OPENAI_FRONTEND_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
+
+# Multi-node groups (LeaderWorkerSet): each worker pod runs sshd on this port with the group's key mounted here
+# (a Secret with `id_ed25519` and `id_ed25519.pub`); the leader's mpirun starts the other ranks through it.
+MPI_SSH_DIR = "/etc/trtllm-images/mpi-ssh"
+MPI_SSH_PORT = 2222

@@ -59,6 +59,7 @@ def test_host_contract_agrees_with_the_container_contract():
         contract.DEFAULT_GRPC_PORT,
         contract.DEFAULT_METRICS_PORT,
     )
+    assert (host.MPI_SSH_DIR, host.MPI_SSH_PORT) == (contract.MPI_SSH_DIR, contract.MPI_SSH_PORT)
 
 
 def test_server_dockerfile_runtime_contract(real_matrix):

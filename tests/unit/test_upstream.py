@@ -259,7 +259,8 @@ def test_the_repository_lock_pins_every_archive_the_matrix_needs():
     assert not missing, f"run `{upstream.REFRESH}`: the lock lacks {missing}"
     assert all(pin.sha256 or pin.uncertain for pin in lock.pins)
     layout = {target.split("/")[0] for pin in lock.pins for target in pin.layout.values()}
-    assert layout == {"tensorrtllm_backend", "tensorrt_llm", "kserve"}
+    # Templates, KServe's CRDs, and the scale-out CRDs (LeaderWorkerSet, PodMonitor, KEDA ScaledObject).
+    assert layout == {"tensorrtllm_backend", "tensorrt_llm", "kserve", "lws", "prometheus-operator", "keda"}
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ prints it. Nothing here reads the environment, runs a program or writes a file.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,10 +88,16 @@ def decide(settings: Settings, model: ModelSource, typed_argv: tuple[str, ...] =
 
 
 def launch_argv(
-    plan: ServePlan, settings: Settings, facts: ImageFacts, repository: Path, world_size: int, tokenizer: Path | None
+    plan: ServePlan,
+    settings: Settings,
+    facts: ImageFacts,
+    repository: Path,
+    world_size: int,
+    tokenizer: Path | None,
+    mpi_options: Sequence[str] = (),
 ) -> list[str]:
     """The command that serves `repository`; `settings` are the plan's with the engine's own limits taken."""
-    argv = launch.server_argv(settings, facts, repository, world_size, tokenizer=tokenizer)
+    argv = launch.server_argv(settings, facts, repository, world_size, tokenizer=tokenizer, mpi_options=mpi_options)
     if plan.typed_argv and Path(argv[0]).name == "tritonserver":
         # One rank: the command as typed, with only its model repository replaced (and the APIs restricted).
         return launch.rewrite_repository(plan.typed_argv, repository) + security.restriction(settings, facts).argv()

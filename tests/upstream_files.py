@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from trtllm_entrypoint.errors import Error
 from trtllm_images import upstream
-from trtllm_images.errors import BuildError
 
 ENV = "TRTLLM_UPSTREAM_DIR"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "upstream"
@@ -64,7 +64,7 @@ def _resolve() -> Path | str:
         return upstream.materialize_layout(
             upstream.load_lock(), upstream.cache_root(), local_copy=f"{ENV}=<a copy>", log=lambda message: None
         )
-    except BuildError as exc:
+    except Error as exc:
         return f"upstream files unavailable ({exc.message}); {HOW}"
 
 

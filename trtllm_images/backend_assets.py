@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import upstream
-from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.files import publish_dir
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def _complete(fill: Callable[[Path], None]) -> Callable[[Path], None]:
         fill(tmp)
         missing = [path for path in REQUIRED if not (tmp / path).is_dir()]
         if missing:
-            raise BuildError(
+            raise Error(
                 f"backend assets lack {', '.join(missing)}",
                 "check the ref in matrix.yaml, or that --backend-dir is a full checkout "
                 "(layout A needs `git submodule update --init tensorrt_llm`)",

@@ -7,6 +7,7 @@ before anything is written or built), then executes them.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import json
 import tempfile
@@ -17,6 +18,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import (
     backend_assets,
     builder,
@@ -32,7 +34,6 @@ from trtllm_images import (
     wheel,
 )
 from trtllm_images import matrix as matrix_mod
-from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.plan import BuildPlan, make_plan
 
 DEFAULT_OUT = Path("out")
@@ -40,9 +41,9 @@ PROG = "build.py"
 
 
 class _Failure(click.ClickException):
-    """A BuildError as click shows it: `error: …` and `hint: …` on stderr, exit code 1 (2 for usage)."""
+    """An Error as click shows it: `error: …` and `hint: …` on stderr, exit code 1 (2 for usage)."""
 
-    def __init__(self, error: BuildError):
+    def __init__(self, error: Error):
         super().__init__(error.message)
         self.exit_code = error.exit_code  # type: ignore[misc]  # click types it as a ClassVar; it is read per instance
         self.hint = error.hint
@@ -57,11 +58,11 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except BuildError as exc:
+        except Error as exc:
             raise _Failure(exc) from exc
         except OSError as exc:  # a path the user gave (--out, --backend-dir): one line, not a traceback
             where = f"{exc.filename}: " if exc.filename else ""
-            error = BuildError(f"{where}{exc.strerror or exc}", "check that --out names a writable directory")
+            error = Error(f"{where}{exc.strerror or exc}", "check that --out names a writable directory")
             raise _Failure(error) from exc
 
 
@@ -268,7 +269,7 @@ def cli(
         raise outcomes[0].error
     failed = [outcome for outcome in outcomes if outcome.error]
     if failed:
-        raise BuildError(
+        raise Error(
             f"{len(failed)} of {len(outcomes)} tags failed: {', '.join(outcome.record.tag for outcome in failed)}",
             f"the reports in {out_dir / 'reports'} say why",
         )
@@ -277,7 +278,7 @@ def cli(
 @dataclass(frozen=True)
 class _Outcome:
     record: report.BuildRecord
-    error: BuildError | None
+    error: Error | None
 
 
 class _LazyDocker:
@@ -309,7 +310,7 @@ def _build_tag(plan: BuildPlan, options: _BuildOptions, docker: _LazyDocker) -> 
         _verify_images(plan, record, docker())
         if options.push:
             _push_images(plan, record, docker())
-    except BuildError as exc:
+    except Error as exc:
         record.fail(exc.message, exc.hint)
         error = exc
         _say(f"[{plan.entry.tag}] failed: {exc.message}")
@@ -327,7 +328,7 @@ def _stop_on_check_errors(plan: BuildPlan, findings) -> None:
         _say(f"[{plan.entry.tag}] {finding.level}: {finding.code}: {finding.message}")
     errors = _errors(findings)
     if errors:
-        raise BuildError(
+        raise Error(
             f"tag {plan.entry.tag}: {len(errors)} static check error(s): "
             + "; ".join(f"{f.code}: {f.message}" for f in errors),
             f"`{PROG} check --tag {plan.entry.tag}` shows each with its hint",
@@ -531,7 +532,11 @@ def check_command(tags, all_tags, matrix_path):
     errors = _errors(findings)
     click.echo(f"{len(plans)} tag(s) checked: {len(errors)} error(s), {len(findings) - len(errors)} other finding(s)")
     if errors:
-        raise BuildError(f"{len(errors)} check(s) failed", "each failing check above has its hint")
+        raise Error(f"{len(errors)} check(s) failed", "each failing check above has its hint")
+
+
+# The options' defaults are KServeOptions' own.
+_KSERVE = {f.name: f.default for f in dataclasses.fields(kserve_options.KServeOptions)}
 
 
 @cli.command("kserve")
@@ -541,21 +546,28 @@ def check_command(tags, all_tags, matrix_path):
 @click.option("--model-id", help="Hugging Face model id the pod downloads (or give --storage-uri).")
 @click.option("--model-revision", help="Pin the hub model to a revision.")
 @click.option("--storage-uri", help="KServe puts the model at /mnt/models: s3://, gs://, pvc://, hf://, …")
-@click.option("--tp-size", type=int, default=1, show_default=True, help="Tensor parallelism.")
-@click.option("--pp-size", type=int, default=1, show_default=True, help="Pipeline parallelism (GPUs = TP x PP).")
-@click.option("--namespace", default="default", show_default=True)
-@click.option("--name", default="llm", show_default=True, help="InferenceService name, also the served model name.")
+@click.option("--tp-size", type=int, default=_KSERVE["tp_size"], show_default=True, help="Tensor parallelism.")
+@click.option(
+    "--pp-size", type=int, default=_KSERVE["pp_size"], show_default=True, help="Pipeline parallelism (GPUs = TP x PP)."
+)
+@click.option("--namespace", default=_KSERVE["namespace"], show_default=True)
+@click.option(
+    "--name", default=_KSERVE["name"], show_default=True, help="InferenceService name, also the served model name."
+)
 @click.option(
     "--cache",
     type=click.Choice(kserve_options.CACHE_MODES),
-    default="emptydir",
+    default=_KSERVE["cache"],
     show_default=True,
     help="Where engines are cached: per pod (emptydir) or on a PersistentVolumeClaim (pvc).",
 )
 @click.option("--pvc-name", help="Cache PVC name  [default: <name>-trtllm-cache]")
-@click.option("--pvc-size", default="100Gi", show_default=True)
+@click.option("--pvc-size", default=_KSERVE["pvc_size"], show_default=True)
 @click.option(
-    "--pvc-access-mode", type=click.Choice(kserve_options.ACCESS_MODES), default="ReadWriteOnce", show_default=True
+    "--pvc-access-mode",
+    type=click.Choice(kserve_options.ACCESS_MODES),
+    default=_KSERVE["pvc_access_mode"],
+    show_default=True,
 )
 @click.option(
     "--namespaced-runtime", is_flag=True, help="A ServingRuntime in --namespace, not a ClusterServingRuntime."
@@ -565,14 +577,14 @@ def check_command(tags, all_tags, matrix_path):
 )
 @click.option(
     "--hf-token-secret",
-    default="hf-token",
+    default=_KSERVE["hf_token_secret"],
     show_default=True,
     help="Secret holding the Hugging Face token under key 'token' (optional at run time).",
 )
 @click.option("--no-hf-token", is_flag=True, help="Reference no token Secret.")
 @click.option(
     "--admin-key-secret",
-    default="triton-admin-key",
+    default=_KSERVE["admin_key_secret"],
     show_default=True,
     help="Secret holding the key of Triton's restricted APIs under key 'key' (optional at run time; "
     "without it those APIs stay closed).",

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from trtllm_entrypoint.contract import DEFAULT_CACHE_DIR, DEFAULT_METRICS_PORT, KSERVE_MODEL_DIR, UID
+from trtllm_entrypoint.errors import Error
 from trtllm_images import multinode, scaling
-from trtllm_images.contract import CACHE_DIR, KSERVE_MODEL_DIR, METRICS_PORT, UID
-from trtllm_images.errors import BuildError
 from trtllm_images.files import write_atomic
 from trtllm_images.kserve_options import KServeOptions
 from trtllm_images.plan import make_plan as make_build_plan
@@ -80,7 +80,7 @@ def make_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
     # An image given with --image is the user's own; only the default one must be an image build.py makes.
     problems = semantic_findings(documents, None if options.image else matrix)
     if problems:  # what KServe's webhooks would reject later, refused before anything is written
-        raise BuildError(
+        raise Error(
             "the manifests break KServe's rules: " + "; ".join(problems),
             "a combination of options this generator does not handle: please report it",
         )
@@ -130,8 +130,8 @@ def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
             {
                 "HTTP_PORT": HTTP_PORT,
                 "GRPC_PORT": GRPC_PORT,
-                "METRICS_PORT": METRICS_PORT,
-                "CACHE_DIR": CACHE_DIR,
+                "METRICS_PORT": DEFAULT_METRICS_PORT,
+                "CACHE_DIR": DEFAULT_CACHE_DIR,
                 "SERVED_MODEL_NAME": "{{.Name}}",
                 "TP_SIZE": o.tp_size,
                 "PP_SIZE": o.pp_size,
@@ -149,7 +149,10 @@ def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
     }
     spec = {
-        "annotations": {"prometheus.kserve.io/port": str(METRICS_PORT), "prometheus.kserve.io/path": "/metrics"},
+        "annotations": {
+            "prometheus.kserve.io/port": str(DEFAULT_METRICS_PORT),
+            "prometheus.kserve.io/path": "/metrics",
+        },
         "supportedModelFormats": [
             {"name": MODEL_FORMAT, "version": entry.tensorrt_llm, "autoSelect": True, "priority": 1}
         ],
@@ -172,7 +175,7 @@ def _model_env(o: KServeOptions) -> list[dict]:
         {
             "MODEL_ID": o.model_id,
             "MODEL_REVISION": o.model_revision,
-            "CACHE_DIR": CACHE_DIR,
+            "CACHE_DIR": DEFAULT_CACHE_DIR,
             "TP_SIZE": o.tp_size,
             "PP_SIZE": o.pp_size,
         }
@@ -229,10 +232,10 @@ def _inference_service(o: KServeOptions, workflow: str) -> dict:
             "ports": [
                 {"name": "http1", "containerPort": HTTP_PORT, "protocol": "TCP"},
                 {"name": "grpc-v2", "containerPort": GRPC_PORT, "protocol": "TCP"},
-                {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
+                {"name": METRICS_PORT_NAME, "containerPort": DEFAULT_METRICS_PORT, "protocol": "TCP"},
             ],
             "resources": _gpu_resources(o.gpus),
-            "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": CACHE_DIR}],
+            "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": DEFAULT_CACHE_DIR}],
         }
     )
     predictor: dict[str, Any] = {"minReplicas": o.min_replicas, "maxReplicas": o.max_replicas}
@@ -298,7 +301,7 @@ def _pvc(o: KServeOptions) -> dict:
 
 def _warm_job(o: KServeOptions, image: str) -> dict:
     mounts: list[dict[str, Any]] = [
-        {"name": CACHE_VOLUME, "mountPath": CACHE_DIR},
+        {"name": CACHE_VOLUME, "mountPath": DEFAULT_CACHE_DIR},
         {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
     ]
     volumes = [_cache_volume(o), _shm_volume()]

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import cast
 
-from trtllm_images.errors import UsageError
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.variables import VARIABLES
 
 CACHE_MODES = ("emptydir", "pvc")
 ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
@@ -23,9 +26,8 @@ _IMAGE_REF = re.compile(
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
     r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
 )
-# What the entrypoint accepts (its settings.py; a test compares): TP a power of two up to 64, PP 1 to 64.
-TP_SIZES = (1, 2, 4, 8, 16, 32, 64)
-MAX_PP_SIZE = 64
+# The names of the models a filled repository holds besides the served one (whatever the workflow).
+RESERVED_NAMES = frozenset(name for names in contract.INNER_MODELS.values() for name in names)
 
 
 @dataclass(frozen=True)
@@ -36,8 +38,8 @@ class KServeOptions:
     model_id: str | None = None  # hub id; None -> the model that storage_uri puts at /mnt/models
     model_revision: str | None = None
     storage_uri: str | None = None
-    tp_size: int = 1
-    pp_size: int = 1
+    tp_size: int = cast(int, VARIABLES["TP_SIZE"].default)
+    pp_size: int = cast(int, VARIABLES["PP_SIZE"].default)
     namespace: str = "default"
     name: str = "llm"
     cache: str = "emptydir"  # "emptydir" | "pvc"
@@ -102,19 +104,13 @@ def _problems(o: KServeOptions) -> list[str]:
             problems.append(f"{label} {value!r} must be a DNS label (lowercase letters, digits, '-', at most 63)")
     if len(o.name) > 45:  # KServe and the warm Job append suffixes such as "-predictor" to it
         problems.append(f"name {o.name!r} is longer than 45 characters")
-    if o.name in ("preprocessing", "postprocessing"):  # the served model takes the service's name
+    if o.name in RESERVED_NAMES:  # the served model takes the service's name
         problems.append(f"name {o.name!r} clashes with a model inside the Triton repository")
     if (o.model_id is None) == (o.storage_uri is None):
         problems.append("give exactly one of model_id (a hub id) and storage_uri (KServe puts it at /mnt/models)")
     if o.storage_uri is not None and "://" not in o.storage_uri:
         problems.append(f"storage_uri {o.storage_uri!r} needs a scheme such as hf://, s3://, gs://, pvc://")
-    for label, size in (("tp_size", o.tp_size), ("pp_size", o.pp_size)):
-        if not isinstance(size, int) or size < 1:
-            problems.append(f"{label} must be a positive integer, got {size!r}")
-    if isinstance(o.tp_size, int) and o.tp_size >= 1 and o.tp_size not in TP_SIZES:
-        problems.append(f"tp_size must be a power of two: {', '.join(map(str, TP_SIZES))}, got {o.tp_size}")
-    if isinstance(o.pp_size, int) and o.pp_size > MAX_PP_SIZE:
-        problems.append(f"pp_size must be at most {MAX_PP_SIZE}, got {o.pp_size}")
+    problems += _parallelism_problems(o)
     if not _DNS_1035_LABEL.match(o.name):
         problems.append(f"name {o.name!r} must start with a lowercase letter (KServe's rule for service names)")
     problems += _storage_problems(o.storage_uri)
@@ -137,6 +133,20 @@ def _problems(o: KServeOptions) -> list[str]:
             "warm_job can only read a model given as a hub id or a pvc:// storage_uri "
             "(the storage initializer runs for InferenceServices only)"
         )
+    return problems
+
+
+def _parallelism_problems(o: KServeOptions) -> list[str]:
+    """TP_SIZE and PP_SIZE as the entrypoint reads them (its variable table), so no pod exits 2 at start."""
+    problems = []
+    for label, size in (("tp_size", o.tp_size), ("pp_size", o.pp_size)):
+        variable = VARIABLES[label.upper()]
+        if not isinstance(size, int) or size < 1:
+            problems.append(f"{label} must be a positive integer, got {size!r}")
+        elif variable.choices and size not in variable.choices:
+            problems.append(f"{label} must be {variable.allowed_text.replace('`', '')}, got {size}")
+        elif variable.high is not None and size > variable.high:
+            problems.append(f"{label} must be at most {variable.high}, got {size}")
     return problems
 
 

@@ -10,8 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from trtllm_entrypoint.contract import (
+    DEFAULT_CACHE_DIR as CACHE_DIR,
+)
+from trtllm_entrypoint.contract import (
+    DEFAULT_GRPC_PORT as GRPC_PORT,
+)
+from trtllm_entrypoint.contract import (
+    DEFAULT_HTTP_PORT as HTTP_PORT,
+)
+from trtllm_entrypoint.contract import (
+    DEFAULT_METRICS_PORT as METRICS_PORT,
+)
+from trtllm_entrypoint.contract import MPI_SSH_DIR, MPI_SSH_PORT, UID
 from trtllm_images import kserve, scaling
-from trtllm_images.contract import CACHE_DIR, GRPC_PORT, HTTP_PORT, METRICS_PORT, MPI_SSH_DIR, MPI_SSH_PORT, UID
 from trtllm_images.kserve_options import KServeOptions
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"

@@ -36,7 +36,7 @@ from typing import IO, cast
 
 from packaging.version import InvalidVersion, Version
 
-from trtllm_images.errors import BuildError, UsageError
+from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images.files import publish_dir, write_atomic
 from trtllm_images.matrix import DEFAULT_PATH
 
@@ -92,7 +92,7 @@ class Lock:
         for pin in self.pins:
             if (pin.repo, pin.ref) == (repo, ref):
                 return pin
-        raise BuildError(
+        raise Error(
             f"{repo}@{ref} is not in {self.path.name}",
             f"run `{REFRESH}` on a machine that reaches GitHub: it adds every archive matrix.yaml needs",
         )
@@ -147,7 +147,7 @@ def fetch(pin: Pin, cache: Path, *, local_copy: str, log: Callable[[str], None],
     archives = Path(cache) / "archives"
     if pin.sha256 is None:
         if not allow_unpinned:
-            raise BuildError(
+            raise Error(
                 f"{pin.name} is not pinned: {pin.uncertain or 'no sha256 in ' + LOCK_PATH.name}",
                 f"run `{REFRESH}` and commit {LOCK_PATH.name}; or supply {local_copy}; "
                 f"or pass {ALLOW_UNPINNED_FLAG} to use it unverified",
@@ -169,7 +169,7 @@ def fetch(pin: Pin, cache: Path, *, local_copy: str, log: Callable[[str], None],
             log(f"downloading {pin.url}")
             actual = _download(pin, out, f"supply {local_copy}, or retry on a machine that reaches {_host(pin)}")
         if pin.sha256 is not None and actual != pin.sha256:
-            raise BuildError(
+            raise Error(
                 f"{pin.name}: sha256 mismatch for {pin.url}: expected {pin.sha256}, got {actual}",
                 "the archive changed upstream (a moved tag) or on its way; nothing was cached. "
                 f"If the change is intended: `{REFRESH} --repin {pin.name}`",
@@ -182,7 +182,7 @@ def fetch(pin: Pin, cache: Path, *, local_copy: str, log: Callable[[str], None],
         tmp.unlink(missing_ok=True)
 
 
-class _NotFound(BuildError):
+class _NotFound(Error):
     """HTTP 404: the ref does not exist upstream (refresh records that instead of failing)."""
 
 
@@ -199,19 +199,19 @@ def _download(pin: Pin, out: IO[bytes] | None, hint: str) -> str:
             while chunk := response.read(CHUNK):
                 size += len(chunk)
                 if size > MAX_ARCHIVE_BYTES:
-                    raise BuildError(f"{pin.name}: {pin.url} is larger than {MAX_ARCHIVE_BYTES} bytes", hint)
+                    raise Error(f"{pin.name}: {pin.url} is larger than {MAX_ARCHIVE_BYTES} bytes", hint)
                 digest.update(chunk)
                 if out is not None:
                     out.write(chunk)
     except urllib.error.HTTPError as exc:
-        error = _NotFound if exc.code == 404 else BuildError
+        error = _NotFound if exc.code == 404 else Error
         raise error(f"cannot download {pin.name} from {pin.url}: HTTP {exc.code} {exc.reason}", hint) from None
     except urllib.error.URLError as exc:  # refused, DNS failure, timeout while connecting
-        raise BuildError(f"cannot download {pin.name} from {pin.url} (offline?): {exc.reason}", hint) from None
+        raise Error(f"cannot download {pin.name} from {pin.url} (offline?): {exc.reason}", hint) from None
     except (ConnectionError, TimeoutError, http.client.HTTPException) as exc:  # broke off mid-body
-        raise BuildError(f"cannot download {pin.name} from {pin.url}: the connection broke: {exc!r}", hint) from None
+        raise Error(f"cannot download {pin.name} from {pin.url}: the connection broke: {exc!r}", hint) from None
     if length is not None and size != int(length):
-        raise BuildError(
+        raise Error(
             f"cannot download {pin.name} from {pin.url}: the connection closed after {size} of {length} bytes", hint
         )
     return digest.hexdigest()
@@ -266,7 +266,7 @@ def _walk(path: Path, name: str, visit: Callable[[tarfile.TarFile, tarfile.TarIn
                 count += 1
                 unpacked += max(member.size, 0)
                 if count > MAX_MEMBERS or unpacked > MAX_UNPACKED_BYTES:
-                    raise BuildError(
+                    raise Error(
                         f"{name}: the archive unpacks to more than {MAX_MEMBERS} entries or {MAX_UNPACKED_BYTES} bytes",
                         "this is not a source tarball; check the URL",
                     )
@@ -277,7 +277,7 @@ def _walk(path: Path, name: str, visit: Callable[[tarfile.TarFile, tarfile.TarIn
             while raw.read(CHUNK):
                 pass
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise BuildError(
+        raise Error(
             f"{name}: {path} is not a complete .tar.gz archive: {exc}",
             "a truncated or corrupt download; nothing was used. Retry",
         ) from None
@@ -286,9 +286,9 @@ def _walk(path: Path, name: str, visit: Callable[[tarfile.TarFile, tarfile.TarIn
 def _member_path(member: tarfile.TarInfo, name: str) -> str:
     """The member's path below GitHub's "<repo>-<ref>/" top directory ("" for the top itself)."""
     if member.name.startswith("/") or ".." in PurePosixPath(member.name).parts:
-        raise BuildError(f"{name}: unsafe path {member.name!r} in the archive", "this is not a GitHub source tarball")
+        raise Error(f"{name}: unsafe path {member.name!r} in the archive", "this is not a GitHub source tarball")
     if not (member.isdir() or member.isfile() or member.issym() or member.islnk()):
-        raise BuildError(f"{name}: special file {member.name!r} in the archive", "this is not a GitHub source tarball")
+        raise Error(f"{name}: special file {member.name!r} in the archive", "this is not a GitHub source tarball")
     return "/".join(PurePosixPath(member.name).parts[1:])
 
 
@@ -307,7 +307,7 @@ def materialize_layout(lock: Lock, cache: Path, *, local_copy: str, log: Callabl
     `layout`; named by their digests, so a changed lock never reuses an old tree."""
     pins = [pin for pin in lock.pins if pin.layout]
     if not pins:
-        raise BuildError(f"{lock.path.name} names no archive with a `layout`", "restore it from git")
+        raise Error(f"{lock.path.name} names no archive with a `layout`", "restore it from git")
     files = [fetch(pin, cache, local_copy=local_copy, log=log) for pin in pins]
     key = hashlib.sha256(json.dumps([[pin.sha256, dict(pin.layout)] for pin in pins]).encode()).hexdigest()[:16]
     final = Path(cache) / "layout" / key
@@ -355,7 +355,7 @@ def refresh(
             problems.append(f"{old.name}: sha256 mismatch: expected {old.sha256}, got {actual}")
             pins.append(old)
     if problems:
-        raise BuildError(
+        raise Error(
             f"{LOCK_PATH.name} left unchanged: " + "; ".join(problems),
             f"find out why the archive changed; to accept it: `{REFRESH} --repin REPO@REF`",
         )

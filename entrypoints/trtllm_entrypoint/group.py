@@ -24,7 +24,6 @@ from pathlib import Path
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 
-VARIABLES = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")
 KEY_NAME = "id_ed25519"  # the Secret's keys: id_ed25519 and id_ed25519.pub
 SSHD = "/usr/sbin/sshd"  # sshd refuses to start from a relative path
 # Never sent to other ranks: this pod's identity, and secrets ranks > 0 do not need.
@@ -55,39 +54,6 @@ class Group:
     @property
     def worker_hosts(self) -> tuple[str, ...]:
         return tuple(self.host(i) for i in range(1, self.size))
-
-
-def from_env(env: Mapping[str, str]) -> Group | None:
-    """The group this pod belongs to; None outside a LeaderWorkerSet (or in a group of one pod)."""
-    given = {name: (env.get(name) or "").strip() for name in VARIABLES}
-    if not any(given.values()):
-        return None
-    missing = [name for name, value in given.items() if not value]
-    if missing:
-        raise UsageError(
-            f"{', '.join(missing)} not set, but {', '.join(n for n in VARIABLES if n not in missing)} is",
-            "LeaderWorkerSet sets all three; set all of them or none",
-        )
-    numbers = {}
-    given["WORKER_TIMEOUT_SECS"] = (env.get("WORKER_TIMEOUT_SECS") or "3600").strip()
-    for name in ("LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "WORKER_TIMEOUT_SECS"):
-        value = given[name]
-        if not (value.isascii() and value.isdigit()):
-            raise UsageError(f"{name}={value!r} is not a whole number", "LeaderWorkerSet sets it; do not override it")
-        numbers[name] = int(value)
-    size, index = numbers["LWS_GROUP_SIZE"], numbers["LWS_WORKER_INDEX"]
-    if size < 1 or index >= size:
-        raise UsageError(
-            f"LWS_WORKER_INDEX={index} is not below LWS_GROUP_SIZE={size}", "LeaderWorkerSet sets both consistently"
-        )
-    address = given["LWS_LEADER_ADDRESS"]
-    if any(not label or len(label) > 63 for label in address.split(".")) or " " in address:
-        raise UsageError(f"LWS_LEADER_ADDRESS={address!r} is not a DNS name", "LeaderWorkerSet sets it")
-    timeout = numbers["WORKER_TIMEOUT_SECS"]
-    if not 1 <= timeout <= 86400:
-        raise UsageError(f"WORKER_TIMEOUT_SECS={timeout} is out of range", "a number of seconds from 1 to 86400")
-    ssh_dir = Path(env.get("MPI_SSH_DIR") or contract.MPI_SSH_DIR)
-    return None if size == 1 else Group(address, size, index, timeout, ssh_dir)
 
 
 def ranks_per_pod(world_size: int, group: Group, gpus_per_pod: int) -> tuple[int, ...]:

@@ -39,8 +39,8 @@ from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, installation, load_facts
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.paths import under_model_dir
-from trtllm_entrypoint.serve_plan import ServePlan
-from trtllm_entrypoint.settings import CommandLine, Settings, token_values
+from trtllm_entrypoint.serve_plan import LaunchPlan, ServePlan
+from trtllm_entrypoint.settings import CommandLine, Settings, group_from_env, token_values
 
 SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health", "flags")
 USAGE = (
@@ -53,20 +53,22 @@ USAGE = (
 class Prepared:
     """The plan, executed up to the exec: `serve` runs `argv`, `prepare` prints all of it."""
 
-    plan: ServePlan
+    launch: LaunchPlan
     argv: list[str]
-    repository: Path
-    engine_dir: Path | None
+
+    @property
+    def plan(self) -> ServePlan:
+        return self.launch.plan
 
     def to_json(self) -> str:
         return json.dumps(
             {
                 "argv": self.argv,
-                "repository": str(self.repository),
-                "engine_dir": str(self.engine_dir) if self.engine_dir else None,
+                "repository": str(self.launch.repository),
+                "engine_dir": str(self.launch.engine_dir) if self.launch.engine_dir else None,
                 "health_url": health_url(self.plan.health_port),
                 "env": self.plan.env,
-                "plan": self.plan.describe(),
+                "plan": self.launch.describe(),
             },
             indent=2,
         )
@@ -129,7 +131,7 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
     """Load, decide, execute."""
     facts = load_facts(env)
     settings = Settings.from_env(env, facts, command_line)
-    pod_group = group.from_env(env)
+    pod_group = group_from_env(env)
     log = open_log(settings)
     if pod_group is not None and command == "serve":
         # Refused before any download or build: the group's pods cannot hold TP x PP ranks.
@@ -255,18 +257,18 @@ def prepare(
             "compared with the image's)",
             repository=plan.repository,
         )
-        return finish(
-            plan,
-            settings,
-            facts,
-            log,
-            repo=plan.repository,
+        given = LaunchPlan(
+            plan=plan,
+            settings=settings,
+            facts=facts,
+            repository=plan.repository,
             engine_dir=None,
             world_size=settings.world_size,
             tokenizer=None,
         )
+        return finish(given, log)
     engine_dir = None if plan.engine == "none" else ensure_engine(plan, facts, env, log, gpus)
-    world_size = settings.world_size
+    world_size, taken = settings.world_size, dict[str, int]()
     if engine_dir is not None:
         world_size = engine_config.engine_world_size(engine_dir)
         settings, taken = engine_config.serving_settings(settings, engine_dir)
@@ -284,35 +286,25 @@ def prepare(
     tokenizer = preflight.tokenizer_dir(settings, plan.model, engine_dir)
     with log.phase("fill"):
         repo = write_repository(settings, facts, log, plan.model, engine_dir, tokenizer)
-    return finish(
-        plan,
-        settings,
-        facts,
-        log,
-        repo=repo,
+    resolved = LaunchPlan(
+        plan=plan,
+        settings=settings,
+        facts=facts,
+        repository=repo,
         engine_dir=engine_dir,
         world_size=world_size,
         tokenizer=tokenizer,
-        mpi_options=mpi_options,
+        taken=taken,
+        mpi_options=tuple(mpi_options),
     )
+    return finish(resolved, log)
 
 
-def finish(
-    plan: ServePlan,
-    settings: Settings,
-    facts: ImageFacts,
-    log: Log,
-    *,
-    repo: Path,
-    engine_dir: Path | None,
-    world_size: int,
-    tokenizer: Path | None,
-    mpi_options: Sequence[str] = (),
-) -> Prepared:
-    argv = serve_plan.launch_argv(plan, settings, facts, repo, world_size, tokenizer, mpi_options)
-    for warning in security.start_warnings(settings, facts):
+def finish(resolved: LaunchPlan, log: Log) -> Prepared:
+    argv = serve_plan.launch_argv(resolved)
+    for warning in security.start_warnings(resolved.settings, resolved.facts):
         log.warn(warning)
-    return Prepared(plan=plan, argv=argv, repository=repo, engine_dir=engine_dir)
+    return Prepared(launch=resolved, argv=argv)
 
 
 def ensure_engine(
@@ -332,10 +324,11 @@ def ensure_engine(
     gpus = detect_gpus()
     # Engines are specific to the GPU's compute capability, so building needs one (ranks are built one by one).
     gpu.require_gpus(gpus, 1, "to build a TensorRT engine")
-    inputs = engine_cache.key_inputs(sources.identity(source), settings, facts, gpus)
+    spec = settings.engine_spec  # all the build reads, and so all the key needs
+    inputs = engine_cache.key_inputs(sources.identity(source), spec, facts, gpus)
     key = engine_cache.cache_key(inputs)
     cache = engine_cache.EngineCache(settings.cache_dir / "engines")
-    build = engine_build.engine_builder(facts, settings, source.path, converter, log, env)
+    build = engine_build.engine_builder(facts, spec, source.path, converter, log, env)
     with log.phase("engine", key=key) as extra:
         engine_dir, built = cache.ensure(
             key, engine_cache.stamp_inputs(inputs, facts, gpus), build, timeout_s=settings.lock_timeout_secs, log=log

@@ -9,9 +9,9 @@ from types import MappingProxyType
 import pytest
 
 from tests.archive_server import ArchiveServer, refused_url, sha256, tarball
+from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import matrix, upstream
 from trtllm_images.backend_assets import Archive, archives, fetch, local_members, lock_keys
-from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.matrix import Backend, MatrixEntry
 from trtllm_images.upstream import Lock, Pin
 
@@ -151,7 +151,7 @@ def test_a_damaged_archive_is_never_used_and_nothing_is_published(github, tmp_pa
         github.served["/trtllm.tar.gz"] = TRTLLM_TARBALL[: len(TRTLLM_TARBALL) // 2]
     else:
         github.cut["/trtllm.tar.gz"] = len(TRTLLM_TARBALL) // 2
-    with pytest.raises(BuildError, match="NVIDIA/TensorRT-LLM@v0.12.0"):
+    with pytest.raises(Error, match="NVIDIA/TensorRT-LLM@v0.12.0"):
         fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock_for(github))
     assert not (tmp_path / "backend").exists()
     assert [p.name for p in (tmp_path / "archives").iterdir()] == [f"{sha256(BACKEND_TARBALL)}.tar.gz"]
@@ -159,7 +159,7 @@ def test_a_damaged_archive_is_never_used_and_nothing_is_published(github, tmp_pa
 
 def test_unpinned_archive_is_refused_unless_allowed(github, tmp_path):
     lock = lock_for(github, trtllm=None)
-    with pytest.raises(BuildError, match="NVIDIA/TensorRT-LLM@v0.12.0 is not pinned") as info:
+    with pytest.raises(Error, match="NVIDIA/TensorRT-LLM@v0.12.0 is not pinned") as info:
         fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock)
     assert "--backend-dir" in info.value.hint and "--allow-unpinned" in info.value.hint
     assert not (tmp_path / "backend").exists()
@@ -169,7 +169,7 @@ def test_unpinned_archive_is_refused_unless_allowed(github, tmp_path):
 
 def test_offline_suggests_backend_dir(github, tmp_path):
     lock = Lock(tuple(dataclasses.replace(pin, url=refused_url()) for pin in lock_for(github).pins))
-    with pytest.raises(BuildError, match="tensorrtllm_backend@v0.12.0") as info:
+    with pytest.raises(Error, match="tensorrtllm_backend@v0.12.0") as info:
         fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock)
     assert (
         "--backend-dir DIR (a checkout of triton-inference-server/tensorrtllm_backend at v0.12.0, with its "
@@ -181,7 +181,7 @@ def test_offline_suggests_backend_dir(github, tmp_path):
 def test_a_ref_without_templates_is_an_error(github, tmp_path):
     empty = tarball("x", {"tools/fill_template.py": b""})
     github.served["/backend.tar.gz"] = empty
-    with pytest.raises(BuildError, match="all_models/inflight_batcher_llm"):
+    with pytest.raises(Error, match="all_models/inflight_batcher_llm"):
         fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock_for(github, backend=empty))
     assert [p.name for p in (tmp_path / "backend" / "triton-inference-server" / "tensorrtllm_backend").iterdir()] == []
 
@@ -223,7 +223,7 @@ def test_checkout_without_the_submodule_says_how_to_fix_it(tmp_path):
     checkout = make_checkout(tmp_path / "checkout", layout_b=False)
     for path in sorted((checkout / "tensorrt_llm").rglob("*"), reverse=True):
         path.rmdir() if path.is_dir() else path.unlink()
-    with pytest.raises(BuildError, match="examples") as info:
+    with pytest.raises(Error, match="examples") as info:
         fetch(LAYOUT_A, tmp_path / "cache", checkout, quiet)
     assert "submodule" in info.value.hint
 

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from docker.errors import ImageNotFound
 
 from tests.archive_server import ArchiveServer, sha256, tarball
+from trtllm_entrypoint.errors import Error
 from trtllm_images import backend_assets, builder, support, upstream, wheel
 from trtllm_images import cli as cli_mod
 from trtllm_images import matrix as matrix_mod
-from trtllm_images.errors import BuildError
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = matrix_mod.load(matrix_mod.DEFAULT_PATH)
@@ -485,7 +485,7 @@ def test_static_check_errors_stop_before_any_docker_call(tmp_path, entry, monkey
 @needs_hadolint
 def test_no_docker_engine_is_one_error_and_a_report(tmp_path, entry, monkeypatch):
     def refuse():
-        raise BuildError("no Docker engine answered: refused", "start the Docker daemon or set DOCKER_HOST")
+        raise Error("no Docker engine answered: refused", "start the Docker daemon or set DOCKER_HOST")
 
     monkeypatch.setattr(builder, "docker_client", refuse)
     result = run("--tag", entry.tag, "--out", str(tmp_path))

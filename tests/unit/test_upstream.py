@@ -14,8 +14,8 @@ from types import MappingProxyType
 import pytest
 
 from tests.archive_server import ArchiveServer, refused_url, sha256, tarball
+from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import backend_assets, matrix, upstream
-from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.upstream import Lock, Pin
 
 GOOD = tarball(
@@ -68,7 +68,7 @@ def test_good_archive_is_published_under_its_digest_and_reused(server, tmp_path)
 def test_tampered_archive_names_archive_expected_and_actual_digest_and_caches_nothing(server, tmp_path):
     tampered = tarball("kserve-0.20.0", {"config/crd/full/serving.kserve.io_servingruntimes.yaml": b"evil\n"})
     server.served["/kserve.tar.gz"] = tampered
-    with pytest.raises(BuildError) as info:
+    with pytest.raises(Error) as info:
         fetch(pin_for(server), tmp_path)
     message = info.value.message
     assert "kserve/kserve@v0.20.0" in message and sha256(GOOD) in message and sha256(tampered) in message
@@ -78,9 +78,9 @@ def test_tampered_archive_names_archive_expected_and_actual_digest_and_caches_no
 
 def test_truncated_archive_fails_the_digest_and_unpinned_fails_the_integrity_pass(server, tmp_path):
     server.served["/kserve.tar.gz"] = GOOD[: len(GOOD) // 2]
-    with pytest.raises(BuildError, match="sha256 mismatch"):
+    with pytest.raises(Error, match="sha256 mismatch"):
         fetch(pin_for(server), tmp_path)
-    with pytest.raises(BuildError, match="not a complete .tar.gz"):
+    with pytest.raises(Error, match="not a complete .tar.gz"):
         fetch(pin_for(server, sha=None), tmp_path, allow_unpinned=True)
     assert cache_files(tmp_path) == []
 
@@ -88,7 +88,7 @@ def test_truncated_archive_fails_the_digest_and_unpinned_fails_the_integrity_pas
 def test_interrupted_download_is_an_error_and_leaves_no_partial_file(server, tmp_path):
     server.cut["/kserve.tar.gz"] = len(GOOD) // 3
     for sha in (sha256(GOOD), None):
-        with pytest.raises(BuildError, match=f"closed after {len(GOOD) // 3} of {len(GOOD)} bytes"):
+        with pytest.raises(Error, match=f"closed after {len(GOOD) // 3} of {len(GOOD)} bytes"):
             fetch(pin_for(server, sha=sha), tmp_path, allow_unpinned=True)
     assert cache_files(tmp_path) == []
 
@@ -96,30 +96,30 @@ def test_interrupted_download_is_an_error_and_leaves_no_partial_file(server, tmp
 def test_cut_off_body_without_content_length_is_caught_by_digest_or_integrity_pass(server, tmp_path):
     server.unsized.add("/kserve.tar.gz")
     server.cut["/kserve.tar.gz"] = len(GOOD) // 2
-    with pytest.raises(BuildError, match="sha256 mismatch"):
+    with pytest.raises(Error, match="sha256 mismatch"):
         fetch(pin_for(server), tmp_path)
-    with pytest.raises(BuildError, match="not a complete .tar.gz"):
+    with pytest.raises(Error, match="not a complete .tar.gz"):
         fetch(pin_for(server, sha=None), tmp_path, allow_unpinned=True)
     assert cache_files(tmp_path) == []
 
 
 def test_offline_names_the_local_copy_to_supply(tmp_path):
     pin = Pin("kserve/kserve", "v0.20.0", refused_url(), sha256(GOOD))
-    with pytest.raises(BuildError, match="offline") as info:
+    with pytest.raises(Error, match="offline") as info:
         fetch(pin, tmp_path)
     assert "--backend-dir DIR" in info.value.hint
     assert cache_files(tmp_path) == []
 
 
 def test_http_error_is_one_line_naming_the_url(server, tmp_path):
-    with pytest.raises(BuildError, match="HTTP 404") as info:
+    with pytest.raises(Error, match="HTTP 404") as info:
         fetch(pin_for(server, path="/missing.tar.gz"), tmp_path)
     assert server.url("/missing.tar.gz") in info.value.message
 
 
 def test_unpinned_archive_is_refused_without_any_request_unless_allowed(server, tmp_path):
     messages = []
-    with pytest.raises(BuildError, match="kserve/kserve@v0.20.0 is not pinned") as info:
+    with pytest.raises(Error, match="kserve/kserve@v0.20.0 is not pinned") as info:
         fetch(pin_for(server, sha=None), tmp_path)
     assert upstream.REFRESH in info.value.hint and upstream.ALLOW_UNPINNED_FLAG in info.value.hint
     assert "--backend-dir DIR" in info.value.hint
@@ -142,7 +142,7 @@ def test_archive_changed_in_the_cache_is_downloaded_again(server, tmp_path):
 def test_unsafe_member_path_refuses_the_whole_archive(server, tmp_path, name):
     evil = tarball("top", {"README.md": b"", name: b"x"})
     server.served["/kserve.tar.gz"] = evil
-    with pytest.raises(BuildError, match="unsafe path"):
+    with pytest.raises(Error, match="unsafe path"):
         fetch(pin_for(server, sha=sha256(evil)), tmp_path)
     assert cache_files(tmp_path) == []
 
@@ -150,14 +150,14 @@ def test_unsafe_member_path_refuses_the_whole_archive(server, tmp_path, name):
 def test_size_limit_stops_the_download(server, tmp_path, monkeypatch):
     monkeypatch.setattr(upstream, "MAX_ARCHIVE_BYTES", len(GOOD) - 1)
     monkeypatch.setattr(upstream, "CHUNK", 64)
-    with pytest.raises(BuildError, match="larger than"):
+    with pytest.raises(Error, match="larger than"):
         fetch(pin_for(server), tmp_path)
     assert cache_files(tmp_path) == []
 
 
 def test_unpacked_size_limit_refuses_the_archive(server, tmp_path, monkeypatch):
     monkeypatch.setattr(upstream, "MAX_UNPACKED_BYTES", 8)
-    with pytest.raises(BuildError, match="unpacks to more than"):
+    with pytest.raises(Error, match="unpacks to more than"):
         fetch(pin_for(server), tmp_path)
     assert cache_files(tmp_path) == []
 
@@ -186,7 +186,7 @@ def test_materialize_layout_builds_the_upstream_dir_once_per_lock(server, tmp_pa
 
 
 def test_materialize_layout_with_an_unpinned_archive_writes_nothing(server, tmp_path):
-    with pytest.raises(BuildError, match="not pinned"):
+    with pytest.raises(Error, match="not pinned"):
         upstream.materialize_layout(Lock((pin_for(server, sha=None),)), tmp_path, local_copy="x", log=quiet)
     assert not (tmp_path / "layout").exists()
 
@@ -210,7 +210,7 @@ def test_refresh_records_missing_digests_keeps_test_archives_and_drops_stale_one
 
 def test_refresh_refuses_a_changed_digest_unless_repinned(server, tmp_path):
     lock = Lock((pin_for(server, sha="f" * 64),), tmp_path / "lock.json")
-    with pytest.raises(BuildError, match=f"expected {'f' * 64}, got {sha256(GOOD)}") as info:
+    with pytest.raises(Error, match=f"expected {'f' * 64}, got {sha256(GOOD)}") as info:
         upstream.refresh(lock, [], log=quiet)
     assert "--repin" in info.value.hint
     fresh = upstream.refresh(lock, [], repin=["kserve/kserve@v0.20.0"], log=quiet)
@@ -224,7 +224,7 @@ def test_refresh_records_a_ref_that_does_not_exist_and_stops_when_offline(server
     (fresh,) = upstream.refresh(Lock((gone,)), [], log=quiet).pins
     assert fresh.sha256 is None and "HTTP 404" in fresh.uncertain
     offline = Pin("o/r", "v9", refused_url(), None, upstream.NOT_RECORDED, LAYOUT)
-    with pytest.raises(BuildError, match="offline"):
+    with pytest.raises(Error, match="offline"):
         upstream.refresh(Lock((offline,)), [], log=quiet)
 
 

@@ -75,6 +75,18 @@ def ranks_per_pod(world_size: int, group: Group, gpus_per_pod: int) -> tuple[int
     return tuple(min(gpus_per_pod, world_size - i * gpus_per_pod) for i in range(group.size))
 
 
+def require_ssh(group: Group, which: Callable[[str], str | None] = shutil.which) -> None:
+    """The leader needs the ssh client, a worker sshd: refused before any work when the image lacks them."""
+    program = "ssh" if group.is_leader else SSHD
+    if which(program) is None:
+        role = "the leader" if group.is_leader else f"worker {group.index}"
+        raise UsageError(
+            f"{role} of a multi-node group needs {program}, and this image has none",
+            "multi-node groups start their ranks over ssh: use an image with OpenSSH (client and server) installed "
+            "(docs/kserve.md, multi-node)",
+        )
+
+
 def wait_for_workers(
     group: Group,
     *,

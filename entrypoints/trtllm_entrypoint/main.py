@@ -136,6 +136,7 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
     if pod_group is not None and command == "serve":
         # Refused before any download or build: the group's pods cannot hold TP x PP ranks.
         group.ranks_per_pod(settings.world_size, pod_group, gpu.detect_gpus(settings.gpu_visibility).count)
+        group.require_ssh(pod_group)
     if command == "check":
         return check(settings, facts, env, log)
     if command == "flags":

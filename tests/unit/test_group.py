@@ -107,6 +107,14 @@ def test_a_worker_that_never_appears_fails_the_leader_naming_it():
     assert 30 <= net.now <= 31
 
 
+def test_a_group_pod_without_ssh_is_refused_naming_the_program():
+    worker = group.Group("llm-0.llm.default", 2, 1)
+    with pytest.raises(UsageError) as info:
+        group.require_ssh(worker, which=lambda name: None)
+    assert info.value.message == "worker 1 of a multi-node group needs /usr/sbin/sshd, and this image has none"
+    group.require_ssh(group.Group("llm-0.llm.default", 2, 0), which=lambda name: "/usr/bin/" + name)
+
+
 def key_pair(directory):
     directory.mkdir()
     (directory / "id_ed25519").write_text(

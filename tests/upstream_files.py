@@ -1,4 +1,5 @@
-"""Byte-exact upstream files for the tests (backend config.pbtxt templates, KServe CRDs), never kept in this repository.
+"""Byte-exact upstream files for the tests (backend config.pbtxt templates, KServe and scale-out CRDs), never kept in
+this repository.
 
 They come from the first of:
   1. $TRTLLM_UPSTREAM_DIR, a copy with the layout below;
@@ -12,6 +13,11 @@ Layout of a copy (paths in the archives on the right):
   tensorrt_llm/triton_backend/all_models/…             TensorRT-LLM: triton_backend/all_models/{inflight_batcher_llm,
                                                                                                    llmapi}
   kserve/crd/serving.kserve.io_*.yaml                  kserve@v0.20.0: config/crd/full/
+  lws/leaderworkerset.x-k8s.io_leaderworkersets.yaml   lws@v0.10.0: config/crd/bases/
+  prometheus-operator/monitoring.coreos.com_podmonitors.yaml
+                                                       prometheus-operator@v0.93.0:
+                                                       example/prometheus-operator-crd-full/
+  keda/keda.sh_scaledobjects.yaml                      keda@v2.20.2: config/crd/bases/
 
 None available: the test skips with one line saying how to get them; under CI=true it fails instead (no test that
 needs upstream files skips in CI).

@@ -593,6 +593,38 @@ _KSERVE = {f.name: f.default for f in dataclasses.fields(kserve_options.KServeOp
 )
 @click.option("--no-admin-key", is_flag=True, help="Reference no admin-key Secret.")
 @click.option("--storage-writable", is_flag=True, help="Mount /mnt/models read-write (default: read-only).")
+@click.option("--min-replicas", type=int, default=1, show_default=True, help="Replicas (groups with --nodes) at least.")
+@click.option(
+    "--max-replicas",
+    type=int,
+    default=4,
+    show_default=True,
+    help="Replicas at most; equal to --min-replicas: a fixed count, no autoscaler.",
+)
+@click.option(
+    "--scale-target",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Scale out while Triton's queue time exceeds this multiple of its compute time.",
+)
+@click.option(
+    "--scale-down-window", type=int, default=600, show_default=True, help="Seconds of lower load before scaling in."
+)
+@click.option(
+    "--prometheus-url",
+    default="http://prometheus-operated.monitoring.svc:9090",
+    show_default=True,
+    help="The Prometheus the autoscaler queries.",
+)
+@click.option(
+    "--nodes",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Pods (nodes) per model replica; above 1: a LeaderWorkerSet group instead of an InferenceService.",
+)
+@click.option("--ssh-secret", help="Secret with the group's MPI ssh key  [default: <name>-mpi-ssh]")
 @_matrix_option
 @click.option(
     "--out",
@@ -603,7 +635,8 @@ _KSERVE = {f.name: f.default for f in dataclasses.fields(kserve_options.KServeOp
 def kserve_command(
     matrix_path, out_dir, no_hf_token, hf_token_secret, no_admin_key, admin_key_secret, storage_writable, **values
 ):
-    """KServe manifests for one tag: runtime, InferenceService, optional cache PVC and warm-up Job."""
+    """KServe manifests for one tag: runtime, autoscaled InferenceService, PodMonitor, optional cache PVC and warm-up
+    Job; with --nodes above 1, a LeaderWorkerSet group per replica with its Service, NetworkPolicy and autoscaler."""
     options = kserve_options.KServeOptions(
         hf_token_secret=None if no_hf_token else hf_token_secret,
         admin_key_secret=None if no_admin_key else admin_key_secret,

@@ -3,9 +3,10 @@
 
 The server in the containers is the REAL tritonserver 2.51.0 (NGC 24.10's core, from PyPI's nvidia-pytriton wheel;
 it stays 2.51.0 whatever tag the stand-in claims), several ranks start under real Open MPI, and the assertions are
-about real responses. Doubles remain for what needs a GPU or is not public: the engine (a Python-based
-`tensorrtllm` backend), the preprocessing/postprocessing/BLS model.py files, trtllm-build, the checkpoint converter
-and nvidia-smi; the doubles that build the engine record how they were called.
+about real responses. The preprocessing, postprocessing and BLS models are upstream's own model.py files, which
+the stand-in carries in /app/all_models as NGC does (its labels say which set). Doubles remain for what needs a GPU:
+the engine (a Python-based `tensorrtllm` backend), trtllm-build, the checkpoint converter and nvidia-smi; the
+doubles that build the engine record how they were called.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from tests.docker.conftest import (
 )
 from tests.doubles.double_records import parse_flags, read_records
 from tests.realtriton import TRITON_VERSION
+from tests.standin.build_standin import MODELS_LABEL, PYTHON_MODELS_LABEL
 from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
 
 NEW_TAG = "25.01"  # the image ships /app (templates, examples)
@@ -80,8 +82,17 @@ def generate(container, max_tokens: int = 8, *, model: str = "ensemble", port: i
 
 
 @pytest.fixture(scope="module")
-def server(built):
-    return built(NEW_TAG).image("server")
+def server(built, docker_client):
+    image = built(NEW_TAG).image("server")
+    labels = docker_client.images.get(image).labels
+    print(f"{image}: /app/all_models from {labels[MODELS_LABEL]}, Python models: {labels[PYTHON_MODELS_LABEL]}")
+    return image
+
+
+def test_the_image_runs_upstreams_own_python_models(server, docker_client):
+    """NGC images ship upstream's preprocessing/postprocessing/BLS model.py files from 25.01: so does the stand-in,
+    and our image serves them (never a double) wherever the stored upstream set has them."""
+    assert docker_client.images.get(server).labels[PYTHON_MODELS_LABEL] == "upstream's"
 
 
 def test_serve_builds_the_engine_once_and_reuses_it(server, tiny_model, records, cache_volume, containers):

@@ -52,6 +52,15 @@ class KServeOptions:
     # Secret with key "key"; optional: without it the restricted Triton APIs stay closed to everyone.
     admin_key_secret: str | None = "triton-admin-key"
     storage_readonly: bool = True  # the entrypoint never writes below /mnt/models
+    # Autoscaling on Triton's queue/compute ratio (scaling.py); min == max renders a fixed replica count.
+    min_replicas: int = 1
+    max_replicas: int = 4
+    scale_target: float = 1.0  # time queued per time computed, averaged over the replicas
+    scale_down_window: int = 600  # seconds of lower load before replicas go: a cold start costs minutes
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"  # the Prometheus Operator's Service
+    # Multi-node: one model replica spans `nodes` pods of a LeaderWorkerSet, TP x PP / nodes GPUs each.
+    nodes: int = 1
+    ssh_secret: str | None = None  # default "<name>-mpi-ssh": the MPI launcher's key (docs/kserve.md)
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -68,6 +77,18 @@ class KServeOptions:
     @property
     def claim(self) -> str:
         return self.pvc_name or f"{self.name}-trtllm-cache"
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.max_replicas > self.min_replicas
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpus // self.nodes
+
+    @property
+    def ssh_secret_name(self) -> str:
+        return self.ssh_secret or f"{self.name}-mpi-ssh"
 
 
 def _problems(o: KServeOptions) -> list[str]:
@@ -102,6 +123,7 @@ def _problems(o: KServeOptions) -> list[str]:
         problems.append(f"pvc_access_mode {o.pvc_access_mode!r} is not one of {', '.join(ACCESS_MODES)}")
     if not _QUANTITY.match(o.pvc_size) or float(re.sub(r"[A-Za-z]+$", "", o.pvc_size) or 0) == 0:
         problems.append(f"pvc_size {o.pvc_size!r} is not a Kubernetes quantity above zero such as 100Gi")
+    problems += _scaling_problems(o)
     if o.image and o.registry:
         problems.append("image and registry exclude each other (registry only prefixes the default image)")
     if o.warm_job and o.cache != "pvc":
@@ -138,4 +160,33 @@ def _storage_problems(uri: str | None) -> list[str]:
         problems.append(f"storage_uri {uri!r} must name a PersistentVolumeClaim: pvc://<claim>[/<path>]")
     if any(part in (".", "..") for part in path.split("/")):
         problems.append(f"storage_uri {uri!r} may not leave the claim ('.' or '..' in the path)")
+    return problems
+
+
+def _scaling_problems(o: KServeOptions) -> list[str]:
+    problems = []
+    counts = (("min_replicas", o.min_replicas, 1), ("max_replicas", o.max_replicas, 1), ("nodes", o.nodes, 1))
+    for label, value, least in counts + (("scale_down_window", o.scale_down_window, 0),):
+        if not isinstance(value, int) or value < least:
+            problems.append(f"{label} must be an integer of at least {least}, got {value!r}")
+    if isinstance(o.min_replicas, int) and isinstance(o.max_replicas, int) and o.max_replicas < o.min_replicas:
+        problems.append(f"max_replicas {o.max_replicas} is below min_replicas {o.min_replicas}")
+    if not isinstance(o.scale_target, (int, float)) or not 0.001 <= o.scale_target <= 1000:
+        problems.append(f"scale_target must be a ratio from 0.001 to 1000, got {o.scale_target!r}")
+    if not re.match(r"^https?://[^\s/]+(/\S*)?$", o.prometheus_url):
+        problems.append(f"prometheus_url {o.prometheus_url!r} is not an http(s) URL")
+    if o.ssh_secret is not None and (len(o.ssh_secret) > 63 or not _DNS_LABEL.match(o.ssh_secret)):
+        problems.append(f"ssh secret {o.ssh_secret!r} must be a DNS label")
+    if not isinstance(o.nodes, int) or o.nodes < 2 or not isinstance(o.tp_size, int) or not isinstance(o.pp_size, int):
+        return problems
+    if o.gpus % o.nodes:
+        problems.append(
+            f"TP x PP = {o.gpus} GPUs cannot be split evenly over {o.nodes} nodes: give a node count that divides it"
+        )
+    if o.storage_uri is not None:
+        problems.append("a multi-node group reads its model by model_id (no KServe storage initializer runs)")
+    if o.warm_job:
+        problems.append("warm_job is for single-node services: every pod of a group prepares from the shared cache")
+    if len(o.name) > 40:  # LWS names pods <name>-<group>-<worker>, and they must stay DNS labels
+        problems.append(f"name {o.name!r} is longer than 40 characters, too long for a multi-node group")
     return problems

@@ -73,6 +73,11 @@ class MatrixEntry:
         return self.status == "supported"
 
     @property
+    def default_workflow(self) -> str:
+        """What the image's entrypoint serves without WORKFLOW (its ImageFacts.default_workflow; a test compares)."""
+        return "llmapi" if self.engine_deprecated and "llmapi" in self.workflows else "engine"
+
+    @property
     def base_image(self) -> str:
         return f"nvcr.io/nvidia/tritonserver:{self.tag}-trtllm-python-py3"
 

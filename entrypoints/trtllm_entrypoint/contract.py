@@ -35,3 +35,8 @@ OPENAI_FRONTEND_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
 ENGINE_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls", "ensemble")
 ENTRY_MODEL = {"engine": "ensemble", "llmapi": "tensorrt_llm"}
 INNER_MODELS = {"engine": tuple(m for m in ENGINE_MODELS if m != ENTRY_MODEL["engine"]), "llmapi": ()}
+
+# Multi-node groups (LeaderWorkerSet): each worker pod runs sshd on this port with the group's key mounted here
+# (a Secret with `id_ed25519` and `id_ed25519.pub`); the leader's mpirun starts the other ranks through it.
+MPI_SSH_DIR = "/etc/trtllm-images/mpi-ssh"
+MPI_SSH_PORT = 2222

@@ -25,6 +25,7 @@ from trtllm_entrypoint import (
     fill,
     flagcheck,
     gpu,
+    group,
     launch,
     models,
     preflight,
@@ -39,7 +40,7 @@ from trtllm_entrypoint.facts import ImageFacts, installation, load_facts
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.serve_plan import LaunchPlan, ServePlan
-from trtllm_entrypoint.settings import CommandLine, Settings, token_values
+from trtllm_entrypoint.settings import CommandLine, Settings, group_from_env, token_values
 
 SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health", "flags")
 USAGE = (
@@ -130,7 +131,12 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
     """Load, decide, execute."""
     facts = load_facts(env)
     settings = Settings.from_env(env, facts, command_line)
+    pod_group = group_from_env(env)
     log = open_log(settings)
+    if pod_group is not None and command == "serve":
+        # Refused before any download or build: the group's pods cannot hold TP x PP ranks.
+        group.ranks_per_pod(settings.world_size, pod_group, gpu.detect_gpus(settings.gpu_visibility).count)
+        group.require_ssh(pod_group)
     if command == "check":
         return check(settings, facts, env, log)
     if command == "flags":
@@ -142,14 +148,32 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
         engine_dir = ensure_engine(plan, facts, env, log, functools.partial(gpu.detect_gpus, settings.gpu_visibility))
         print(json.dumps({"engine_dir": str(engine_dir)}))
         return 0
-    prepared = prepare(plan, facts, env, log, need_gpu=command == "serve")
+    prepared = prepare(plan, facts, env, log, need_gpu=command == "serve", pod_group=pod_group)
     if command == "prepare":
         log.info("launch command", argv=" ".join(prepared.argv))  # the log masks the admin key
         # Job logs keep this output, so the admin key is left out; the printed command then fails closed if run
         # as is (Triton refuses an empty key, where a mask such as *** would become a key anyone can guess).
         print(prepared.to_json().replace(settings.admin_key, ""))
         return 0
+    if pod_group is not None:
+        return serve_in_group(prepared, pod_group, env, log)
     return exec_server(prepared, env, log)
+
+
+def ssh_files() -> group.SshFiles:
+    return group.SshFiles(Path(tempfile.gettempdir()) / "trtllm-mpi-ssh")
+
+
+def serve_in_group(prepared: Prepared, pod_group: group.Group, env: Mapping[str, str], log: Log) -> NoReturn:
+    """A worker runs sshd until the leader's mpirun starts its ranks; the leader waits for every worker first."""
+    files = group.install_ssh_files(pod_group.ssh_dir, ssh_files().directory)
+    if not pod_group.is_leader:
+        argv = group.sshd_argv(files)
+        log.info("worker ready: waiting for the leader's ranks", index=pod_group.index, argv=" ".join(argv))
+        launch.exec_argv(argv, env)
+    with log.phase("workers", group_size=pod_group.size, timeout_s=pod_group.timeout_s):
+        group.wait_for_workers(pod_group, log=log.info)
+    exec_server(prepared, env, log)
 
 
 def open_log(settings: Settings) -> Log:
@@ -216,7 +240,15 @@ def checked_model(settings: Settings, facts: ImageFacts, log: Log, source: sourc
         return sources.download(source, settings, log)
 
 
-def prepare(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log, *, need_gpu: bool) -> Prepared:
+def prepare(
+    plan: ServePlan,
+    facts: ImageFacts,
+    env: Mapping[str, str],
+    log: Log,
+    *,
+    need_gpu: bool,
+    pod_group: group.Group | None = None,
+) -> Prepared:
     """Everything but the exec: the engine, the repository and the command line."""
     settings = plan.settings
     gpus = functools.lru_cache(maxsize=None)(functools.partial(gpu.detect_gpus, settings.gpu_visibility))
@@ -243,7 +275,14 @@ def prepare(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log
         settings, taken = engine_config.serving_settings(settings, engine_dir)
         if taken:
             log.info("serving the limits the engine was built with", **taken)
-    if need_gpu:
+    mpi_options: list[str] = []
+    if pod_group is not None:
+        # Each pod runs its share of the ranks on its own GPUs; the leader's mpirun places them all.
+        per_pod = group.ranks_per_pod(world_size, pod_group, gpus().count)
+        if need_gpu:
+            gpu.require_gpus(gpus(), per_pod[pod_group.index], "this pod's ranks")
+        mpi_options = group.mpirun_options(pod_group, per_pod, ssh_files(), env)
+    elif need_gpu:
         gpu.require_gpus(gpus(), world_size, "to serve the model")
     tokenizer = preflight.tokenizer_dir(settings, plan.model, engine_dir)
     with log.phase("fill"):
@@ -257,6 +296,7 @@ def prepare(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log
         world_size=world_size,
         tokenizer=tokenizer,
         taken=taken,
+        mpi_options=tuple(mpi_options),
     )
     return finish(resolved, log)
 

@@ -23,6 +23,7 @@ from trtllm_entrypoint import contract, cpus
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.gpu import Visibility
+from trtllm_entrypoint.group import Group
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.server_args import check_extra_arguments, restriction_flags
 from trtllm_entrypoint.variables import (
@@ -533,3 +534,41 @@ def _check_relations(s: Settings) -> None:
             raise bad(
                 name, path, f"a writable directory outside {contract.KSERVE_MODEL_DIR} (KServe mounts it read-only)"
             )
+
+
+LWS_VARIABLES = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")
+
+
+def group_from_env(env: Mapping[str, str]) -> Group | None:
+    """The group this pod belongs to; None outside a LeaderWorkerSet (or in a group of one pod)."""
+    given = {name: (env.get(name) or "").strip() for name in LWS_VARIABLES}
+    if not any(given.values()):
+        return None
+    missing = [name for name, value in given.items() if not value]
+    if missing:
+        raise UsageError(
+            f"{', '.join(missing)} not set, but {', '.join(n for n in LWS_VARIABLES if n not in missing)} is",
+            "LeaderWorkerSet sets all three; set all of them or none",
+        )
+    numbers = {}
+    timeout_variable = VARIABLES["WORKER_TIMEOUT_SECS"]
+    given["WORKER_TIMEOUT_SECS"] = (env.get("WORKER_TIMEOUT_SECS") or str(timeout_variable.default)).strip()
+    for name in ("LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "WORKER_TIMEOUT_SECS"):
+        value = given[name]
+        if not (value.isascii() and value.isdigit()):
+            raise UsageError(f"{name}={value!r} is not a whole number", "LeaderWorkerSet sets it; do not override it")
+        numbers[name] = int(value)
+    size, index = numbers["LWS_GROUP_SIZE"], numbers["LWS_WORKER_INDEX"]
+    if size < 1 or index >= size:
+        raise UsageError(
+            f"LWS_WORKER_INDEX={index} is not below LWS_GROUP_SIZE={size}", "LeaderWorkerSet sets both consistently"
+        )
+    address = given["LWS_LEADER_ADDRESS"]
+    if any(not label or len(label) > 63 for label in address.split(".")) or " " in address:
+        raise UsageError(f"LWS_LEADER_ADDRESS={address!r} is not a DNS name", "LeaderWorkerSet sets it")
+    timeout = numbers["WORKER_TIMEOUT_SECS"]
+    low, high = cast(int, timeout_variable.low), cast(int, timeout_variable.high)
+    if not low <= timeout <= high:
+        raise UsageError(f"WORKER_TIMEOUT_SECS={timeout} is out of range", f"a number of seconds from {low} to {high}")
+    ssh_dir = Path(env.get("MPI_SSH_DIR") or contract.MPI_SSH_DIR)
+    return None if size == 1 else Group(address, size, index, timeout, ssh_dir)

@@ -449,6 +449,47 @@ TABLE: tuple[Variable, ...] = (
         shown_allowed="indices or `GPU-…` UUIDs (or unique prefixes) separated by commas",
     ),
     Variable(
+        "LWS_LEADER_ADDRESS",
+        GPUS,
+        "special",
+        "Multi-node: set by a LeaderWorkerSet in every pod of a group, with `LWS_GROUP_SIZE` and `LWS_WORKER_INDEX` "
+        "(all three or none). Pod 0 leads: it waits for its workers and runs `mpirun` across the pods over ssh; the "
+        "others prepare the same engine from the cache and run sshd (docs/kserve.md).",
+        shown_default="unset: one pod serves alone",
+        shown_allowed="`<set>-<group>.<subdomain>.<namespace>`",
+    ),
+    Variable(
+        "LWS_GROUP_SIZE",
+        GPUS,
+        "special",
+        "Pods in the group; together they must hold `TP_SIZE` x `PP_SIZE` GPUs, each pod at least one rank.",
+        shown_allowed="a whole number",
+    ),
+    Variable(
+        "LWS_WORKER_INDEX",
+        GPUS,
+        "special",
+        "This pod's place in the group: 0 is the leader.",
+        shown_allowed="0 to `LWS_GROUP_SIZE` - 1",
+    ),
+    Variable(
+        "WORKER_TIMEOUT_SECS",
+        GPUS,
+        "integer",
+        "How long the leader waits for every worker's sshd; then it exits naming the missing ones.",
+        default=3600,
+        low=1,
+        high=86400,
+    ),
+    Variable(
+        "MPI_SSH_DIR",
+        GPUS,
+        "special",
+        "The group's ssh key pair (`id_ed25519`, `id_ed25519.pub`, from a Secret): workers' host and login key.",
+        shown_default=f"`{contract.MPI_SSH_DIR}`",
+        shown_allowed="a directory",
+    ),
+    Variable(
         "MATRIX_TAG",
         IMAGE,
         "special",

@@ -128,6 +128,29 @@ def test_serve_builds_the_engine_once_and_reuses_it(server, tiny_model, records,
     generate(second)
 
 
+def test_three_replicas_on_one_cache_build_once_and_a_replaced_one_reuses_everything(
+    server, tiny_model, records, cache_volume, containers
+):
+    """Autoscaled replicas share one cache volume: they start together, one builds, all serve; a replica killed
+    and replaced (what a crashed pod becomes) converts, builds and writes nothing."""
+    replicas = [serve(containers, server, tiny_model, records, cache=cache_volume) for _ in range(3)]
+    for replica in replicas:
+        wait_ready(replica, timeout_s=300)
+    assert len(read_records(records, "convert_checkpoint")) == 1, "the replicas converted the checkpoint twice"
+    assert len(read_records(records, "trtllm-build")) == 1, "the replicas built the engine twice"
+    answers = {tuple(generate(replica)) for replica in replicas}
+    assert len(answers) == 1, answers  # one engine, one answer
+
+    replicas[1].kill()
+    replacement = serve(containers, server, tiny_model, records, cache=cache_volume)
+    wait_ready(replacement)
+    assert len(read_records(records, "convert_checkpoint")) == 1 and len(read_records(records, "trtllm-build")) == 1
+    log = logs(replacement)
+    assert "engine cache hit" in log and "model repository up to date" in log, log
+    assert {tuple(generate(replacement))} == answers
+    generate(replicas[0]), generate(replicas[2])  # the survivors kept serving
+
+
 def status(container, route: str, body: dict | None = None) -> int:
     data = None if body is None else json.dumps(body).encode()
     try:

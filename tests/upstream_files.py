@@ -4,7 +4,8 @@ this repository.
 They come from the first of:
   1. $TRTLLM_UPSTREAM_DIR, a copy with the layout below;
   2. ../shared/upstream beside the repository, where present;
-  3. the verified download cache: the pinned archives of upstream.lock.json, fetched on first use
+  3. the verified download cache: the sources of upstream.lock.json, fetched from GitHub on first use and verified
+     by content; a source the lock does not pin yet is trusted on first use, with a line on stderr saying so
      (`python build.py upstream fetch` does it ahead and prints the directory).
 
 Layout of a copy (paths in the archives on the right):
@@ -18,13 +19,15 @@ Layout of a copy (paths in the archives on the right):
                                                        example/prometheus-operator-crd-full/
   keda/keda.sh_scaledobjects.yaml                      keda@v2.20.2: config/crd/bases/
 
-None available: the test skips with one line saying how to get them; under CI=true it fails instead.
+None available: the test skips with one line saying how to get them; under CI=true it fails instead (no test that
+needs upstream files skips in CI).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,10 +65,15 @@ def _resolve() -> Path | str:
         return SHARED
     try:
         return upstream.materialize_layout(
-            upstream.load_lock(), upstream.cache_root(), local_copy=f"{ENV}=<a copy>", log=lambda message: None
+            upstream.load_lock(), upstream.cache_root(), local_copy=f"{ENV}=<a copy>", log=_tell
         )
     except Error as exc:
         return f"upstream files unavailable ({exc.message}); {HOW}"
+
+
+def _tell(message: str) -> None:
+    """Downloads and trust-on-first-use records show on the real stderr, whatever pytest captures."""
+    print(f"upstream files: {message}", file=sys.__stderr__, flush=True)
 
 
 def find(relpath: str) -> Path:

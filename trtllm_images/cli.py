@@ -28,6 +28,7 @@ from trtllm_images import (
     kserve_options,
     render,
     report,
+    source_tree,
     support,
     upstream,
     verify,
@@ -102,10 +103,11 @@ def _plan_options(func):
 
 def _backend_options(func):
     func = click.option(
-        upstream.ALLOW_UNPINNED_FLAG,
-        "allow_unpinned",
+        upstream.REQUIRE_PINNED_FLAG,
+        "require_pinned",
         is_flag=True,
-        help=f"Use backend archives that {upstream.LOCK_PATH.name} records no sha256 for, unverified.",
+        help=f"Take only upstream sources that {upstream.LOCK_PATH.name} pins (release builds); otherwise a source "
+        "not pinned there is trusted on first use and must match afterwards.",
     )(func)
     return click.option(
         "--backend-dir",
@@ -172,12 +174,12 @@ def _write_context(
     dockerfiles: dict[str, str],
     matrix: matrix_mod.Matrix,
     backend_dir: Path | None,
-    allow_unpinned: bool,
+    require_pinned: bool,
 ) -> Path:
     assets = None
     if plan.needs_backend_assets:
         assets = backend_assets.fetch(
-            plan.entry, upstream.cache_root(), backend_dir, _say, allow_unpinned=allow_unpinned
+            plan.entry, upstream.cache_root(), backend_dir, _say, require_pinned=require_pinned
         )
     matrix_json, models_json = support.image_data(matrix)
     return context.write_context(plan, dockerfiles, _entrypoint_wheel(), matrix_json, assets, models_json)
@@ -200,7 +202,7 @@ def _show_finding(finding) -> None:
 class _BuildOptions:
     matrix: matrix_mod.Matrix
     backend_dir: Path | None
-    allow_unpinned: bool
+    require_pinned: bool
     out_dir: Path
     push: bool
 
@@ -234,7 +236,7 @@ def cli(
     revision,
     matrix_path,
     backend_dir,
-    allow_unpinned,
+    require_pinned,
     out_dir,
 ):
     """Build TensorRT-LLM + Triton serving images for NGC tags: `build.py --tag 25.01`.
@@ -260,7 +262,7 @@ def cli(
         matrix_path, tags, all_tags, base_image=base_image, registry=registry, out_dir=out_dir, revision=revision
     )
     options = _BuildOptions(
-        matrix=matrix, backend_dir=backend_dir, allow_unpinned=allow_unpinned, out_dir=out_dir, push=push
+        matrix=matrix, backend_dir=backend_dir, require_pinned=require_pinned, out_dir=out_dir, push=push
     )
     docker = _LazyDocker()
     outcomes = [_build_tag(plan, options, docker) for plan in plans]
@@ -305,7 +307,7 @@ def _build_tag(plan: BuildPlan, options: _BuildOptions, docker: _LazyDocker) -> 
             record.add_findings(findings)
             _stop_on_check_errors(plan, findings)
         with record.phase("context"):
-            context_dir = _write_context(plan, dockerfiles, options.matrix, options.backend_dir, options.allow_unpinned)
+            context_dir = _write_context(plan, dockerfiles, options.matrix, options.backend_dir, options.require_pinned)
         _build_images(plan, context_dir, record, docker())
         _verify_images(plan, record, docker())
         if options.push:
@@ -501,7 +503,7 @@ def _span(tags: list[str]) -> str:
     help="Write complete build contexts to OUT/context/TAG (what a build would send to Docker).",
 )
 @click.option("--print", "print_", is_flag=True, help="Print the Dockerfiles instead.")
-def render_command(tags, all_tags, base_image, registry, matrix_path, backend_dir, allow_unpinned, out_dir, print_):
+def render_command(tags, all_tags, base_image, registry, matrix_path, backend_dir, require_pinned, out_dir, print_):
     """Render the Dockerfiles (and build contexts) without Docker."""
     if bool(out_dir) == print_:
         raise UsageError(
@@ -516,7 +518,7 @@ def render_command(tags, all_tags, base_image, registry, matrix_path, backend_di
             for name, text in dockerfiles.items():
                 click.echo(f"# ===== {plan.entry.tag} {name} =====\n{text}")
         else:
-            click.echo(_write_context(plan, dockerfiles, matrix, backend_dir, allow_unpinned))
+            click.echo(_write_context(plan, dockerfiles, matrix, backend_dir, require_pinned))
 
 
 @cli.command("check")
@@ -672,16 +674,34 @@ def _lock_option(func):
     "--repin",
     multiple=True,
     metavar="REPO@REF",
-    help="Accept a new digest for this archive (repeatable); otherwise a changed digest is an error.",
+    help="Accept a new commit and digest for this source (repeatable); otherwise a change is an error.",
 )
-def upstream_lock_command(matrix_path, lock_path, repin):
-    """Download every archive the matrix and the tests need and record its sha256 (needs GitHub)."""
-    lock = upstream.load_lock(lock_path)
-    wanted = backend_assets.lock_keys(matrix_mod.load(matrix_path))
-    fresh = upstream.refresh(lock, wanted, repin=repin, log=_say)
-    unpinned = [pin.name for pin in fresh.pins if pin.sha256 is None]
+@click.option(
+    "--from-git",
+    "git_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Record from the objects of this clone or mirror instead of downloading (no network needed).",
+)
+@click.option(
+    "--repo",
+    metavar="OWNER/NAME",
+    help="The repository --from-git DIR is a clone of (default: from its remote.origin.url).",
+)
+def upstream_lock_command(matrix_path, lock_path, repin, git_dir, repo):
+    """Record the commit and content digest of every source the matrix and the tests need: from GitHub archives
+    (needs GitHub), or with --from-git from a clone of one repository."""
+    lock = upstream.merge(upstream.load_lock(lock_path), backend_assets.lock_paths(matrix_mod.load(matrix_path)))
+    if git_dir is None:
+        if repo:
+            raise UsageError("--repo applies only with --from-git", "add --from-git DIR, or drop --repo")
+        fresh = upstream.refresh(lock, repin=repin, log=_say)
+    else:
+        repo = repo or source_tree.origin_repo(git_dir)
+        fresh = upstream.refresh_from_git(lock, repo, git_dir, repin=repin, log=_say)
+    unpinned = [pin.name for pin in fresh.pins if pin.digest is None]
     click.echo(
-        f"wrote {upstream.write_lock(fresh)}: {len(fresh.pins)} archives, {len(unpinned)} without a digest"
+        f"wrote {upstream.write_lock(fresh)}: {len(fresh.pins)} sources, {len(unpinned)} without a digest"
         + (f" ({', '.join(unpinned)})" if unpinned else "")
     )
 
@@ -689,7 +709,8 @@ def upstream_lock_command(matrix_path, lock_path, repin):
 @upstream_group.command("fetch")
 @_lock_option
 def upstream_fetch_command(lock_path):
-    """Download and verify the tests' upstream files into the cache; prints the directory (a TRTLLM_UPSTREAM_DIR)."""
+    """Download and verify the tests' upstream files into the cache; prints the directory (a TRTLLM_UPSTREAM_DIR).
+    A source the lock does not pin yet is trusted on first use, with a line saying so."""
     path = upstream.materialize_layout(
         upstream.load_lock(lock_path),
         upstream.cache_root(),

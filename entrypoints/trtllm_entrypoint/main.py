@@ -151,7 +151,12 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
 
 
 def open_log(settings: Settings) -> Log:
-    log = Log(settings.log_format, secrets=(settings.hf_token or "", settings.admin_key))
+    log = Log(
+        settings.log_format,
+        secrets=(settings.hf_token or "", settings.admin_key),
+        level=settings.log_level,
+        progress_s=settings.progress_secs,
+    )
     if settings.cache_fallback_reason:
         log.warn(settings.cache_fallback_reason, cache_dir=settings.cache_dir)
     return log
@@ -307,7 +312,11 @@ def write_repository(
 ) -> Path:
     values = fill.fill_values(settings, facts, engine_dir, tokenizer_dir)
     plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=source.path)
-    log.info("optional template parameters", **dict(sorted(plan.effective.items())))
+    log.info(
+        "template parameters you set (LOG_LEVEL=debug or `trtllm-entrypoint check` lists every one)",
+        **fill.parameter_summary(plan.effective, settings.explicit),
+    )
+    log.debug("optional template parameters", **plan.effective)
     if settings.repository_dir:
         # The returned lock descriptor stays open on purpose: the exec'd server inherits it and holds it while serving.
         repository.write_named(
@@ -323,7 +332,8 @@ def write_repository(
 
 def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoReturn:
     record_health_url(health_url(prepared.plan.health_port))
-    log.info("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
+    log.info("starting the server", program=Path(prepared.argv[0]).name, repository=prepared.repository)
+    log.debug("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
     launch.exec_argv(prepared.argv, {**env, **prepared.plan.env})
 
 
@@ -394,6 +404,7 @@ def check(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Lo
         "settings": settings.describe(),
         "installed": probe.probe(installation(env, facts)),
         "model": model,
+        "template_parameters": template_parameters(settings, facts),
     }
     print(json.dumps(report, indent=2, default=str))
     problems = compatibility_problems(facts, settings, gpus)
@@ -418,6 +429,18 @@ def model_support(settings: Settings, facts: ImageFacts) -> dict[str, object] | 
         "workflow": settings.workflow,
         "problem": models.unsupported_reason(models.load(facts.models_file), config, facts, settings.workflow),
     }
+
+
+def template_parameters(settings: Settings, facts: ImageFacts) -> dict[str, str] | str:
+    """Every optional template parameter with the value a start would fill in (the start-up log shows only the
+    ones set by the user), or why the templates cannot be filled; paths decided at start are shown as such."""
+    later = Path("<decided at start>")
+    try:
+        values = fill.fill_values(settings, facts, settings.engine_dir or later, later)
+        plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=settings.model_id or later)
+    except EntrypointError as exc:
+        return exc.message
+    return plan.effective
 
 
 def compatibility_problems(facts: ImageFacts, settings: Settings, gpus: gpu.GpuInfo) -> list[str]:

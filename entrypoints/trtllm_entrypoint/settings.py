@@ -23,6 +23,7 @@ from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.fill import INNER_MODELS
 from trtllm_entrypoint.gpu import Visibility
+from trtllm_entrypoint.log import LEVELS
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.server_args import check_extra_arguments
 
@@ -30,6 +31,7 @@ DTYPES = ("auto", "float16", "bfloat16", "float32")
 QUANTIZATIONS = ("none", "fp8", "int8_sq", "int4_awq", "w4a8_awq", "int8_wo", "int4_wo", "nvfp4")
 FRONTENDS = ("triton", "openai")
 LOG_FORMATS = ("text", "json")
+MAX_PROGRESS_SECS = 30  # the heartbeat of a long step comes at least this often
 TRUE_WORDS = ("true", "1", "yes", "on")
 FALSE_WORDS = ("false", "0", "no", "off")
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64)
@@ -92,6 +94,8 @@ class Settings:
     preprocessing_instances: int
     postprocessing_instances: int
     enable_bls: bool = False
+    log_level: str = "info"  # LOG_LEVEL: debug adds the full tables and command lines
+    progress_secs: int = 10  # PROGRESS_INTERVAL_SECS: download progress and the heartbeat of long steps
     # The fields whose variable was set (the others hold defaults): a prebuilt engine's own limits replace defaults.
     explicit: frozenset[str] = frozenset()
     # Set when CACHE_DIR was not given and the default was not writable; the orchestrator logs it as a warning.
@@ -372,6 +376,8 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
         "frontend": frontend,
         "served_model_name": name,
         "log_format": env.choice("LOG_FORMAT", "text", LOG_FORMATS),
+        "log_level": env.choice("LOG_LEVEL", "info", LEVELS),
+        "progress_secs": env.integer("PROGRESS_INTERVAL_SECS", 10, 1, MAX_PROGRESS_SECS),
         "triton_args": triton_args + command_line.server_args,
     }
 

@@ -402,7 +402,7 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, o
         "--allow-grpc=true",
         *own,
     ]
-    proc = image.start(*args, MODEL_ID="")
+    proc = image.start(*args, MODEL_ID="", LOG_LEVEL="debug")
     try:
         deadline = time.monotonic() + 60
         while not records(image.records, "tritonserver"):
@@ -423,14 +423,14 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, o
         os.killpg(proc.pid, signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0
-    # The log shows the command that was exec'd, with the filled repository in place of the engine (and the admin
-    # key masked).
+    # The verbose log shows the command that was exec'd, with the filled repository in place of the engine (and the
+    # admin key masked).
     logged = (
         " ".join(argv)
         if own
         else " ".join(arg.rsplit("=", 1)[0] + "=***" if "restricted" in arg else arg for arg in argv)
     )
-    assert f"starting the server argv=tritonserver {logged}\n" in stderr
+    assert f"debug: starting the server argv=tritonserver {logged}\n" in stderr
 
 
 def test_arguments_starting_with_a_dash_are_appended_to_the_served_command_line(image):
@@ -943,3 +943,23 @@ def test_templates_dir_may_name_the_inflight_batcher_llm_folder_the_seeds_copy(i
         "preprocessing",
         "tensorrt_llm",
     ]  # and no BLS model unless ENABLE_BLS=true
+
+
+def test_a_routine_start_logs_only_the_parameters_the_user_set_and_check_lists_every_one(image):
+    quiet = image.run("prepare", KV_CACHE_FREE_GPU_MEM_FRACTION="0.5")
+    assert quiet.returncode == 0, quiet.stderr
+    lines = quiet.stderr.splitlines()
+    (summary,) = [line for line in lines if "template parameters" in line]
+    assert "kv_cache_free_gpu_mem_fraction=0.5" in summary and "backend_defaults=" in summary
+    assert "unset (backend default)" not in quiet.stderr and "batching_strategy" not in summary
+    # The engine build's command lines and the launch command are for LOG_LEVEL=debug.
+    assert not [line for line in lines if "running" in line and "--checkpoint_dir" in line]
+    # Another engine, so that it is built again, this time with the verbose log.
+    verbose = image.run("prepare", KV_CACHE_FREE_GPU_MEM_FRACTION="0.5", MAX_BEAM_WIDTH="2", LOG_LEVEL="debug")
+    assert "debug: optional template parameters" in verbose.stderr and "batching_strategy=" in verbose.stderr
+    assert "debug: running step=trtllm-build command=trtllm-build --checkpoint_dir" in verbose.stderr
+    report = json.loads(image.run("check", KV_CACHE_FREE_GPU_MEM_FRACTION="0.5").stdout)
+    parameters = report["template_parameters"]
+    assert parameters["kv_cache_free_gpu_mem_fraction"] == "0.5"
+    assert parameters["batching_strategy"] == "inflight_fused_batching"
+    assert parameters["max_attention_window_size"] == "unset (backend default)"

@@ -6,12 +6,14 @@ place that imports huggingface_hub.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import glob
 import hashlib
 import json
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -274,9 +276,66 @@ def _repo_id(source: ModelSource) -> str:
     return source.repo_id
 
 
-def _fetch(source: ModelSource, settings: Settings, cache_dir: Path) -> tuple[str, str]:
+def _quiet_hub() -> None:
+    """The hub client's own progress bars off: carriage-return bars are noise in a log, and ours are log lines."""
+    from huggingface_hub import utils
+
+    disable = getattr(utils, "disable_progress_bars", None)  # since huggingface_hub 0.14
+    if disable is not None:
+        disable()
+
+
+def _size(count: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if count < 1000:
+            return f"{count:.0f}{unit}" if unit == "B" else f"{count:.1f}{unit}"
+        count /= 1000
+    return f"{count:.1f}TB"
+
+
+class DownloadProgress:
+    """What a hub download has put on disk so far, read from the hub cache's layout (so any client version will
+    do): a finished file is linked into `snapshots/<commit>/`, a file in flight grows as `blobs/*.incomplete`."""
+
+    def __init__(self, repo_dir: Path, commit: str, sizes: dict[str, int]):
+        self.snapshot = repo_dir / "snapshots" / commit
+        self.blobs = repo_dir / "blobs"
+        self.sizes = sizes
+        self.total = sum(sizes.values())
+        self.already = self.measure()[1]  # files a previous run downloaded do not count toward the rate
+
+    def measure(self) -> tuple[int, int]:
+        """(files done, bytes done)."""
+        done = [name for name in self.sizes if (self.snapshot / name).exists()]
+        in_flight = 0
+        for partial in self.blobs.glob("*.incomplete") if self.blobs.is_dir() else ():
+            with contextlib.suppress(FileNotFoundError):  # finished (renamed) while we looked
+                in_flight += partial.stat().st_size
+        return len(done), min(sum(self.sizes[name] for name in done) + in_flight, self.total)
+
+    def fields(self, elapsed: float) -> dict[str, object]:
+        files, done = self.measure()
+        rate = (done - self.already) / elapsed if elapsed > 0 else 0.0
+        left = self.total - done
+        return {
+            "files": f"{files}/{len(self.sizes)}",
+            "bytes": f"{_size(done)}/{_size(self.total)}",
+            "percent": round(100 * done / self.total, 1) if self.total else 100.0,
+            "rate": f"{_size(rate)}/s",
+            **({"eta_s": round(left / rate)} if rate > 0 else {}),  # none before the first byte
+        }
+
+
+def _repo_dir(cache_dir: Path, repo_id: str) -> Path:
+    """Where the hub client caches a model repository (its documented cache layout)."""
+    return cache_dir / ("models--" + repo_id.replace("/", "--"))
+
+
+def _fetch(source: ModelSource, settings: Settings, cache_dir: Path, log: Log) -> tuple[str, str]:
     """(snapshot directory, resolved commit) from the hub, or from the local cache when HF_HUB_OFFLINE is set."""
     import huggingface_hub
+
+    _quiet_hub()
 
     repo_id = _repo_id(source)
     common: dict[str, Any] = {
@@ -290,7 +349,7 @@ def _fetch(source: ModelSource, settings: Settings, cache_dir: Path) -> tuple[st
         path = huggingface_hub.snapshot_download(**common)
         return str(path), Path(path).name
     info = huggingface_hub.HfApi().model_info(
-        repo_id, revision=source.revision, token=settings.hf_token, files_metadata=False
+        repo_id, revision=source.revision, token=settings.hf_token, files_metadata=True
     )
     if info.sha is None:  # the weights must be named by their commit in the engine cache key
         raise EntrypointError(
@@ -308,7 +367,23 @@ def _fetch(source: ModelSource, settings: Settings, cache_dir: Path) -> tuple[st
             f"{source.repo_id} has no tokenizer files ({', '.join(TOKENIZER_FILES)}) at its top level",
             "choose a repository with the Hugging Face tokenizer; the pre/postprocessing models need it",
         )
-    path = huggingface_hub.snapshot_download(**{**common, "revision": info.sha}, allow_patterns=patterns)
+    sizes = {s.rfilename: s.size or 0 for s in info.siblings or () if glob.escape(s.rfilename) in patterns}
+    progress = DownloadProgress(_repo_dir(cache_dir, repo_id), info.sha, sizes)
+    log.info("downloading", repo_id=repo_id, commit=info.sha, files=len(sizes), total=_size(progress.total))
+    started = time.monotonic()
+    with log.heartbeat("downloading", progress.fields, repo_id=repo_id):
+        path = huggingface_hub.snapshot_download(**{**common, "revision": info.sha}, allow_patterns=patterns)
+    seconds = time.monotonic() - started
+    fetched = progress.total - progress.already
+    log.info(
+        "download done",
+        repo_id=repo_id,
+        files=len(sizes),
+        bytes=_size(fetched),
+        seconds=round(seconds, 1),
+        rate=f"{_size(fetched / seconds if seconds > 0 else 0)}/s",
+        **({"already_cached": _size(progress.already)} if progress.already else {}),
+    )
     return str(path), info.sha
 
 
@@ -320,6 +395,7 @@ def read_config(source: ModelSource, settings: Settings) -> dict[str, Any]:
     else:
         import huggingface_hub
 
+        _quiet_hub()
         try:
             path = huggingface_hub.hf_hub_download(
                 _repo_id(source),
@@ -348,7 +424,7 @@ def download(source: ModelSource, settings: Settings, log: Log) -> ModelSource:
     if source.kind != "hub":
         return source
     try:
-        path, commit = _fetch(source, settings, settings.cache_dir / "models" / "hub")
+        path, commit = _fetch(source, settings, settings.cache_dir / "models" / "hub", log)
     except Exception as exc:
         error = _hub_error(exc, source)
         if error is None:

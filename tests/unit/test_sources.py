@@ -390,7 +390,7 @@ def hub_source(revision=None):
 
 
 def model_info(files, sha="0123abcd" * 5):
-    return SimpleNamespace(sha=sha, siblings=[SimpleNamespace(rfilename=f) for f in files])
+    return SimpleNamespace(sha=sha, siblings=[SimpleNamespace(rfilename=f, size=100) for f in files])
 
 
 def test_download_lists_then_fetches_the_resolved_commit(tmp_path):
@@ -404,7 +404,7 @@ def test_download_lists_then_fetches_the_resolved_commit(tmp_path):
     ):
         api.return_value.model_info.return_value = model_info(LLAMA_FILES)
         result = sources.download(hub_source("main"), settings, Log(stream=stream, secrets=(TOKEN,)))
-    api.return_value.model_info.assert_called_once_with("org/model", revision="main", token=TOKEN, files_metadata=False)
+    api.return_value.model_info.assert_called_once_with("org/model", revision="main", token=TOKEN, files_metadata=True)
     fetch.assert_called_once_with(
         repo_id="org/model",
         revision="0123abcd" * 5,

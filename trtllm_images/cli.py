@@ -28,6 +28,7 @@ from trtllm_images import (
     report,
     support,
     upstream,
+    vendor,
     verify,
     wheel,
 )
@@ -166,6 +167,14 @@ def _entrypoint_wheel() -> Path:
     return wheel.build_wheel(dest=Path(scratch.name))
 
 
+@functools.cache
+def _vendor_dir() -> Path:
+    """tini and the validation kit (vendor.lock.json), verified and assembled once per process."""
+    scratch = tempfile.TemporaryDirectory(prefix="trtllm-images-vendor-")
+    atexit.register(scratch.cleanup)
+    return vendor.assemble(Path(scratch.name), _say)
+
+
 def _write_context(
     plan: BuildPlan,
     dockerfiles: dict[str, str],
@@ -179,7 +188,9 @@ def _write_context(
             plan.entry, upstream.cache_root(), backend_dir, _say, allow_unpinned=allow_unpinned
         )
     matrix_json, models_json = support.image_data(matrix)
-    return context.write_context(plan, dockerfiles, _entrypoint_wheel(), matrix_json, assets, models_json)
+    return context.write_context(
+        plan, dockerfiles, _entrypoint_wheel(), matrix_json, assets, models_json, _vendor_dir()
+    )
 
 
 def _errors(findings) -> list:

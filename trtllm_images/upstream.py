@@ -156,7 +156,7 @@ def fetch(pin: Pin, cache: Path, *, local_copy: str, log: Callable[[str], None],
     else:
         cached = archives / f"{pin.sha256}.tar.gz"
         if cached.is_file():
-            if _file_sha256(cached) == pin.sha256:
+            if file_sha256(cached) == pin.sha256:
                 log(f"{pin.name}: verified archive in {cached}")
                 return cached
             log(f"{pin.name}: {cached} no longer matches its name; downloading it again")
@@ -192,32 +192,37 @@ def _host(pin: Pin) -> str:
 
 def _download(pin: Pin, out: IO[bytes] | None, hint: str) -> str:
     """Stream pin.url into `out` (or nowhere); the sha256 of the body. A short body is an error, not an archive."""
+    return download(pin.name, pin.url, out, hint)
+
+
+def download(name: str, url: str, out: IO[bytes] | None, hint: str) -> str:
+    """Stream `url` into `out` (or nowhere); the sha256 of the body. A short body is an error, not a file."""
     digest, size = hashlib.sha256(), 0
     try:
-        with urllib.request.urlopen(pin.url, timeout=TIMEOUT_SECS) as response:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_SECS) as response:
             length = response.headers.get("Content-Length")
             while chunk := response.read(CHUNK):
                 size += len(chunk)
                 if size > MAX_ARCHIVE_BYTES:
-                    raise BuildError(f"{pin.name}: {pin.url} is larger than {MAX_ARCHIVE_BYTES} bytes", hint)
+                    raise BuildError(f"{name}: {url} is larger than {MAX_ARCHIVE_BYTES} bytes", hint)
                 digest.update(chunk)
                 if out is not None:
                     out.write(chunk)
     except urllib.error.HTTPError as exc:
         error = _NotFound if exc.code == 404 else BuildError
-        raise error(f"cannot download {pin.name} from {pin.url}: HTTP {exc.code} {exc.reason}", hint) from None
+        raise error(f"cannot download {name} from {url}: HTTP {exc.code} {exc.reason}", hint) from None
     except urllib.error.URLError as exc:  # refused, DNS failure, timeout while connecting
-        raise BuildError(f"cannot download {pin.name} from {pin.url} (offline?): {exc.reason}", hint) from None
+        raise BuildError(f"cannot download {name} from {url} (offline?): {exc.reason}", hint) from None
     except (ConnectionError, TimeoutError, http.client.HTTPException) as exc:  # broke off mid-body
-        raise BuildError(f"cannot download {pin.name} from {pin.url}: the connection broke: {exc!r}", hint) from None
+        raise BuildError(f"cannot download {name} from {url}: the connection broke: {exc!r}", hint) from None
     if length is not None and size != int(length):
         raise BuildError(
-            f"cannot download {pin.name} from {pin.url}: the connection closed after {size} of {length} bytes", hint
+            f"cannot download {name} from {url}: the connection closed after {size} of {length} bytes", hint
         )
     return digest.hexdigest()
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as data:
         while chunk := data.read(CHUNK):

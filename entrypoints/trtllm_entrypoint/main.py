@@ -29,6 +29,7 @@ from trtllm_entrypoint import (
     models,
     preflight,
     probe,
+    ready,
     repository,
     security,
     serve_plan,
@@ -56,6 +57,7 @@ class Prepared:
     argv: list[str]
     repository: Path
     engine_dir: Path | None
+    ready: dict[str, object]  # the fields of the line logged once the server answers readiness
 
     def to_json(self) -> str:
         return json.dumps(
@@ -66,6 +68,7 @@ class Prepared:
                 "health_url": health_url(self.plan.health_port),
                 "env": self.plan.env,
                 "plan": self.plan.describe(),
+                "ready": self.ready,
             },
             indent=2,
         )
@@ -270,7 +273,8 @@ def finish(
     argv = serve_plan.launch_argv(plan, settings, facts, repo, world_size, tokenizer)
     for warning in security.start_warnings(settings, facts):
         log.warn(warning)
-    return Prepared(plan=plan, argv=argv, repository=repo, engine_dir=engine_dir)
+    ready_fields = ready.summary(plan, settings, facts, repo)
+    return Prepared(plan=plan, argv=argv, repository=repo, engine_dir=engine_dir, ready=ready_fields)
 
 
 def ensure_engine(
@@ -331,9 +335,11 @@ def write_repository(
 
 
 def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoReturn:
-    record_health_url(health_url(prepared.plan.health_port))
+    url = health_url(prepared.plan.health_port)
+    record_health_url(url)
     log.info("starting the server", program=Path(prepared.argv[0]).name, repository=prepared.repository)
     log.debug("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
+    ready.spawn_watcher(url, log, prepared.ready)
     launch.exec_argv(prepared.argv, {**env, **prepared.plan.env})
 
 

@@ -15,8 +15,6 @@ import os
 import shlex
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -91,6 +89,9 @@ def summary(plan: ServePlan, settings: Settings, facts: ImageFacts, repository: 
 
 
 def is_ready(url: str) -> bool:
+    import urllib.error  # noqa: PLC0415  (only the watcher needs HTTP: a warm start does not pay for the import)
+    import urllib.request  # noqa: PLC0415
+
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             return bool(response.status == 200)

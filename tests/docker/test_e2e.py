@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -40,6 +41,7 @@ from tests.docker.conftest import (
 )
 from tests.doubles.double_records import parse_flags, read_records
 from tests.realtriton import TRITON_VERSION
+from tests.standin.build_standin import upstream_templates
 from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
 
 NEW_TAG = "25.01"  # the image ships /app (templates, examples)
@@ -258,6 +260,9 @@ def test_kserve_stock_args_serve_a_read_only_prebuilt_engine(server, prebuilt_en
     )
     wait_ready(container, port=8080)
     assert wait_health_status(container) == "healthy", logs(container)
+    line = wait_for_line(container, "info: ready ")  # the stock command line's ports, the name clients use
+    assert "http=http://localhost:8080 grpc=localhost:9000" in line and "served_model_name=llm" in line
+    assert "/v2/models/llm/generate" in line.split(" try=", 1)[1]
     assert read_records(records, "trtllm-build") == [], "a prebuilt engine must be served as it is"
     assert sorted((p.name, p.stat().st_mtime_ns) for p in prebuilt_engine.iterdir()) == before
 
@@ -325,3 +330,87 @@ def test_verification_rejects_a_different_tensorrt_llm(docker_client, standin, s
         for image in docker_client.images.list(name="e2e-mismatch.invalid/*"):
             for tag in image.tags:
                 docker_client.images.remove(tag, force=True)
+
+
+def wait_for_line(container, marker: str, timeout_s: float = 120) -> str:
+    """The first log line of `container` containing `marker`; fails with the logs if it never comes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = [line for line in logs(container).splitlines() if marker in line]
+        if found:
+            return found[0]
+        container.reload()
+        if container.status not in ("created", "running"):
+            break
+        time.sleep(0.5)
+    pytest.fail(f"no log line with {marker!r}:\n{logs(container)[-4000:]}")
+
+
+def process_table(container) -> list[tuple[int, str, int, str]]:
+    """(pid, state, parent pid, command line) of every process, as the container's own /proc shows them."""
+    script = (
+        "import os\n"
+        "for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):\n"
+        "    try:\n"
+        "        stat = open(f'/proc/{pid}/stat').read()\n"
+        "        args = open(f'/proc/{pid}/cmdline', 'rb').read().replace(b'\\0', b' ').decode().strip()\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    print(pid, *stat.rsplit(')', 1)[1].split()[:2], args, sep='\\t')\n"
+    )
+    output = container.exec_run(["python3", "-c", script]).output.decode()
+    rows = [line.split("\t") for line in output.splitlines() if line.count("\t") == 3]
+    return [(int(pid), state, int(ppid), args) for pid, state, ppid, args in rows if "python3 -c" not in args]
+
+
+def test_the_ready_line_tells_how_to_call_the_server_and_pid_1_reaps_its_watcher(
+    server, tiny_model, records, containers
+):
+    container = serve(containers, server, tiny_model, records, env={"TRTLLM_ENGINE_DOUBLE_LOAD_DELAY_S": "3"})
+    line = wait_for_line(container, "info: ready ")
+    assert ready_now(container), "the ready line comes only once the server answers readiness"
+    assert "model=/models/tiny source=checkpoint tag=25.01" in line and "workflow=engine" in line
+    assert "http=http://localhost:8000 grpc=localhost:8001 metrics=http://localhost:8002/metrics" in line
+    assert "served_model_name=ensemble" in line and "admin_key=random" in line
+    # The line's curl, pasted as a user would (with the container's address for localhost).
+    command = line.split(" try=", 1)[1].replace("localhost", address(container))
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    words = tokens(json.loads(done.stdout)["text_output"])
+    assert words and set(words) <= set(PROMPT_WORDS), done.stdout
+    output = logs(container)
+    assert output.count("info: ready ") == 1 and "protobuf check skipped" not in output
+    time.sleep(2)  # the watcher has exited by now; PID 1 must have reaped it
+    table = process_table(container)
+    assert table[0][0] == 1 and table[0][3].startswith("/opt/trtllm-images/bin/tini -s -- "), table
+    assert not [row for row in table if row[1] == "Z"], f"zombies: {table}"
+    assert not [row for row in table if "trtllm-entrypoint" in row[3]], f"the watcher is still there: {table}"
+    [triton] = [row for row in table if row[3].startswith("/opt/tritonserver/bin/tritonserver ")]
+    assert triton[2] == 1, "the exec'd server is tini's own child, so it gets the SIGTERM that tini passes on"
+    container.stop(timeout=30)
+    assert container.wait(timeout=30)["StatusCode"] == 0, logs(container)[-3000:]
+
+
+def test_a_broken_filled_config_is_refused_in_the_container_before_triton_starts(
+    server, tiny_model, records, containers, tmp_path
+):
+    templates = shutil.copytree(upstream_templates("0.17.0"), tmp_path / "all_models")
+    broken = templates / "inflight_batcher_llm" / "postprocessing" / "config.pbtxt"
+    broken.write_text(broken.read_text() + "\nno_such_field: 1\n")  # our own parser takes it; ModelConfig does not
+    for path in [templates, *templates.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    container = containers(
+        server,
+        environment={"MODEL_ID": "/models/tiny", "DOUBLE_RECORD_DIR": "/records", "TEMPLATES_DIR": "/templates"},
+        volumes={
+            str(tiny_model): {"bind": "/models/tiny", "mode": "ro"},
+            str(templates): {"bind": "/templates", "mode": "ro"},
+            **record_mount(records),
+        },
+    )
+    assert container.wait(timeout=120)["StatusCode"] == 1, logs(container)
+    output = logs(container)
+    [error] = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert "postprocessing/config.pbtxt: not a valid Triton ModelConfig" in error and "no_such_field" in error
+    assert "protobuf check skipped" not in output
+    assert "starting the server" not in output and "Started HTTPService" not in output

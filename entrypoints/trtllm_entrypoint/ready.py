@@ -10,6 +10,7 @@ would reap it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -100,13 +101,19 @@ def is_ready(url: str) -> bool:
 
 
 def _alive(pid: int) -> bool:
+    """Whether `pid` still runs: an exited server that its parent has not reaped yet (a zombie) counts as gone, or the
+    watcher would keep the log pipe open while that parent waits for it to close before reaping."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
         return False
-    except PermissionError:  # another user's process now has the number: ours is gone
-        return False
-    return True
+    except (OSError, IndexError):  # no procfs: ask the kernel, which cannot tell a zombie
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
 
 
 def watch(url: str, server_pid: int, log: Log, fields: Mapping[str, object], poll_s: float = POLL_S) -> bool:
@@ -117,6 +124,22 @@ def watch(url: str, server_pid: int, log: Log, fields: Mapping[str, object], pol
             return True
         time.sleep(poll_s)
     return False
+
+
+def _keep_only_stderr() -> None:
+    """The watcher shares only the log (stderr) with the server: stdout may be a pipe whose reader waits for it to
+    close, and an inherited lock (REPOSITORY_DIR's) must be released when the server exits, not when we do."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    try:
+        inherited = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    except OSError:
+        inherited = list(range(3, 256))
+    for fd in inherited:
+        if fd > 2:
+            with contextlib.suppress(OSError):  # the listing's own descriptor, closed already
+                os.close(fd)
 
 
 def spawn_watcher(url: str, log: Log, fields: Mapping[str, object]) -> int | None:
@@ -135,7 +158,7 @@ def spawn_watcher(url: str, log: Log, fields: Mapping[str, object]) -> int | Non
     if child == 0:  # intermediate: fork the watcher and exit at once, so that the watcher is an orphan
         try:
             if os.fork() == 0:
-                os.setsid()  # out of the server's process group: a signal to the group is for the server
+                _keep_only_stderr()
                 code = 0
                 try:
                     watch(url, server_pid, log, fields)

@@ -161,21 +161,46 @@ def fetch(pin: Pin, cache: Path, *, local_copy: str, log: Callable[[str], None],
                 return cached
             log(f"{pin.name}: {cached} no longer matches its name; downloading it again")
             cached.unlink()  # we wrote it under that name; its bytes changed since
-    archives.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=archives, prefix=".download-", suffix=".tmp")
+    return download_verified(
+        archives,
+        pin.name,
+        pin.url,
+        pin.sha256,
+        lambda digest: f"{digest}.tar.gz",
+        log,
+        hint=f"supply {local_copy}, or retry on a machine that reaches {_host(pin)}",
+        mismatch_hint="the archive changed upstream (a moved tag) or on its way; nothing was cached. "
+        f"If the change is intended: `{REFRESH} --repin {pin.name}`",
+        check=lambda path: scan(path, pin.name),
+    )
+
+
+def download_verified(
+    directory: Path,
+    name: str,
+    url: str,
+    expected: str | None,
+    file_name: Callable[[str], str],
+    log: Callable[[str], None],
+    *,
+    hint: str,
+    mismatch_hint: str,
+    check: Callable[[Path], None] | None = None,
+) -> Path:
+    """Download `url` into `directory` as file_name(sha256), renamed into place only once its digest is `expected`
+    (any digest when None) and `check` passed; a failure leaves no file behind."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=".download-", suffix=".tmp")
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
-            log(f"downloading {pin.url}")
-            actual = _download(pin, out, f"supply {local_copy}, or retry on a machine that reaches {_host(pin)}")
-        if pin.sha256 is not None and actual != pin.sha256:
-            raise BuildError(
-                f"{pin.name}: sha256 mismatch for {pin.url}: expected {pin.sha256}, got {actual}",
-                "the archive changed upstream (a moved tag) or on its way; nothing was cached. "
-                f"If the change is intended: `{REFRESH} --repin {pin.name}`",
-            )
-        scan(tmp, pin.name)
-        final = archives / f"{actual}.tar.gz"
+            log(f"downloading {url}")
+            actual = download(name, url, out, hint)
+        if expected is not None and actual != expected:
+            raise BuildError(f"{name}: sha256 mismatch for {url}: expected {expected}, got {actual}", mismatch_hint)
+        if check is not None:
+            check(tmp)
+        final = directory / file_name(actual)
         os.replace(tmp, final)
         return final
     finally:

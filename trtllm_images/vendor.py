@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import posixpath
 import tarfile
-import tempfile
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -72,23 +70,17 @@ def fetch(artifact: Artifact, cache: Path, log: Callable[[str], None]) -> Path:
     final = root / f"{artifact.sha256}-{artifact.file_name}"
     if final.is_file() and upstream.file_sha256(final) == artifact.sha256:
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=root, prefix=".download-", suffix=".tmp")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            log(f"downloading {artifact.url}")
-            hint = f"retry on a machine that reaches {artifact.url}, or put the file at {final}"
-            actual = upstream.download(artifact.name, artifact.url, out, hint)
-        if actual != artifact.sha256:
-            raise BuildError(
-                f"{artifact.name}: sha256 mismatch for {artifact.url}: expected {artifact.sha256}, got {actual}",
-                f"the file changed on its way or upstream; nothing was cached. Check it and update {LOCK_PATH.name}",
-            )
-        os.replace(tmp, final)
-        return final
-    finally:
-        tmp.unlink(missing_ok=True)
+    return upstream.download_verified(
+        root,
+        artifact.name,
+        artifact.url,
+        artifact.sha256,
+        lambda digest: f"{digest}-{artifact.file_name}",
+        log,
+        hint=f"retry on a machine that reaches {artifact.url}, or put the file at {final}",
+        mismatch_hint="the file changed on its way or upstream; nothing was cached. "
+        f"Check it and update {LOCK_PATH.name}",
+    )
 
 
 def _zip_members(path: Path) -> dict[str, bytes | None]:

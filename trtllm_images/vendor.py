@@ -9,17 +9,20 @@ renamed into place only once the digest matched), and only the members its recor
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import os
 import posixpath
 import tarfile
+import tempfile
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from trtllm_entrypoint.errors import Error
 from trtllm_images import upstream
-from trtllm_images.errors import BuildError
 from trtllm_images.matrix import DEFAULT_PATH
 
 LOCK_PATH = DEFAULT_PATH.parent / "vendor.lock.json"
@@ -48,11 +51,11 @@ def load(path: Path = LOCK_PATH) -> tuple[Artifact, ...]:
             Artifact(r["name"], r["version"], r["url"], r["sha256"], r["format"], dict(r["take"])) for r in records
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise BuildError(f"{path} is not a readable vendor lock: {exc!r}", "restore it from git") from None
+        raise Error(f"{path} is not a readable vendor lock: {exc!r}", "restore it from git") from None
     for artifact in artifacts:
         targets = list(artifact.take.values())
         if artifact.format not in FORMATS or not all(p and _safe(p) for p in targets + list(artifact.take)):
-            raise BuildError(
+            raise Error(
                 f"{path.name}: {artifact.name} has format {artifact.format!r} or an unsafe path",
                 f"formats: {', '.join(FORMATS)}; relative paths without '..'",
             )
@@ -65,22 +68,35 @@ def _safe(path: str) -> bool:
 
 
 def fetch(artifact: Artifact, cache: Path, log: Callable[[str], None]) -> Path:
-    """The verified file of `artifact`, from the cache or downloaded."""
+    """The verified file of `artifact`, from the cache or downloaded (renamed into place only once its digest
+    matched, so the cache never holds a file that does not)."""
     root = Path(cache) / "vendor"
     final = root / f"{artifact.sha256}-{artifact.file_name}"
-    if final.is_file() and upstream.file_sha256(final) == artifact.sha256:
+    if final.is_file() and _sha256(final) == artifact.sha256:
         return final
-    return upstream.download_verified(
-        root,
-        artifact.name,
-        artifact.url,
-        artifact.sha256,
-        lambda digest: f"{digest}-{artifact.file_name}",
-        log,
-        hint=f"retry on a machine that reaches {artifact.url}, or put the file at {final}",
-        mismatch_hint="the file changed on its way or upstream; nothing was cached. "
-        f"Check it and update {LOCK_PATH.name}",
-    )
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root, prefix=".download-") as scratch:
+        tmp = Path(scratch) / artifact.file_name
+        log(f"downloading {artifact.url}")
+        upstream.download(
+            artifact.name, artifact.url, tmp, f"retry on a machine that reaches {artifact.url}, or put it at {final}"
+        )
+        actual = _sha256(tmp)
+        if actual != artifact.sha256:
+            raise Error(
+                f"{artifact.name}: sha256 mismatch for {artifact.url}: expected {artifact.sha256}, got {actual}",
+                f"the file changed on its way or upstream; nothing was cached. Check it and update {LOCK_PATH.name}",
+            )
+        os.replace(tmp, final)
+    return final
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as data:
+        while chunk := data.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _zip_members(path: Path) -> dict[str, bytes | None]:
@@ -96,7 +112,7 @@ def _deb_members(path: Path) -> dict[str, bytes | None]:
     """Regular files of a .deb's data.tar.* (an `ar` archive around tar files) by name without the leading './'."""
     data = path.read_bytes()
     if not data.startswith(b"!<arch>\n"):
-        raise BuildError(f"{path} is not a Debian package (no ar header)", "check the artifact's URL")
+        raise Error(f"{path} is not a Debian package (no ar header)", "check the artifact's URL")
     offset, payload = 8, None
     while offset + 60 <= len(data):
         header = data[offset : offset + 60]
@@ -107,7 +123,7 @@ def _deb_members(path: Path) -> dict[str, bytes | None]:
             break
         offset += 60 + size + (size % 2)
     if payload is None:
-        raise BuildError(f"{path} has no data.tar member", "check the artifact's URL")
+        raise Error(f"{path} has no data.tar member", "check the artifact's URL")
     members: dict[str, bytes | None] = {}
     with tarfile.open(fileobj=io.BytesIO(payload)) as archive:
         for info in archive.getmembers():
@@ -129,10 +145,10 @@ def extract(artifact: Artifact, path: Path, dest: Path) -> None:
             elif rel and data is not None and "__pycache__" not in rel:
                 picked[rel] = data
         if not picked:
-            raise BuildError(f"{artifact.name}: {path.name} has no {source}", f"check {LOCK_PATH.name}")
+            raise Error(f"{artifact.name}: {path.name} has no {source}", f"check {LOCK_PATH.name}")
         for rel, data in picked.items():
             if not _safe(rel):
-                raise BuildError(f"{artifact.name}: unsafe member {source}{rel}", "check the artifact")
+                raise Error(f"{artifact.name}: unsafe member {source}{rel}", "check the artifact")
             out = dest / target / rel if rel else dest / target
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(data)

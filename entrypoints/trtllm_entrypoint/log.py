@@ -17,7 +17,6 @@ from typing import IO
 from trtllm_entrypoint.errors import UsageError
 
 MASK = "***"
-LEVELS = ("debug", "info")
 DEFAULT_PROGRESS_S = 10.0
 
 

@@ -17,15 +17,13 @@ import shlex
 import sys
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_entrypoint import fill
 
 if TYPE_CHECKING:
-    from trtllm_entrypoint.facts import ImageFacts
     from trtllm_entrypoint.log import Log
-    from trtllm_entrypoint.serve_plan import ServePlan
+    from trtllm_entrypoint.serve_plan import LaunchPlan
     from trtllm_entrypoint.settings import Settings
 
 PROMPT = "What is TensorRT-LLM?"
@@ -33,11 +31,11 @@ MAX_TOKENS = 64
 POLL_S = 1.0
 
 
-def served_names(plan: ServePlan, settings: Settings, repository: Path) -> list[str]:
+def served_names(launch: LaunchPlan) -> list[str]:
     """The names clients use: the entry model of a repository we fill, or every model of one given as is."""
-    if plan.fills_repository:
-        return [fill.served_name(settings, plan.workflow)]
-    return sorted(path.parent.name for path in repository.glob("*/config.pbtxt"))
+    if launch.plan.fills_repository:
+        return [fill.served_name(launch.settings, launch.plan.workflow)]
+    return sorted(path.parent.name for path in launch.repository.glob("*/config.pbtxt"))
 
 
 def try_command(settings: Settings, workflow: str, name: str) -> str:
@@ -64,10 +62,10 @@ def _admin_key(settings: Settings) -> str:
     return "random (nobody can call the restricted APIs)" if settings.admin_key_generated else "given"
 
 
-def summary(plan: ServePlan, settings: Settings, facts: ImageFacts, repository: Path) -> dict[str, object]:
+def summary(launch: LaunchPlan) -> dict[str, object]:
     """The ready line's fields, in reading order; `try` last, so that in text logs the rest of the line is it."""
-    model = plan.model
-    names = served_names(plan, settings, repository)
+    settings, model = launch.settings, launch.plan.model
+    names = served_names(launch)
     endpoints: dict[str, object] = {}
     if settings.frontend == "openai":
         endpoints["openai"] = f"http://localhost:{settings.openai_port}/v1"
@@ -78,14 +76,14 @@ def summary(plan: ServePlan, settings: Settings, facts: ImageFacts, repository: 
     return {
         "model": model.repo_id or str(model.path),
         "source": model.kind if model.repo_id is None else f"hub@{model.revision}",
-        "tag": facts.tag,
-        "tensorrt_llm": facts.tensorrt_llm,
-        "workflow": plan.workflow,
+        "tag": launch.facts.tag,
+        "tensorrt_llm": launch.facts.tensorrt_llm,
+        "workflow": launch.plan.workflow,
         "frontend": settings.frontend,
         **endpoints,
         "served_model_name": ",".join(names),
         "admin_key": _admin_key(settings),
-        "try": try_command(settings, plan.workflow, names[0] if names else "<model>"),
+        "try": try_command(settings, launch.plan.workflow, names[0] if names else "<model>"),
     }
 
 

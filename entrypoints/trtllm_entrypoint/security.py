@@ -9,80 +9,14 @@ shown, so the restricted APIs are unreachable (Triton refuses an empty value).
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.server_args import RESTRICTION_FLAGS, restriction_flags
+from trtllm_entrypoint.settings import Settings
 
-if TYPE_CHECKING:
-    from trtllm_entrypoint.facts import ImageFacts
-    from trtllm_entrypoint.settings import Settings
-
-# Triton's names (src/restricted_features.h, unchanged from 2.40 to 2.71) except `health`: the image's
-# HEALTHCHECK and Kubernetes probes call it without headers.
-APIS = ("metadata", "inference", "shared-memory", "model-config", "model-repository", "statistics", "trace", "logging")
-# What no inference client needs: memory regions, loading code, per-model numbers, traces and verbose logs.
-DEFAULT_APIS = ("shared-memory", "model-repository", "statistics", "trace", "logging")
-# Closed without a key, these would make the model unusable.
-CLIENT_APIS = ("metadata", "inference", "model-config")
-OPEN = "none"
 HEADER = "admin-key"
 GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"
-FLAGS = ("--http-restricted-api", "--grpc-restricted-protocol")
-KEY_LENGTH = (16, 4096)
-# Visible ASCII (valid in HTTP headers and gRPC metadata) except `"` and `\`, which JSON escapes: the log masks a
-# key by its text, in JSON lines too.
-KEY_CHARACTERS = frozenset(chr(c) for c in range(0x21, 0x7F)) - {'"', "\\"}
-
-
-def parse_apis(raw: str | None) -> tuple[str, ...]:
-    """RESTRICTED_APIS: unset -> the default list; `none` -> nothing restricted; else known names, in given order."""
-    if raw is None:
-        return DEFAULT_APIS
-    names = [name.strip().lower() for name in raw.split(",")]
-    if names == [OPEN]:
-        return ()
-    unknown = [name for name in names if name not in APIS]
-    if unknown:
-        shown = raw if len(raw) <= 80 else raw[:77] + "..."
-        raise UsageError(
-            f"RESTRICTED_APIS={shown!r} is not allowed: expected '{OPEN}' or a comma-separated list of "
-            f"{', '.join(APIS)} (unknown: {', '.join(repr(n) for n in unknown)})"
-        )
-    return tuple(dict.fromkeys(names))
-
-
-def check_key(key: str, variable: str) -> str:
-    """The key as given; the message of a bad one never shows it."""
-    low, high = KEY_LENGTH
-    if not low <= len(key) <= high or not set(key) <= KEY_CHARACTERS:
-        raise UsageError(
-            f"{variable} is not allowed (the value is not shown): expected {low} to {high} visible "
-            "ASCII characters without spaces, '\"' or '\\'",
-            "generate one with: openssl rand -hex 32",
-        )
-    return key
-
-
-def random_key() -> str:
-    return secrets.token_urlsafe(32)
-
-
-def flags_in(args: Sequence[str]) -> list[str]:
-    """The restriction flags a command line sets itself."""
-    return [flag for flag in (arg.split("=", 1)[0] for arg in args) if flag in FLAGS]
-
-
-def check_relations(apis: tuple[str, ...], key_generated: bool) -> None:
-    closed = [api for api in apis if api in CLIENT_APIS]
-    if closed and key_generated:
-        raise UsageError(
-            f"RESTRICTED_APIS closes {', '.join(closed)} but no TRITON_ADMIN_KEY or "
-            "TRITON_ADMIN_KEY_FILE is set: no client could use the model",
-            "set TRITON_ADMIN_KEY_FILE to a mounted secret, or leave those APIs out",
-        )
 
 
 @dataclass(frozen=True)
@@ -97,7 +31,7 @@ class Restriction:
         if not self.apis or not self.supported:
             return []
         value = f"{','.join(self.apis)}:{HEADER}={self.key}"
-        return [f"{flag}={value}" for flag in FLAGS]
+        return [f"{flag}={value}" for flag in RESTRICTION_FLAGS]
 
 
 def restriction(settings: Settings, facts: ImageFacts) -> Restriction:
@@ -111,7 +45,7 @@ def restriction(settings: Settings, facts: ImageFacts) -> Restriction:
 
 def start_warnings(settings: Settings, facts: ImageFacts) -> list[str]:
     """What stays open at this start, for the start-up log."""
-    if flags_in(settings.triton_args):
+    if restriction_flags(settings.triton_args):
         return []  # a `tritonserver …` command line of the user's own that restricts APIs itself
     if not settings.restricted_apis:
         return [

@@ -10,8 +10,8 @@ import zipfile
 
 import pytest
 
+from trtllm_entrypoint.errors import Error
 from trtllm_images import vendor
-from trtllm_images.errors import BuildError
 
 
 def lock_with(tmp_path, artifacts: list[dict]):
@@ -67,7 +67,7 @@ def test_assemble_takes_only_the_named_members_of_verified_files(tmp_path):
 def test_a_file_whose_digest_differs_is_refused_and_not_cached(tmp_path):
     wheel = a_wheel(tmp_path)
     lock = lock_with(tmp_path, [record(wheel, {"pkg/": "kit/"}, "zip", sha256="0" * 64)])
-    with pytest.raises(BuildError, match="sha256 mismatch"):
+    with pytest.raises(Error, match="sha256 mismatch"):
         vendor.assemble(tmp_path / "out", log=lambda m: None, cache=tmp_path / "cache", lock=lock)
     assert not [p for p in (tmp_path / "cache" / "vendor").iterdir()], "nothing is kept"
 
@@ -75,7 +75,7 @@ def test_a_file_whose_digest_differs_is_refused_and_not_cached(tmp_path):
 @pytest.mark.parametrize("take", [{"../x": "kit/"}, {"pkg/": "/etc/"}, {"pkg/": "../../x"}])
 def test_unsafe_paths_in_the_lock_are_refused(tmp_path, take):
     lock = lock_with(tmp_path, [record(a_wheel(tmp_path), take, "zip")])
-    with pytest.raises(BuildError, match="unsafe path"):
+    with pytest.raises(Error, match="unsafe path"):
         vendor.load(lock)
 
 

@@ -116,8 +116,8 @@ def test_serve_builds_the_engine_once_and_reuses_it(server, tiny_model, records,
         "kv_cache_type": "paged",
     }
     # The real server, as the container's main process, answering with text made from the prompt.
-    pid1 = first.exec_run(["cat", "/proc/1/cmdline"]).output.split(b"\0")
-    assert pid1[0] == b"/opt/tritonserver/bin/tritonserver", pid1
+    # tini is PID 1; the server is its child, exec'd by the entrypoint in its place.
+    assert server_process(first)[2] == 1
     assert http(first, "/v2")["version"] == TRITON_VERSION
     models = {m["name"]: m["state"] for m in http(first, "/v2/repository/index", {}, headers={"admin-key": ADMIN_KEY})}
     assert {"ensemble", "preprocessing", "tensorrt_llm", "postprocessing"} <= set(models)
@@ -183,8 +183,8 @@ def test_arguments_starting_with_a_dash_go_to_the_server(server, tiny_model, rec
     env = {"TRITON_ADMIN_KEY": ADMIN_KEY}
     container = serve(containers, server, tiny_model, records, env=env, command=["--log-verbose=1"])
     wait_ready(container)
-    pid1 = container.exec_run(["cat", "/proc/1/cmdline"]).output.split(b"\0")
-    assert pid1[0] == b"/opt/tritonserver/bin/tritonserver" and b"--log-verbose=1" in pid1, pid1
+    triton = server_process(container)
+    assert triton[3].startswith("/opt/tritonserver/bin/tritonserver ") and "--log-verbose=1" in triton[3].split()
     assert http(container, "/v2/logging", headers={"admin-key": ADMIN_KEY})["log_verbose_level"] == 1
     generate(container)
 
@@ -308,8 +308,10 @@ def test_kserve_stock_args_serve_a_read_only_prebuilt_engine(server, prebuilt_en
     assert done.returncode == 0, done.stderr + logs(container)[-3000:]
     words = tokens(done.stdout)
     assert len(words) == 64 and set(words) <= set(PROMPT_WORDS), done.stdout
-    pid1 = container.exec_run(["cat", "/proc/1/cmdline"]).output.split(b"\0")
-    assert b"--model-store=/mnt/models" not in pid1, "the filled repository must live outside /mnt/models"
+    # PID 1 is tini, with the stock arguments as given; the server it runs got the filled repository instead.
+    triton = server_process(container)
+    assert "--model-store=/mnt/models" not in triton[3], "the filled repository must live outside /mnt/models"
+    assert triton[2] == 1, "tini's own child"
 
 
 def test_bad_environment_value_exits_2_before_any_work(server, tiny_model, records, containers):
@@ -439,6 +441,12 @@ def echo_repository(root: Path) -> Path:
     return root
 
 
+def server_process(container) -> tuple[int, str, int, str]:
+    """The row of process_table() of the one tritonserver process (a typed command keeps its own argv[0])."""
+    [row] = [row for row in process_table(container) if row[3].split(" ", 1)[0].endswith("tritonserver")]
+    return row
+
+
 def test_the_ready_line_tells_how_to_call_the_server_and_pid_1_reaps_its_watcher(server, containers, tmp_path):
     repository = echo_repository(tmp_path / "repository")
     container = containers(
@@ -471,7 +479,7 @@ def test_the_ready_line_tells_how_to_call_the_server_and_pid_1_reaps_its_watcher
     assert table[0][0] == 1 and table[0][3].startswith("/opt/trtllm-images/bin/tini -s -- "), table
     assert not [row for row in table if row[1] == "Z"], f"zombies: {table}"
     assert [row[0] for row in table if "trtllm-entrypoint" in row[3]] == [1], f"the watcher is still there: {table}"
-    [triton] = [row for row in table if row[3].startswith("/opt/tritonserver/bin/tritonserver ")]
+    triton = server_process(container)
     assert triton[2] == 1, "the exec'd server is tini's own child, so it gets the SIGTERM that tini passes on"
     started = time.monotonic()
     container.stop(timeout=30)

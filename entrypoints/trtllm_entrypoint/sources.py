@@ -299,35 +299,40 @@ def _size(count: float) -> str:
 
 class DownloadProgress:
     """What a hub download has put on disk so far, read from the hub cache's layout (so any client version will
-    do): a finished file is linked into `snapshots/<commit>/`, a file in flight grows as `blobs/*.incomplete`."""
+    do): a finished file is linked into `snapshots/<commit>/`, a file in flight grows as `blobs/*.incomplete`.
+    Sizes come from the hub's file list; when it leaves one out there is no total, percent or ETA."""
 
-    def __init__(self, repo_dir: Path, commit: str, sizes: dict[str, int]):
+    def __init__(self, repo_dir: Path, commit: str, sizes: dict[str, int | None]):
         self.snapshot = repo_dir / "snapshots" / commit
         self.blobs = repo_dir / "blobs"
-        self.sizes = sizes
-        self.total = sum(sizes.values())
+        self.names = tuple(sizes)
+        self.total = sum(size or 0 for size in sizes.values()) if all(v is not None for v in sizes.values()) else None
         self.already = self.measure()[1]  # files a previous run downloaded do not count toward the rate
 
     def measure(self) -> tuple[int, int]:
         """(files done, bytes done)."""
-        done = [name for name in self.sizes if (self.snapshot / name).exists()]
-        in_flight = 0
+        files = done = 0
+        for name in self.names:
+            with contextlib.suppress(OSError):  # not there yet
+                done += (self.snapshot / name).stat().st_size
+                files += 1
         for partial in self.blobs.glob("*.incomplete") if self.blobs.is_dir() else ():
             with contextlib.suppress(FileNotFoundError):  # finished (renamed) while we looked
-                in_flight += partial.stat().st_size
-        return len(done), min(sum(self.sizes[name] for name in done) + in_flight, self.total)
+                done += partial.stat().st_size
+        return files, done if self.total is None else min(done, self.total)
 
     def fields(self, elapsed: float) -> dict[str, object]:
         files, done = self.measure()
         rate = (done - self.already) / elapsed if elapsed > 0 else 0.0
-        left = self.total - done
-        return {
-            "files": f"{files}/{len(self.sizes)}",
-            "bytes": f"{_size(done)}/{_size(self.total)}",
-            "percent": round(100 * done / self.total, 1) if self.total else 100.0,
-            "rate": f"{_size(rate)}/s",
-            **({"eta_s": round(left / rate)} if rate > 0 else {}),  # none before the first byte
-        }
+        out: dict[str, object] = {"files": f"{files}/{len(self.names)}"}
+        if self.total is None:
+            return {**out, "bytes": _size(done), "rate": f"{_size(rate)}/s"}
+        out["bytes"] = f"{_size(done)}/{_size(self.total)}"
+        out["percent"] = round(100 * done / self.total, 1) if self.total else 100.0
+        out["rate"] = f"{_size(rate)}/s"
+        if rate > 0:  # none before the first byte
+            out["eta_s"] = round((self.total - done) / rate)
+        return out
 
 
 def _repo_dir(cache_dir: Path, repo_id: str) -> Path:
@@ -371,14 +376,15 @@ def _fetch(source: ModelSource, settings: Settings, cache_dir: Path, log: Log) -
             f"{source.repo_id} has no tokenizer files ({', '.join(TOKENIZER_FILES)}) at its top level",
             "choose a repository with the Hugging Face tokenizer; the pre/postprocessing models need it",
         )
-    sizes = {s.rfilename: s.size or 0 for s in info.siblings or () if glob.escape(s.rfilename) in patterns}
+    sizes = {s.rfilename: s.size for s in info.siblings or () if glob.escape(s.rfilename) in patterns}
     progress = DownloadProgress(_repo_dir(cache_dir, repo_id), info.sha, sizes)
-    log.info("downloading", repo_id=repo_id, commit=info.sha, files=len(sizes), total=_size(progress.total))
+    total = {} if progress.total is None else {"total": _size(progress.total)}
+    log.info("downloading", repo_id=repo_id, commit=info.sha, files=len(sizes), **total)
     started = time.monotonic()
     with log.heartbeat("downloading", progress.fields, repo_id=repo_id):
         path = huggingface_hub.snapshot_download(**{**common, "revision": info.sha}, allow_patterns=patterns)
     seconds = time.monotonic() - started
-    fetched = progress.total - progress.already
+    fetched = progress.measure()[1] - progress.already
     log.info(
         "download done",
         repo_id=repo_id,

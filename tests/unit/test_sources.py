@@ -610,3 +610,22 @@ def test_read_config_of_a_local_checkpoint_names_a_broken_file(tmp_path):
     (model / "config.json").write_text("[1, 2]")
     with pytest.raises(UsageError, match="is not a JSON object"):
         sources.read_config(local, make_settings(tmp_path))
+
+
+def test_download_progress_reads_finished_and_partial_files_from_the_hub_cache(tmp_path):
+    snapshot, blobs = tmp_path / "snapshots" / "c0ffee", tmp_path / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    (snapshot / "config.json").write_text("x" * 100)  # downloaded before: no part of the rate
+    known = sources.DownloadProgress(tmp_path, "c0ffee", {"config.json": 100, "model.safetensors": 900})
+    (blobs / "0123.incomplete").write_bytes(b"w" * 400)  # the weights, in flight
+    assert known.fields(2.0) == {
+        "files": "1/2",
+        "bytes": "500B/1.0KB",
+        "percent": 50.0,
+        "rate": "200B/s",
+        "eta_s": 2,
+    }
+    # A file list without sizes: what is on disk, without a total, percent or ETA that would be made up.
+    unknown = sources.DownloadProgress(tmp_path, "c0ffee", {"config.json": None, "model.safetensors": None})
+    assert unknown.fields(2.0) == {"files": "1/2", "bytes": "500B", "rate": "0B/s"}

@@ -163,7 +163,7 @@ def status(container, route: str, body: dict | None = None) -> int:
 
 
 def test_a_default_run_closes_the_admin_apis_and_still_generates(server, tiny_model, records, containers):
-    container = serve(containers, server, tiny_model, records)
+    container = serve(containers, server, tiny_model, records, env={"LOG_LEVEL": "debug"})  # logs the command line
     wait_ready(container)
     closed = {
         route: status(container, route)

@@ -11,7 +11,9 @@ import dataclasses
 import functools
 import json
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,7 @@ from trtllm_images import (
     source_tree,
     support,
     upstream,
+    vendor,
     verify,
     wheel,
 )
@@ -169,6 +172,14 @@ def _entrypoint_wheel() -> Path:
     return wheel.build_wheel(dest=Path(scratch.name))
 
 
+@functools.cache
+def _vendor_dir() -> Path:
+    """tini and the validation kit (vendor.lock.json), verified and assembled once per process."""
+    scratch = tempfile.TemporaryDirectory(prefix="trtllm-images-vendor-")
+    atexit.register(scratch.cleanup)
+    return vendor.assemble(Path(scratch.name), _say)
+
+
 def _write_context(
     plan: BuildPlan,
     dockerfiles: dict[str, str],
@@ -182,7 +193,9 @@ def _write_context(
             plan.entry, upstream.cache_root(), backend_dir, _say, require_pinned=require_pinned
         )
     matrix_json, models_json = support.image_data(matrix)
-    return context.write_context(plan, dockerfiles, _entrypoint_wheel(), matrix_json, assets, models_json)
+    return context.write_context(
+        plan, dockerfiles, _entrypoint_wheel(), matrix_json, assets, models_json, _vendor_dir()
+    )
 
 
 def _errors(findings) -> list:
@@ -265,7 +278,10 @@ def cli(
         matrix=matrix, backend_dir=backend_dir, require_pinned=require_pinned, out_dir=out_dir, push=push
     )
     docker = _LazyDocker()
-    outcomes = [_build_tag(plan, options, docker) for plan in plans]
+    outcomes = []
+    for number, plan in enumerate(plans, 1):
+        _say(f"[{plan.entry.tag}] tag {number} of {len(plans)}: {', '.join(spec.ref for spec in plan.images)}")
+        outcomes.append(_build_tag(plan, options, docker))
     _print_summary([outcome.record for outcome in outcomes])
     if len(outcomes) == 1 and outcomes[0].error:
         raise outcomes[0].error
@@ -301,12 +317,12 @@ def _build_tag(plan: BuildPlan, options: _BuildOptions, docker: _LazyDocker) -> 
     record.base_image = plan.base_image
     error = None
     try:
-        with record.phase("checks"):
+        with _step(record, plan, "checks"):
             dockerfiles = render.render(plan)
             findings = checks.static_findings(options.matrix, [plan.entry.tag], lambda tag: dockerfiles)
             record.add_findings(findings)
             _stop_on_check_errors(plan, findings)
-        with record.phase("context"):
+        with _step(record, plan, "context"):
             context_dir = _write_context(plan, dockerfiles, options.matrix, options.backend_dir, options.require_pinned)
         _build_images(plan, context_dir, record, docker())
         _verify_images(plan, record, docker())
@@ -338,27 +354,27 @@ def _stop_on_check_errors(plan: BuildPlan, findings) -> None:
 
 
 def _build_images(plan: BuildPlan, context_dir: Path, record: report.BuildRecord, client) -> None:
-    with record.phase("base image"):
-        builder.ensure_base_image(client, plan.base_image, _progress(plan.entry.tag, "pull"))
+    with _step(record, plan, "base image") as progress:
+        builder.ensure_base_image(client, plan.base_image, progress("pull"))
     for spec in plan.images:
-        with record.phase(f"build {spec.kind}"):
+        with _step(record, plan, f"build {spec.kind}") as progress:
             image_id = builder.build_image(
-                client, context_dir, spec.dockerfile, spec.ref, plan.buildargs, _progress(plan.entry.tag, spec.kind)
+                client, context_dir, spec.dockerfile, spec.ref, plan.buildargs, progress(spec.kind)
             )
         record.add_image(spec.kind, spec.ref, image_id)
 
 
 def _push_images(plan: BuildPlan, record: report.BuildRecord, client) -> None:
     for spec in plan.images:
-        with record.phase(f"push {spec.kind}"):
-            builder.push(client, spec.ref, _progress(plan.entry.tag, f"push {spec.kind}"))
+        with _step(record, plan, f"push {spec.kind}") as progress:
+            builder.push(client, spec.ref, progress(f"push {spec.kind}"))
         record.pushed.append(spec.ref)
 
 
 def _verify_images(plan: BuildPlan, record: report.BuildRecord, client) -> None:
     results = []
     for spec in plan.images:
-        with record.phase(f"verify {spec.kind}"):
+        with _step(record, plan, f"verify {spec.kind}"):
             result = verify.verify_image(client, plan.entry, spec.kind, spec.ref)
         record.add_verification(result)
         for warning in result.warnings:
@@ -373,8 +389,23 @@ def _verify_images(plan: BuildPlan, record: report.BuildRecord, client) -> None:
         result.raise_for_errors()
 
 
-def _progress(tag: str, what: str):
-    return lambda line: _say(f"[{tag} {what}] {line}")
+@contextmanager
+def _step(record: report.BuildRecord, plan: BuildPlan, name: str) -> Iterator[Callable[[str], Callable[[str], None]]]:
+    """One timed phase of a tag, announced when it starts and ends with its elapsed time (the report records it too);
+    yields progress(what) -> a printer that prefixes each streamed line with the tag, `what` and the elapsed time."""
+    tag, started = plan.entry.tag, time.monotonic()
+    _say(f"[{tag}] {name} ...")
+
+    def progress(what: str) -> Callable[[str], None]:
+        return lambda line: _say(f"[{tag} {what} {time.monotonic() - started:.0f}s] {line}")
+
+    try:
+        with record.phase(name):
+            yield progress
+    except BaseException:
+        _say(f"[{tag}] {name} failed after {time.monotonic() - started:.1f}s")
+        raise
+    _say(f"[{tag}] {name} done in {time.monotonic() - started:.1f}s")
 
 
 def _print_summary(records: list[report.BuildRecord]) -> None:

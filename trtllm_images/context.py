@@ -17,14 +17,28 @@ from trtllm_entrypoint.errors import Error
 from trtllm_images.plan import BuildPlan
 from trtllm_images.wheel import WHEEL_GLOB
 
-BUNDLED_APP = Path("backend") / "app"  # the Dockerfiles COPY this into the image's bundled app dir
+BUNDLED_APP = Path("backend") / "app"
+VENDOR_FILES = (
+    "bin/tini",
+    "validation/model_config_pb2.py",
+)  # what the Dockerfiles COPY from vendor/  # the Dockerfiles COPY this into the image's bundled app dir
 
 
 def write_context(
-    plan: BuildPlan, dockerfiles: dict[str, str], wheel: Path, matrix_json: str, assets: Path | None, models_json: str
+    plan: BuildPlan,
+    dockerfiles: dict[str, str],
+    wheel: Path,
+    matrix_json: str,
+    assets: Path | None,
+    models_json: str,
+    vendor_dir: Path,
 ) -> Path:
-    """`matrix_json` and `models_json`: support.image_matrix_json() and support.models_json()."""
+    """`matrix_json` and `models_json`: support.image_matrix_json() and support.models_json(); `vendor_dir`:
+    vendor.assemble()'s output (tini and the repository check's validation kit)."""
     _validate(plan, dockerfiles, Path(wheel), matrix_json, assets)
+    missing = [name for name in VENDOR_FILES if not (Path(vendor_dir) / name).is_file()]
+    if missing:
+        raise Error(f"{vendor_dir} lacks {', '.join(missing)}", "assemble it with vendor.assemble()")
     target = plan.context_dir
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
@@ -33,6 +47,7 @@ def write_context(
             (tmp / name).write_text(text, encoding="utf-8", newline="\n")
         (tmp / "matrix.json").write_text(matrix_json, encoding="utf-8", newline="\n")
         (tmp / "models.json").write_text(models_json, encoding="utf-8", newline="\n")
+        shutil.copytree(vendor_dir, tmp / "vendor", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         (tmp / "wheels").mkdir()
         shutil.copyfile(wheel, tmp / "wheels" / Path(wheel).name)
         if plan.needs_backend_assets and assets is not None:  # _validate refused needing them without them

@@ -294,26 +294,29 @@ class _NotFound(Error):
 
 def _download(pin: Pin, dest: Path, hint: str) -> None:
     """Stream pin.url into `dest`. A body shorter than its Content-Length is an error, not an archive."""
+    download(pin.name, pin.url, dest, hint)
+
+
+def download(name: str, url: str, dest: Path, hint: str) -> None:
+    """Stream `url` into `dest`. A body shorter than its Content-Length is an error, not a file."""
     size = 0
     try:
-        with urllib.request.urlopen(pin.url, timeout=TIMEOUT_SECS) as response, open(dest, "wb") as out:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_SECS) as response, open(dest, "wb") as out:
             length = response.headers.get("Content-Length")
             while chunk := response.read(CHUNK):
                 size += len(chunk)
                 if size > MAX_ARCHIVE_BYTES:
-                    raise Error(f"{pin.name}: {pin.url} is larger than {MAX_ARCHIVE_BYTES} bytes", hint)
+                    raise Error(f"{name}: {url} is larger than {MAX_ARCHIVE_BYTES} bytes", hint)
                 out.write(chunk)
     except urllib.error.HTTPError as exc:
         error = _NotFound if exc.code == 404 else Error
-        raise error(f"cannot download {pin.name} from {pin.url}: HTTP {exc.code} {exc.reason}", hint) from None
+        raise error(f"cannot download {name} from {url}: HTTP {exc.code} {exc.reason}", hint) from None
     except urllib.error.URLError as exc:  # refused, DNS failure, timeout while connecting
-        raise Error(f"cannot download {pin.name} from {pin.url} (offline?): {exc.reason}", hint) from None
+        raise Error(f"cannot download {name} from {url} (offline?): {exc.reason}", hint) from None
     except (ConnectionError, TimeoutError, http.client.HTTPException) as exc:  # broke off mid-body
-        raise Error(f"cannot download {pin.name} from {pin.url}: the connection broke: {exc!r}", hint) from None
+        raise Error(f"cannot download {name} from {url}: the connection broke: {exc!r}", hint) from None
     if length is not None and size != int(length):
-        raise Error(
-            f"cannot download {pin.name} from {pin.url}: the connection closed after {size} of {length} bytes", hint
-        )
+        raise Error(f"cannot download {name} from {url}: the connection closed after {size} of {length} bytes", hint)
 
 
 # --- reading archives safely -----------------------------------------------------------------------------------

@@ -14,6 +14,11 @@ MODELS_FILE = "/etc/trtllm-images/models.json"
 NGC_APP_DIR = "/app"
 # Older images get the same layout from build.py (fetched at the backend ref of the matrix entry).
 BUNDLED_APP_DIR = "/opt/trtllm-images/app"
+# Only the repository check puts it on its import path: protobuf's pure-Python runtime and Triton's ModelConfig
+# (model_config_pb2.py), pinned in vendor.lock.json; the base image's own site-packages stay untouched.
+VALIDATION_DIR = "/opt/trtllm-images/validation"
+# PID 1 of the images (ENTRYPOINT): passes signals to the server and reaps the ready-line watcher.
+TINI = "/opt/trtllm-images/bin/tini"
 
 # Writable under any UID: the images create it with mode 1777.
 DEFAULT_CACHE_DIR = "/var/cache/trtllm"

@@ -150,7 +150,8 @@ def run_commands(commands: Sequence[Command], log_path: Path, log: Log, environ:
 
 def _run(command: Command, log_path: Path, log: Log, environ: Mapping[str, str]) -> None:
     line = shlex.join(command.argv)
-    log.info("running", step=command.name, command=line)
+    log.info("running", step=command.name, output=str(log_path))
+    log.debug("running", step=command.name, command=line)
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     started = time.monotonic()
     with open(log_path, "a", encoding="utf-8") as out:
@@ -172,7 +173,7 @@ def _run(command: Command, log_path: Path, log: Log, environ: Mapping[str, str])
                 f"cannot run {command.name} ({command.argv[0]}): {exc.strerror}",
                 "use the image built for this tag: it has the TensorRT-LLM tools",
             ) from None
-        with proc:
+        with proc, log.heartbeat("still running", step=command.name, output=str(log_path)):
             for raw in proc.stdout or ():
                 text = log.redact(raw)
                 out.write(text)

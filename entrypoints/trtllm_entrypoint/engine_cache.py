@@ -113,7 +113,8 @@ class EngineCache:
         publish.sweep(self.root, log)
         waited_since = time.monotonic()
         entry = self.entry(key)
-        with publish.locked(entry, timeout_s, log, f"waiting for another process building {key}", LOCK_HINT):
+        waiting = f"waiting for another process building {key}"
+        with publish.locked(entry, timeout_s, log, waiting, LOCK_HINT, output=BUILD_LOG):
             found = self.lookup(key)
             if found is not None:  # another replica published it while we waited for the lock
                 log.info("engine cache hit after waiting", key=key, path=str(found))

@@ -82,6 +82,25 @@ INTENTIONALLY_UNSET = frozenset(
     }
 )
 
+# The setting behind each optional parameter that one sets (engine templates; llmapi's model.yaml, flattened): the
+# start-up log names a parameter when its variable was set, and leaves the rest to LOG_LEVEL=debug and `check`.
+PARAMETER_SETTINGS = {
+    "max_beam_width": "max_beam_width",
+    "kv_cache_free_gpu_mem_fraction": "kv_cache_free_gpu_mem_fraction",
+    "enable_kv_cache_reuse": "enable_kv_cache_reuse",
+    "engine_dir": "engine_dir",
+    "model": "model_id",
+    "tensor_parallel_size": "tp_size",
+    "pipeline_parallel_size": "pp_size",
+    "dtype": "dtype",
+    "max_batch_size": "max_batch_size",
+    "max_num_tokens": "max_num_tokens",
+    "max_seq_len": "max_seq_len",
+    "kv_cache_config.free_gpu_memory_fraction": "kv_cache_free_gpu_mem_fraction",
+    "kv_cache_config.enable_block_reuse": "enable_kv_cache_reuse",
+    "triton_config.decoupled": "decoupled",
+}
+
 _PLACEHOLDER = re.compile(r"\$\{(\w+)\}")
 _STRING_VALUE = re.compile(r'string_value\s*:\s*"(?:[^"\\\n]|\\.)*"')
 _TOP_NAME = re.compile(r'^name\s*:\s*"[^"\n]*"', re.MULTILINE)
@@ -99,6 +118,14 @@ class FillPlan:
     workflow: str
     models: tuple[ModelFill, ...]
     effective: dict[str, str] = field(default_factory=dict)  # optional parameter -> value or UNSET, for the log
+
+
+def parameter_summary(effective: Mapping[str, str], explicit: frozenset[str]) -> dict[str, object]:
+    """The short form of `effective` for the start-up log: the parameters whose variable the user set, and how
+    many the image's defaults and the backend's defaults decide."""
+    user_set = {k: v for k, v in effective.items() if PARAMETER_SETTINGS.get(k) in explicit}
+    backend = sum(1 for v in effective.values() if v == UNSET)
+    return {**user_set, "image_defaults": len(effective) - len(user_set) - backend, "backend_defaults": backend}
 
 
 def _strip_comments(text: str) -> str:

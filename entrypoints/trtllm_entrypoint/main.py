@@ -30,6 +30,7 @@ from trtllm_entrypoint import (
     models,
     preflight,
     probe,
+    ready,
     repository,
     security,
     serve_plan,
@@ -65,6 +66,7 @@ class Prepared:
 
     launch: LaunchPlan
     argv: list[str]
+    ready: dict[str, object]  # the fields of the line logged once the server answers readiness
 
     @property
     def plan(self) -> ServePlan:
@@ -79,6 +81,7 @@ class Prepared:
                 "health_url": health_url(self.plan.health_port, self.plan.health_path),
                 "env": self.plan.env,
                 "plan": self.launch.describe(),
+                "ready": self.ready,
             },
             indent=2,
         )
@@ -188,7 +191,12 @@ def serve_in_group(prepared: Prepared, pod_group: group.Group, env: Mapping[str,
 
 def open_log(settings: Settings, typed_keys: Sequence[str] = ()) -> Log:
     """`typed_keys`: admin keys on a typed command line, masked like ours."""
-    log = Log(settings.log_format, secrets=(settings.hf_token or "", settings.admin_key, *typed_keys))
+    log = Log(
+        settings.log_format,
+        secrets=(settings.hf_token or "", settings.admin_key, *typed_keys),
+        level=settings.log_level,
+        progress_s=settings.progress_secs,
+    )
     if settings.cache_fallback_reason:
         log.warn(settings.cache_fallback_reason, cache_dir=settings.cache_dir)
     return log
@@ -339,7 +347,7 @@ def finish(resolved: LaunchPlan, log: Log) -> Prepared:
     argv = serve_plan.launch_argv(resolved)
     for warning in security.start_warnings(resolved.settings, resolved.facts):
         log.warn(warning)
-    return Prepared(launch=resolved, argv=argv)
+    return Prepared(launch=resolved, argv=argv, ready=ready.summary(resolved))
 
 
 def ensure_engine(
@@ -382,7 +390,11 @@ def write_repository(
 ) -> Path:
     values = fill.fill_values(settings, facts, engine_dir, tokenizer_dir)
     plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=source.path)
-    log.info("optional template parameters", **dict(sorted(plan.effective.items())))
+    log.info(
+        "template parameters you set (LOG_LEVEL=debug or `trtllm-entrypoint check` lists every one)",
+        **fill.parameter_summary(plan.effective, settings.explicit),
+    )
+    log.debug("optional template parameters", **plan.effective)
     if settings.repository_dir:
         # The returned lock descriptor stays open on purpose: the exec'd server inherits it and holds it while serving.
         repository.write_named(
@@ -397,8 +409,11 @@ def write_repository(
 
 
 def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoReturn:
-    record_health_url(health_url(prepared.plan.health_port, prepared.plan.health_path))
-    log.info("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
+    url = health_url(prepared.plan.health_port, prepared.plan.health_path)
+    record_health_url(url)
+    log.info("starting the server", program=Path(prepared.argv[0]).name, repository=prepared.launch.repository)
+    log.debug("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
+    ready.spawn_watcher(url, log, prepared.ready)
     launch.exec_argv(prepared.argv, {**env, **prepared.plan.env})
 
 
@@ -477,6 +492,7 @@ def check(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Lo
         "settings": settings.describe(),
         "installed": probe.probe(installation(env, facts)),
         "model": model,
+        "template_parameters": template_parameters(settings, facts),
     }
     print(json.dumps(report, indent=2, default=str))
     problems = compatibility_problems(facts, settings, gpus)
@@ -501,6 +517,18 @@ def model_support(settings: Settings, facts: ImageFacts) -> dict[str, object] | 
         "workflow": settings.workflow,
         "problem": models.unsupported_reason(models.load(facts.models_file), config, facts, settings.workflow),
     }
+
+
+def template_parameters(settings: Settings, facts: ImageFacts) -> dict[str, str] | str:
+    """Every optional template parameter with the value a start would fill in (the start-up log shows only the
+    ones set by the user), or why the templates cannot be filled; paths decided at start are shown as such."""
+    later = Path("<decided at start>")
+    try:
+        values = fill.fill_values(settings, facts, settings.engine_dir or later, later)
+        plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=settings.model_id or later)
+    except EntrypointError as exc:
+        return exc.message
+    return plan.effective
 
 
 def compatibility_problems(facts: ImageFacts, settings: Settings, gpus: gpu.GpuInfo) -> list[str]:

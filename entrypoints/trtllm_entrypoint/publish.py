@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import glob
 import hashlib
 import json
 import os
@@ -152,31 +153,52 @@ def read_holder(fd: int) -> str:
         return "an unknown process"
 
 
+def holder_output(lock: Path, output: str) -> str | None:
+    """The file `output` in the copy the lock's holder is building (`.<name>.new-*/<output>`), if there is one."""
+    name = lock.name.removeprefix(".").removesuffix(".lock")
+    found = sorted(lock.parent.glob(f".{glob.escape(name)}.new-*/{glob.escape(output)}"))
+    return str(found[0]) if found else None
+
+
 def wait_for(
-    fd: int, lock: Path, timeout_s: float, log: Log, waiting: str, hint: str, attempt: Callable[[], bool] | None = None
+    fd: int,
+    lock: Path,
+    timeout_s: float,
+    log: Log,
+    waiting: str,
+    hint: str,
+    attempt: Callable[[], bool] | None = None,
+    output: str | None = None,
 ) -> None:
-    """Poll until `attempt` (an exclusive flock by default) succeeds; a timeout error names the lock and holder."""
+    """Poll until `attempt` (an exclusive flock by default) succeeds; a timeout error names the lock and holder.
+    While waiting, a heartbeat names the holder and where the holder writes `output` (its build log)."""
     attempt = attempt or (lambda: try_flock(fd))
+    if attempt():
+        return
     deadline = time.monotonic() + timeout_s
-    announced = False
-    while not attempt():
-        holder = read_holder(fd)
-        if time.monotonic() >= deadline:
-            raise EntrypointError(f"gave up after {timeout_s:g}s waiting for the lock {lock} (held by {holder})", hint)
-        if not announced:
-            log.info(waiting, holder=holder, lock=str(lock))
-            announced = True
-        time.sleep(LOCK_POLL_S)
+    log.info(waiting, holder=read_holder(fd), lock=str(lock))
+
+    def progress(_elapsed: float) -> dict[str, object]:
+        kept = holder_output(lock, output) if output else None
+        return {"holder": read_holder(fd), **({"output": kept} if kept else {})}
+
+    with log.heartbeat("still " + waiting, progress, lock=str(lock)):
+        while not attempt():
+            if time.monotonic() >= deadline:
+                raise EntrypointError(
+                    f"gave up after {timeout_s:g}s waiting for the lock {lock} (held by {read_holder(fd)})", hint
+                )
+            time.sleep(LOCK_POLL_S)
 
 
 @contextmanager
-def locked(path: Path, timeout_s: float, log: Log, waiting: str, hint: str) -> Iterator[int]:
+def locked(path: Path, timeout_s: float, log: Log, waiting: str, hint: str, output: str | None = None) -> Iterator[int]:
     """The exclusive lock of `path` (created with its parent when missing); yields the descriptor."""
     shared_dir(path.parent)
     lock = lock_path(path)
     fd = open_lock(lock)
     try:
-        wait_for(fd, lock, timeout_s, log, waiting, hint)
+        wait_for(fd, lock, timeout_s, log, waiting, hint, output=output)
         write_holder(fd)
         yield fd
     finally:

@@ -1,15 +1,17 @@
 """Checking a filled model repository before it is served: no required placeholder left, every config parses
-(with Triton's own protobuf where tritonclient is installed), and every ensemble is wired."""
+(with Triton's own ModelConfig message: from the images' private validation kit, or an installed tritonclient), and
+every ensemble is wired."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtllm_entrypoint import pbtxt
+from trtllm_entrypoint import contract, pbtxt
 from trtllm_entrypoint.errors import EntrypointError
 from trtllm_entrypoint.fill import structural_placeholders
 
@@ -39,8 +41,37 @@ def _load_configs(root: Path) -> dict[str, tuple[Path, str, dict[str, Any]]]:
     return configs
 
 
-def _model_config_class() -> Any:
-    """Triton's ModelConfig message from tritonclient, or None where it is not installed.
+def _load_file(name: str, path: Path) -> Any:
+    module = sys.modules.get(name)
+    if module is None:
+        found = importlib.util.spec_from_file_location(name, path)
+        if found is None or found.loader is None:
+            return None
+        module = importlib.util.module_from_spec(found)
+        found.loader.exec_module(module)
+        sys.modules[name] = module
+    return module
+
+
+def _kit_model_config(kit: Path) -> Any:
+    """ModelConfig from the image's private validation kit (protobuf's pure-Python runtime and Triton's generated
+    model_config_pb2.py, vendor.lock.json), or None where there is none.
+
+    `google` is bound to the kit's directory alone, so the base image's own protobuf is never imported, whatever its
+    version; a process that already imported protobuf (tests) keeps the one it has."""
+    pb2 = kit / "model_config_pb2.py"
+    if not pb2.is_file() or not (kit / "google" / "protobuf").is_dir():
+        return None
+    if "google.protobuf" not in sys.modules:
+        spec = importlib.machinery.PathFinder.find_spec("google", [str(kit)])
+        if spec is None:
+            return None
+        sys.modules["google"] = importlib.util.module_from_spec(spec)
+    return getattr(_load_file("trtllm_entrypoint_model_config_pb2", pb2), "ModelConfig", None)
+
+
+def _tritonclient_model_config() -> Any:
+    """Triton's ModelConfig message from an installed tritonclient (outside the images: tests, a developer's venv).
 
     Loaded from its file: importing `tritonclient.grpc` would import grpc too, which costs more than the check."""
     try:
@@ -51,23 +82,27 @@ def _model_config_class() -> Any:
     if spec is None or protobuf is None or not spec.submodule_search_locations:
         return None
     path = Path(list(spec.submodule_search_locations)[0]) / "grpc" / "model_config_pb2.py"
-    name = "tritonclient.grpc.model_config_pb2"
-    module = sys.modules.get(name)
-    if module is None and path.is_file():
-        found = importlib.util.spec_from_file_location(name, path)
-        if found is None or found.loader is None:
-            return None
-        module = importlib.util.module_from_spec(found)
-        found.loader.exec_module(module)
-        sys.modules[name] = module
-    return getattr(module, "ModelConfig", None)
+    if not path.is_file():
+        return None
+    return getattr(_load_file("tritonclient.grpc.model_config_pb2", path), "ModelConfig", None)
 
 
-def _check_protobuf(configs: Mapping[str, tuple[Path, str, dict[str, Any]]], log: Log | None) -> None:
-    model_config = _model_config_class()
+def _model_config_class(kit: Path) -> tuple[Any, str]:
+    """(ModelConfig or None, why none)."""
+    try:
+        found = _kit_model_config(kit) or _tritonclient_model_config()
+    except Exception as exc:  # noqa: BLE001  (a broken kit must not stop a start: the check is skipped, loudly)
+        return None, f"Triton's ModelConfig message cannot be loaded from {kit}: {type(exc).__name__}: {exc}"
+    if found is None:
+        return None, f"neither {kit} (the images' validation kit) nor tritonclient is present"
+    return found, ""
+
+
+def _check_protobuf(configs: Mapping[str, tuple[Path, str, dict[str, Any]]], log: Log | None, kit: Path) -> None:
+    model_config, why = _model_config_class(kit)
     if model_config is None:
         if log is not None:
-            log.info("protobuf check skipped: tritonclient is not installed")
+            log.warn(f"protobuf check skipped: {why}; configs are checked by the entrypoint's own parser only")
         return
     from google.protobuf import text_format
 
@@ -107,10 +142,11 @@ def _check_ensemble(name: str, parsed: dict[str, Any], configs: Mapping[str, tup
         )
 
 
-def validate_repository(root: Path, log: Log | None = None) -> None:
-    """No required placeholder left, every config parses (with protobuf when installed), ensembles are wired."""
+def validate_repository(root: Path, log: Log | None = None, kit: Path = Path(contract.VALIDATION_DIR)) -> None:
+    """No required placeholder left, every config parses (with Triton's ModelConfig where the image's kit or
+    tritonclient has it), ensembles are wired."""
     configs = _load_configs(Path(root))
-    _check_protobuf(configs, log)
+    _check_protobuf(configs, log, kit)
     for name, (_, _, parsed) in configs.items():
         if parsed.get("platform") == "ensemble":
             _check_ensemble(name, parsed, configs)

@@ -35,6 +35,7 @@ from trtllm_entrypoint.variables import (
     Dtype,
     Frontend,
     LogFormat,
+    LogLevel,
     Quantization,
     Workflow,
 )
@@ -137,6 +138,8 @@ class ServerSettings:
     frontend: Frontend
     served_model_name: str | None
     log_format: LogFormat
+    log_level: LogLevel = "info"  # LOG_LEVEL: debug adds the full tables and command lines
+    progress_secs: int = 10  # PROGRESS_INTERVAL_SECS: download progress and the heartbeat of long steps
     triton_args: tuple[str, ...]
 
 
@@ -463,6 +466,8 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
         "frontend": frontend,
         "served_model_name": name,
         "log_format": env.choice("LOG_FORMAT"),
+        "log_level": env.choice("LOG_LEVEL"),
+        "progress_secs": env.integer("PROGRESS_INTERVAL_SECS"),
         "triton_args": triton_args + command_line.server_args,
     }
 

@@ -6,10 +6,12 @@ place that imports huggingface_hub.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import glob
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -229,9 +231,71 @@ def _repo_id(source: ModelSource) -> str:
     return source.repo_id
 
 
-def _fetch(source: ModelSource, settings: Settings, cache_dir: Path) -> tuple[str, str]:
+def _quiet_hub() -> None:
+    """The hub client's own progress bars off: carriage-return bars are noise in a log, and ours are log lines."""
+    from huggingface_hub import utils
+
+    disable = getattr(utils, "disable_progress_bars", None)  # since huggingface_hub 0.14
+    if disable is not None:
+        disable()
+
+
+def _size(count: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if count < 1000:
+            return f"{count:.0f}{unit}" if unit == "B" else f"{count:.1f}{unit}"
+        count /= 1000
+    return f"{count:.1f}TB"
+
+
+class DownloadProgress:
+    """What a hub download has put on disk so far, read from the hub cache's layout (so any client version will
+    do): a finished file is linked into `snapshots/<commit>/`, a file in flight grows as `blobs/*.incomplete`.
+    Sizes come from the hub's file list; when it leaves one out there is no total, percent or ETA."""
+
+    def __init__(self, repo_dir: Path, commit: str, sizes: dict[str, int | None]):
+        self.snapshot = repo_dir / "snapshots" / commit
+        self.blobs = repo_dir / "blobs"
+        self.names = tuple(sizes)
+        self.total = sum(size or 0 for size in sizes.values()) if all(v is not None for v in sizes.values()) else None
+        self.already = self.measure()[1]  # files a previous run downloaded do not count toward the rate
+
+    def measure(self) -> tuple[int, int]:
+        """(files done, bytes done)."""
+        files = done = 0
+        for name in self.names:
+            with contextlib.suppress(OSError):  # not there yet
+                done += (self.snapshot / name).stat().st_size
+                files += 1
+        for partial in self.blobs.glob("*.incomplete") if self.blobs.is_dir() else ():
+            with contextlib.suppress(FileNotFoundError):  # finished (renamed) while we looked
+                done += partial.stat().st_size
+        return files, done if self.total is None else min(done, self.total)
+
+    def fields(self, elapsed: float) -> dict[str, object]:
+        files, done = self.measure()
+        rate = (done - self.already) / elapsed if elapsed > 0 else 0.0
+        out: dict[str, object] = {"files": f"{files}/{len(self.names)}"}
+        if self.total is None:
+            return {**out, "bytes": _size(done), "rate": f"{_size(rate)}/s"}
+        out["bytes"] = f"{_size(done)}/{_size(self.total)}"
+        out["percent"] = round(100 * done / self.total, 1) if self.total else 100.0
+        out["rate"] = f"{_size(rate)}/s"
+        if rate > 0:  # none before the first byte
+            out["eta_s"] = round((self.total - done) / rate)
+        return out
+
+
+def _repo_dir(cache_dir: Path, repo_id: str) -> Path:
+    """Where the hub client caches a model repository (its documented cache layout)."""
+    return cache_dir / ("models--" + repo_id.replace("/", "--"))
+
+
+def _fetch(source: ModelSource, settings: Settings, cache_dir: Path, log: Log) -> tuple[str, str]:
     """(snapshot directory, resolved commit) from the hub, or from the local cache when HF_HUB_OFFLINE is set."""
     import huggingface_hub
+
+    _quiet_hub()
 
     repo_id = _repo_id(source)
     common: dict[str, Any] = {
@@ -245,7 +309,7 @@ def _fetch(source: ModelSource, settings: Settings, cache_dir: Path) -> tuple[st
         path = huggingface_hub.snapshot_download(**common)
         return str(path), Path(path).name
     info = huggingface_hub.HfApi().model_info(
-        repo_id, revision=source.revision, token=settings.hf_token, files_metadata=False
+        repo_id, revision=source.revision, token=settings.hf_token, files_metadata=True
     )
     if info.sha is None:  # the weights must be named by their commit in the engine cache key
         raise EntrypointError(
@@ -263,7 +327,24 @@ def _fetch(source: ModelSource, settings: Settings, cache_dir: Path) -> tuple[st
             f"{source.repo_id} has no tokenizer files ({', '.join(TOKENIZER_FILES)}) at its top level",
             "choose a repository with the Hugging Face tokenizer; the pre/postprocessing models need it",
         )
-    path = huggingface_hub.snapshot_download(**{**common, "revision": info.sha}, allow_patterns=patterns)
+    sizes = {s.rfilename: s.size for s in info.siblings or () if glob.escape(s.rfilename) in patterns}
+    progress = DownloadProgress(_repo_dir(cache_dir, repo_id), info.sha, sizes)
+    total = {} if progress.total is None else {"total": _size(progress.total)}
+    log.info("downloading", repo_id=repo_id, commit=info.sha, files=len(sizes), **total)
+    started = time.monotonic()
+    with log.heartbeat("downloading", progress.fields, repo_id=repo_id):
+        path = huggingface_hub.snapshot_download(**{**common, "revision": info.sha}, allow_patterns=patterns)
+    seconds = time.monotonic() - started
+    fetched = progress.measure()[1] - progress.already
+    log.info(
+        "download done",
+        repo_id=repo_id,
+        files=len(sizes),
+        bytes=_size(fetched),
+        seconds=round(seconds, 1),
+        rate=f"{_size(fetched / seconds if seconds > 0 else 0)}/s",
+        **({"already_cached": _size(progress.already)} if progress.already else {}),
+    )
     return str(path), info.sha
 
 
@@ -275,6 +356,7 @@ def read_config(source: ModelSource, settings: Settings) -> dict[str, Any]:
     else:
         import huggingface_hub
 
+        _quiet_hub()
         try:
             path = huggingface_hub.hf_hub_download(
                 _repo_id(source),
@@ -300,7 +382,7 @@ def download(source: ModelSource, settings: Settings, log: Log) -> ModelSource:
     if source.kind != "hub":
         return source
     try:
-        path, commit = _fetch(source, settings, settings.cache_dir / "models" / "hub")
+        path, commit = _fetch(source, settings, settings.cache_dir / "models" / "hub", log)
     except Exception as exc:
         error = _hub_error(exc, source)
         if error is None:

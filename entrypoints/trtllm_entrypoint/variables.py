@@ -16,6 +16,7 @@ from trtllm_entrypoint import contract
 Workflow = Literal["engine", "llmapi"]
 Frontend = Literal["triton", "openai"]
 LogFormat = Literal["text", "json"]
+LogLevel = Literal["info", "debug"]
 Dtype = Literal["auto", "float16", "bfloat16", "float32"]
 Quantization = Literal["none", "fp8", "int8_sq", "int4_awq", "w4a8_awq", "int8_wo", "int4_wo", "nvfp4"]
 WORKFLOWS: tuple[Workflow, ...] = get_args(Workflow)
@@ -431,6 +432,28 @@ TABLE: tuple[Variable, ...] = (
         "One line per event, plain or JSON.",
         default="text",
         choices=get_args(LogFormat),
+    ),
+    Variable(
+        "LOG_LEVEL",
+        SERVER,
+        "choice",
+        "`info` keeps routine starts short: the template parameters you set (with counts of the rest), the step and "
+        "output file of each build step, the program started. `debug` adds every template parameter, each build "
+        "step's command line and the full server command line (`trtllm-entrypoint check` also lists every template "
+        "parameter).",
+        default="info",
+        choices=get_args(LogLevel),
+    ),
+    Variable(
+        "PROGRESS_INTERVAL_SECS",
+        SERVER,
+        "integer",
+        "How often a hub download logs its progress (files and bytes done of the total, percent, rate, ETA), and a "
+        "long step (converting, `trtllm-build`, waiting for another replica's build) logs that it is still running, "
+        "with its elapsed time and the file its output goes to.",
+        default=10,
+        low=1,
+        high=30,  # the heartbeat of a long step comes at least every 30 s
     ),
     Variable(
         "NVIDIA_VISIBLE_DEVICES",

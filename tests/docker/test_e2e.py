@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -41,7 +43,7 @@ from tests.docker.conftest import (
 )
 from tests.doubles.double_records import parse_flags, read_records
 from tests.realtriton import TRITON_VERSION
-from tests.standin.build_standin import MODELS_LABEL, PYTHON_MODELS_LABEL
+from tests.standin.build_standin import MODELS_LABEL, PYTHON_MODELS_LABEL, upstream_templates
 from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
 
 NEW_TAG = "25.01"  # the image ships /app (templates, examples)
@@ -114,8 +116,8 @@ def test_serve_builds_the_engine_once_and_reuses_it(server, tiny_model, records,
         "kv_cache_type": "paged",
     }
     # The real server, as the container's main process, answering with text made from the prompt.
-    pid1 = first.exec_run(["cat", "/proc/1/cmdline"]).output.split(b"\0")
-    assert pid1[0] == b"/opt/tritonserver/bin/tritonserver", pid1
+    # tini is PID 1; the server is its child, exec'd by the entrypoint in its place.
+    assert server_process(first)[2] == 1
     assert http(first, "/v2")["version"] == TRITON_VERSION
     models = {m["name"]: m["state"] for m in http(first, "/v2/repository/index", {}, headers={"admin-key": ADMIN_KEY})}
     assert {"ensemble", "preprocessing", "tensorrt_llm", "postprocessing"} <= set(models)
@@ -161,7 +163,7 @@ def status(container, route: str, body: dict | None = None) -> int:
 
 
 def test_a_default_run_closes_the_admin_apis_and_still_generates(server, tiny_model, records, containers):
-    container = serve(containers, server, tiny_model, records)
+    container = serve(containers, server, tiny_model, records, env={"LOG_LEVEL": "debug"})  # logs the command line
     wait_ready(container)
     closed = {
         route: status(container, route)
@@ -181,8 +183,8 @@ def test_arguments_starting_with_a_dash_go_to_the_server(server, tiny_model, rec
     env = {"TRITON_ADMIN_KEY": ADMIN_KEY}
     container = serve(containers, server, tiny_model, records, env=env, command=["--log-verbose=1"])
     wait_ready(container)
-    pid1 = container.exec_run(["cat", "/proc/1/cmdline"]).output.split(b"\0")
-    assert pid1[0] == b"/opt/tritonserver/bin/tritonserver" and b"--log-verbose=1" in pid1, pid1
+    triton = server_process(container)
+    assert triton[3].startswith("/opt/tritonserver/bin/tritonserver ") and "--log-verbose=1" in triton[3].split()
     assert http(container, "/v2/logging", headers={"admin-key": ADMIN_KEY})["log_verbose_level"] == 1
     generate(container)
 
@@ -292,6 +294,9 @@ def test_kserve_stock_args_serve_a_read_only_prebuilt_engine(server, prebuilt_en
     )
     wait_ready(container, port=8080)
     assert wait_health_status(container) == "healthy", logs(container)
+    line = wait_for_line(container, "info: ready ")  # the stock command line's ports, the name clients use
+    assert "http=http://localhost:8080 grpc=localhost:9000" in line and "served_model_name=llm" in line
+    assert "/v2/models/llm/generate" in line.split(" try=", 1)[1]
     assert read_records(records, "trtllm-build") == [], "a prebuilt engine must be served as it is"
     assert sorted((p.name, p.stat().st_mtime_ns) for p in prebuilt_engine.iterdir()) == before
 
@@ -303,8 +308,10 @@ def test_kserve_stock_args_serve_a_read_only_prebuilt_engine(server, prebuilt_en
     assert done.returncode == 0, done.stderr + logs(container)[-3000:]
     words = tokens(done.stdout)
     assert len(words) == 64 and set(words) <= set(PROMPT_WORDS), done.stdout
-    pid1 = container.exec_run(["cat", "/proc/1/cmdline"]).output.split(b"\0")
-    assert b"--model-store=/mnt/models" not in pid1, "the filled repository must live outside /mnt/models"
+    # PID 1 is tini, with the stock arguments as given; the server it runs got the filled repository instead.
+    triton = server_process(container)
+    assert "--model-store=/mnt/models" not in triton[3], "the filled repository must live outside /mnt/models"
+    assert triton[2] == 1, "tini's own child"
 
 
 def test_bad_environment_value_exits_2_before_any_work(server, tiny_model, records, containers):
@@ -359,3 +366,147 @@ def test_verification_rejects_a_different_tensorrt_llm(docker_client, standin, s
         for image in docker_client.images.list(name="e2e-mismatch.invalid/*"):
             for tag in image.tags:
                 docker_client.images.remove(tag, force=True)
+
+
+def wait_for_line(container, marker: str, timeout_s: float = 120) -> str:
+    """The first log line of `container` containing `marker`; fails with the logs if it never comes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = [line for line in logs(container).splitlines() if marker in line]
+        if found:
+            return found[0]
+        container.reload()
+        if container.status not in ("created", "running"):
+            break
+        time.sleep(0.5)
+    pytest.fail(f"no log line with {marker!r}:\n{logs(container)[-4000:]}")
+
+
+def process_table(container) -> list[tuple[int, str, int, str]]:
+    """(pid, state, parent pid, command line) of every process, as the container's own /proc shows them."""
+    script = (
+        "import os\n"
+        "for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):\n"
+        "    try:\n"
+        "        stat = open(f'/proc/{pid}/stat').read()\n"
+        "        args = open(f'/proc/{pid}/cmdline', 'rb').read().replace(b'\\0', b' ').decode().strip()\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    print(pid, *stat.rsplit(')', 1)[1].split()[:2], args, sep='\\t')\n"
+    )
+    output = container.exec_run(["python3", "-c", script]).output.decode()
+    rows = [line.split("\t") for line in output.splitlines() if line.count("\t") == 3]
+    return [(int(pid), state, int(ppid), args) for pid, state, ppid, args in rows if "python3 -c" not in args]
+
+
+ECHO_CONFIG = """name: "echo"
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+# Slow to load, so that the server answers "not ready" for a while: the ready line must wait for it.
+ECHO_MODEL = """import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep(4)
+
+    def execute(self, requests):
+        answers = []
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)[0]
+            out = pb_utils.Tensor("text_output", np.array([text], dtype=object))
+            answers.append(pb_utils.InferenceResponse(output_tensors=[out]))
+        return answers
+"""
+
+
+def echo_repository(root: Path) -> Path:
+    """A complete model repository (served as given) whose one Python model echoes its prompt: a start that does
+    not depend on the backend's pre/postprocessing code."""
+    (root / "echo" / "1").mkdir(parents=True)
+    (root / "echo" / "config.pbtxt").write_text(ECHO_CONFIG)
+    (root / "echo" / "1" / "model.py").write_text(ECHO_MODEL)
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return root
+
+
+def server_process(container) -> tuple[int, str, int, str]:
+    """The row of process_table() of the one tritonserver process (a typed command keeps its own argv[0])."""
+    [row] = [row for row in process_table(container) if row[3].split(" ", 1)[0].endswith("tritonserver")]
+    return row
+
+
+def test_the_ready_line_tells_how_to_call_the_server_and_pid_1_reaps_its_watcher(server, containers, tmp_path):
+    repository = echo_repository(tmp_path / "repository")
+    container = containers(
+        server,
+        environment={"MODEL_ID": "/models/echo"},
+        volumes={str(repository): {"bind": "/models/echo", "mode": "ro"}},
+    )
+    samples = []  # (server ready, ready line logged), until the line comes
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (samples and samples[-1][1]):
+        container.reload()
+        assert container.status == "running", logs(container)
+        samples.append((ready_now(container), "info: ready " in logs(container)))
+        time.sleep(0.3)
+    assert samples[-1][1], logs(container)[-3000:]
+    assert not [sample for sample in samples if sample == (False, True)], "the line came before readiness"
+    assert samples[0] == (False, False), "the model loads slowly: there is a time before readiness"
+    [line] = [line for line in logs(container).splitlines() if "info: ready " in line]
+    assert "model=/models/echo source=repository tag=25.01 tensorrt_llm=" in line
+    assert "http=http://localhost:8000 grpc=localhost:8001 metrics=http://localhost:8002/metrics" in line
+    assert "served_model_name=echo" in line and "admin_key=random" in line and "frontend=triton" in line
+    # The line's curl, pasted as a user would (the container's address for localhost), answered by the real server.
+    command = line.split(" try=", 1)[1].replace("localhost", address(container))
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["text_output"] == PROMPT, done.stdout
+    time.sleep(2)  # the watcher exited when it logged the line; PID 1 must have reaped it
+    assert logs(container).count("info: ready ") == 1
+    table = process_table(container)
+    assert table[0][0] == 1 and table[0][3].startswith("/opt/trtllm-images/bin/tini -s -- "), table
+    assert not [row for row in table if row[1] == "Z"], f"zombies: {table}"
+    assert [row[0] for row in table if "trtllm-entrypoint" in row[3]] == [1], f"the watcher is still there: {table}"
+    triton = server_process(container)
+    assert triton[2] == 1, "the exec'd server is tini's own child, so it gets the SIGTERM that tini passes on"
+    started = time.monotonic()
+    container.stop(timeout=30)
+    assert container.wait(timeout=30)["StatusCode"] == 0, logs(container)[-3000:]
+    assert time.monotonic() - started < 25, "the server drained on SIGTERM instead of being killed"
+
+
+def test_a_broken_filled_config_is_refused_in_the_container_before_triton_starts(
+    server, tiny_model, records, containers, tmp_path
+):
+    templates = shutil.copytree(upstream_templates("0.17.0"), tmp_path / "all_models")
+    broken = templates / "inflight_batcher_llm" / "postprocessing" / "config.pbtxt"
+    broken.write_text(broken.read_text() + "\nno_such_field: 1\n")  # our own parser takes it; ModelConfig does not
+    for path in [templates, *templates.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    container = containers(
+        server,
+        environment={"MODEL_ID": "/models/tiny", "DOUBLE_RECORD_DIR": "/records", "TEMPLATES_DIR": "/templates"},
+        volumes={
+            str(tiny_model): {"bind": "/models/tiny", "mode": "ro"},
+            str(templates): {"bind": "/templates", "mode": "ro"},
+            **record_mount(records),
+        },
+    )
+    assert container.wait(timeout=120)["StatusCode"] == 1, logs(container)
+    output = logs(container)
+    [error] = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert "postprocessing/config.pbtxt: not a valid Triton ModelConfig" in error and "no_such_field" in error
+    assert "protobuf check skipped" not in output
+    assert "starting the server" not in output and "Started HTTPService" not in output

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -432,7 +433,23 @@ def test_build_builds_verifies_and_reports(tmp_path, entry, fake_docker):
     assert all(b["buildargs"] == {"BASE_IMAGE": entry.base_image} for b in fake_docker.builds)
     refs = [b["tag"] for b in fake_docker.builds]
     assert fake_docker.probed == refs and fake_docker.pulls == [] and fake_docker.pushes == []
-    assert f"[{entry.tag} server] Step 1/1 : FROM {entry.base_image}" in result.stderr
+    # Per tag: which one of how many, each phase announced and closed with its elapsed time, streamed lines timed.
+    assert re.search(
+        rf"^\[{entry.tag} server \d+s\] Step 1/1 : FROM {re.escape(entry.base_image)}$", result.stderr, re.M
+    )
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith(f"[{entry.tag}] tag 1 of 1: {refs[0]}, {refs[1]}")
+    for phase in (
+        "checks",
+        "context",
+        "base image",
+        "build server",
+        "build builder",
+        "verify server",
+        "verify builder",
+    ):
+        start = lines.index(f"[{entry.tag}] {phase} ...")
+        assert any(re.fullmatch(rf"\[{entry.tag}\] {phase} done in \d+\.\ds", line) for line in lines[start:]), phase
     report = read_report(tmp_path, entry.tag)
     assert report["ok"] is True and report["verification"]["ok"] is True
     assert [(i["kind"], i["ref"]) for i in report["images"]] == [("server", refs[0]), ("builder", refs[1])]

@@ -310,6 +310,29 @@ def test_run_commands_appends_redacted_output_and_logs_each_step(tmp_path):
     assert "step=convert" in stream.getvalue() and "step done step=trtllm-build" in stream.getvalue()
 
 
+def test_a_long_step_logs_a_heartbeat_with_its_elapsed_time_and_output(tmp_path):
+    log_path, stream = tmp_path / "build.log", io.StringIO()
+    slow = py("import time\nfor i in range(4):\n    print(i, flush=True); time.sleep(0.3)", "trtllm-build")
+    run_commands([slow], log_path, Log(stream=stream, progress_s=0.25), {})
+    lines = stream.getvalue().splitlines()
+    beats = [line for line in lines if "still running" in line]
+    assert len(beats) >= 3, lines
+    assert all(f"step=trtllm-build output={log_path} elapsed_s=" in line for line in beats)
+    assert lines[-1].startswith("[trtllm-entrypoint] info: step done step=trtllm-build"), "no beat after the step"
+    # The routine log names the step and its output file; the full command line is for LOG_LEVEL=debug.
+    assert f"running step=trtllm-build output={log_path}" in lines[0] and "-c" not in lines[0]
+
+
+def test_a_json_heartbeat_is_one_object_per_line(tmp_path):
+    stream = io.StringIO()
+    run_commands(
+        [py("import time; time.sleep(0.5)", "convert")], tmp_path / "log", Log("json", stream, progress_s=0.2), {}
+    )
+    records = [json.loads(line) for line in stream.getvalue().splitlines()]
+    beats = [r for r in records if r["msg"] == "still running"]
+    assert beats and all(r["step"] == "convert" and isinstance(r["elapsed_s"], int) for r in beats)
+
+
 def test_a_failing_command_stops_the_run_and_reports_its_tail(tmp_path):
     log_path, never = tmp_path / "build.log", tmp_path / "never"
     failing = py("import sys\nfor i in range(30): print(f'line {i}')\nsys.exit(3)", "convert")

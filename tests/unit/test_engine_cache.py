@@ -436,6 +436,26 @@ def test_lock_timeout_names_the_lock_and_its_holder(tmp_path):
     assert not (tmp_path / KEY).exists()
 
 
+def test_waiting_for_another_build_logs_a_heartbeat_naming_the_holder_and_its_build_log(tmp_path):
+    cache = EngineCache(tmp_path)
+    holder = os.open(tmp_path / f".{KEY}.lock", os.O_RDWR | os.O_CREAT)
+    building = tmp_path / f".{KEY}.new-abc123"
+    building.mkdir()
+    (building / "build.log").write_text("$ trtllm-build ...\n")
+    try:
+        os.write(holder, json.dumps({"pid": 4242, "host": "builder-0", "since": "2025-01-01T00:00:00Z"}).encode())
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        stream = io.StringIO()
+        with pytest.raises(EntrypointError):
+            cache.ensure(KEY, {}, engine_build, timeout_s=0.9, log=Log(stream=stream, progress_s=0.2))
+    finally:
+        os.close(holder)
+    beats = [line for line in stream.getvalue().splitlines() if "still waiting for another process building" in line]
+    assert len(beats) >= 2, stream.getvalue()
+    assert all("pid 4242 on builder-0" in line and f"output={building / 'build.log'}" in line for line in beats)
+    assert all("elapsed_s=" in line for line in beats)
+
+
 # --- several processes ------------------------------------------------------------------------------------------
 
 

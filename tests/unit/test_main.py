@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.doubles.install import double_environ, install_doubles
+from tests.fake_hub import FakeHub
 from tests.image_data import write_image_data
 from tests.tiny_checkpoint import tiny_llama
 from tests.upstream_files import upstream_path
@@ -407,7 +409,7 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, s
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (engine_dir / name).write_bytes((image.model / name).read_bytes())
     args = ["tritonserver", f"{store}={engine_dir}", "--grpc-port=9000", "--http-port=18080", "--allow-grpc=true", *own]
-    proc = image.start(*args, MODEL_ID="")
+    proc = image.start(*args, MODEL_ID="", LOG_LEVEL="debug")
     try:
         deadline = time.monotonic() + 60
         while not records(image.records, "tritonserver"):
@@ -430,10 +432,10 @@ def test_stock_kserve_tritonserver_command_is_given_a_filled_repository(image, s
         os.killpg(proc.pid, signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0
-    # The log shows the command that was exec'd, with the filled repository in place of the engine and every admin
-    # key masked, the typed one too.
+    # The verbose log shows the command that was exec'd, with the filled repository in place of the engine and every
+    # admin key masked, the typed one too.
     logged = " ".join(arg.rsplit("=", 1)[0] + "=***" if "restricted" in arg else arg for arg in argv)
-    assert f"starting the server argv=tritonserver {logged}\n" in stderr
+    assert f"debug: starting the server argv=tritonserver {logged}\n" in stderr
     assert TYPED_KEY not in stderr
 
 
@@ -664,54 +666,6 @@ def test_check_reports_that_the_configured_model_is_not_served(tmp_path):
     assert "tags 24.06 and later" in result.stderr
     ok = Image(tmp_path / "newer", "24.06", None).run("check", MODEL_ID=str(phi3_checkpoint(tmp_path / "newer")))
     assert json.loads(ok.stdout)["model"]["problem"] is None
-
-
-class FakeHub:
-    """A Hugging Face hub on 127.0.0.1 that serves one repository's files and records every request."""
-
-    COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
-    def __init__(self, repo_id: str, files: dict[str, bytes]):
-        import http.server
-        import threading
-
-        self.requests: list[str] = []
-        hub = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _answer(self, body: bool) -> None:
-                hub.requests.append(f"{self.command} {self.path}")
-                prefix = f"/{repo_id}/resolve/"
-                name = (
-                    self.path.split("?")[0][len(prefix) :].split("/", 1)[-1] if self.path.startswith(prefix) else None
-                )
-                if name not in files:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("X-Repo-Commit", FakeHub.COMMIT)
-                self.send_header("ETag", f'"{hash(files[name]) & 0xFFFFFFFF:x}"')
-                self.send_header("Content-Length", str(len(files[name])))
-                self.end_headers()
-                if body:
-                    self.wfile.write(files[name])
-
-            def do_HEAD(self):  # noqa: N802 (http.server's naming)
-                self._answer(body=False)
-
-            def do_GET(self):  # noqa: N802
-                self._answer(body=True)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def test_a_hub_model_is_refused_after_fetching_its_config_alone(tmp_path):
@@ -1165,3 +1119,69 @@ def test_a_typed_command_serving_a_complete_repository_gets_its_restriction_comp
     with pytest.raises(SystemExit):  # no restriction at all: as typed, the user's own open server
         main.run(["tritonserver", f"--model-repo={repo}", "--allow-sagemaker=true"], {})
     assert len(ran) == 1
+
+
+def test_a_routine_start_logs_only_the_parameters_the_user_set_and_check_lists_every_one(image):
+    quiet = image.run("prepare", KV_CACHE_FREE_GPU_MEM_FRACTION="0.5")
+    assert quiet.returncode == 0, quiet.stderr
+    lines = quiet.stderr.splitlines()
+    (summary,) = [line for line in lines if "template parameters" in line]
+    assert "kv_cache_free_gpu_mem_fraction=0.5" in summary and "backend_defaults=" in summary
+    assert "unset (backend default)" not in quiet.stderr and "batching_strategy" not in summary
+    # The engine build's command lines and the launch command are for LOG_LEVEL=debug.
+    assert not [line for line in lines if "running" in line and "--checkpoint_dir" in line]
+    # Another engine, so that it is built again, this time with the verbose log.
+    verbose = image.run("prepare", KV_CACHE_FREE_GPU_MEM_FRACTION="0.5", MAX_BEAM_WIDTH="2", LOG_LEVEL="debug")
+    assert "debug: optional template parameters" in verbose.stderr and "batching_strategy=" in verbose.stderr
+    assert "debug: running step=trtllm-build command=trtllm-build --checkpoint_dir" in verbose.stderr
+    report = json.loads(image.run("check", KV_CACHE_FREE_GPU_MEM_FRACTION="0.5").stdout)
+    parameters = report["template_parameters"]
+    assert parameters["kv_cache_free_gpu_mem_fraction"] == "0.5"
+    assert parameters["batching_strategy"] == "inflight_fused_batching"
+    assert parameters["max_attention_window_size"] == "unset (backend default)"
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_hub_download_logs_its_progress_and_a_summary_without_bars_or_secrets(tmp_path, log_format):
+    pytest.importorskip("huggingface_hub")
+    token = "hf_progressDoNotLeak0123456789"
+    model = tiny_llama(tmp_path / "source")
+    files = {path.name: path.read_bytes() for path in sorted(model.iterdir())}
+    hub = FakeHub("org/tiny-llama", files, seconds_per_file=2.5)
+    try:
+        img = Image(tmp_path / "image", "25.01", templates_for("v0.17.0"))
+        result = img.run(
+            "prepare",
+            MODEL_ID="org/tiny-llama",
+            HF_ENDPOINT=hub.url,
+            HF_TOKEN=token,
+            HF_HUB_DISABLE_TELEMETRY="1",
+            PROGRESS_INTERVAL_SECS="1",
+            LOG_FORMAT=log_format,
+        )
+    finally:
+        hub.close()
+    assert result.returncode == 0, result.stderr
+    assert any(h.get("authorization") == f"Bearer {token}" for h in hub.headers), "the token was sent to the hub"
+    assert token not in result.stderr + result.stdout and "\r" not in result.stderr
+    lines = result.stderr.splitlines()
+    if log_format == "json":
+        events = [json.loads(line) for line in lines]
+    else:
+        events = [
+            {"msg": line.split(": ", 1)[1].split(" repo_id=")[0], **dict(re.findall(r" (\w+)=(\S+)", line))}
+            for line in lines
+            if " repo_id=" in line
+        ]
+    progress = [e for e in events if e["msg"] == "downloading" and "percent" in e]
+    assert len(progress) >= 2, lines
+    for event in progress:
+        done, total = str(event["files"]).split("/")
+        assert total == str(len(files)) and 0 <= int(done) <= len(files)
+        assert str(event["bytes"]).endswith(f"/{sum(map(len, files.values())) / 1000:.1f}KB")
+        assert 0 <= float(event["percent"]) <= 100 and str(event["rate"]).endswith("/s") and "elapsed_s" in event
+    assert [float(e["percent"]) for e in progress] == sorted(float(e["percent"]) for e in progress)
+    (summary,) = [e for e in events if e["msg"] == "download done"]
+    assert str(summary["files"]) == str(len(files)) and float(summary["seconds"]) >= 2
+    # The downloaded weights are what was built: the engine workflow ran on the fetched snapshot.
+    assert img.builds() == 1

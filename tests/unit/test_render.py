@@ -55,7 +55,13 @@ def test_server_dockerfile_runtime_contract(real_matrix):
     assert ("USER", "1000") in steps
     assert ("EXPOSE", "8000 8001 8002") in steps
     assert ("STOPSIGNAL", "SIGTERM") in steps
-    assert json.loads(dict(steps)["ENTRYPOINT"]) == ["/opt/nvidia/nvidia_entrypoint.sh", "trtllm-entrypoint"]
+    assert json.loads(dict(steps)["ENTRYPOINT"]) == [
+        contract.TINI,
+        "-s",
+        "--",
+        "/opt/nvidia/nvidia_entrypoint.sh",
+        "trtllm-entrypoint",
+    ]
     assert json.loads(dict(steps)["CMD"]) == ["serve"]
     healthcheck = dict(steps)["HEALTHCHECK"]
     assert "--start-period=2h" in healthcheck and healthcheck.endswith('CMD ["trtllm-entrypoint", "health"]')
@@ -151,9 +157,20 @@ def assets(tmp_path):
     return root
 
 
+def fake_vendor(tmp_path: Path) -> Path:
+    """What vendor.assemble() writes, in miniature (its own test downloads the real files)."""
+    root = tmp_path / "vendor"
+    for name in context.VENDOR_FILES:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("#")
+    return root
+
+
 def write(real_matrix, tag, tmp_path, wheel, assets):
     plan = make_plan(real_matrix.get(tag), out_dir=tmp_path / "out")
-    return plan, context.write_context(plan, render.render(plan), wheel, real_matrix.to_json(), assets, MODELS_JSON)
+    return plan, context.write_context(
+        plan, render.render(plan), wheel, real_matrix.to_json(), assets, MODELS_JSON, fake_vendor(tmp_path)
+    )
 
 
 def test_context_holds_dockerfiles_matrix_wheel_and_assets(real_matrix, tmp_path, wheel, assets):
@@ -165,6 +182,7 @@ def test_context_holds_dockerfiles_matrix_wheel_and_assets(real_matrix, tmp_path
         "matrix.json",
         "models.json",
         "server.Dockerfile",
+        "vendor",
         "wheels",
     ]
     assert (ctx / "models.json").read_text() == MODELS_JSON
@@ -214,9 +232,11 @@ def test_assets_for_a_tag_with_app_are_refused(real_matrix, tmp_path, wheel, ass
 def test_matrix_json_must_contain_the_tag(real_matrix, tmp_path, wheel):
     plan = make_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
     with pytest.raises(Error, match="no entry for tag 25.01"):
-        context.write_context(plan, render.render(plan), wheel, json.dumps([{"tag": "24.08"}]), None, MODELS_JSON)
+        context.write_context(
+            plan, render.render(plan), wheel, json.dumps([{"tag": "24.08"}]), None, MODELS_JSON, fake_vendor(tmp_path)
+        )
     with pytest.raises(Error, match="not a list of entries"):
-        context.write_context(plan, render.render(plan), wheel, "{not json", None, MODELS_JSON)
+        context.write_context(plan, render.render(plan), wheel, "{not json", None, MODELS_JSON, fake_vendor(tmp_path))
 
 
 def test_wheel_must_be_the_entrypoint_wheel(real_matrix, tmp_path):
@@ -224,4 +244,6 @@ def test_wheel_must_be_the_entrypoint_wheel(real_matrix, tmp_path):
     other.write_bytes(b"")
     plan = make_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
     with pytest.raises(Error, match="trtllm_entrypoint"):
-        context.write_context(plan, render.render(plan), other, real_matrix.to_json(), None, MODELS_JSON)
+        context.write_context(
+            plan, render.render(plan), other, real_matrix.to_json(), None, MODELS_JSON, fake_vendor(tmp_path)
+        )

@@ -4,6 +4,8 @@ import io
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.fill import UNSET
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.settings import Settings
+from trtllm_images import vendor
 
 BACKEND_VERSIONS = ("v0.7.0", "v0.8.0", "v0.12.0", "v0.13.0", "v0.17.0", "v0.19.0")
 # Template sets in the upstream layout (tests/upstream_files.py).
@@ -460,8 +463,8 @@ def test_protobuf_check_is_skipped_and_logged_without_tritonclient(tmp_path, mon
         lambda name, *a: None if name.startswith("tritonclient") else real_find_spec(name, *a),
     )
     stream = io.StringIO()
-    repository_check.validate_repository(small_repository(tmp_path), log=Log(stream=stream))
-    assert "protobuf check skipped" in stream.getvalue()
+    repository_check.validate_repository(small_repository(tmp_path), log=Log(stream=stream), kit=tmp_path / "no-kit")
+    assert "warning: protobuf check skipped" in stream.getvalue(), "a skipped check is a warning, never info"
 
 
 def test_protobuf_check_catches_what_the_small_parser_accepts(tmp_path):
@@ -470,3 +473,41 @@ def test_protobuf_check_catches_what_the_small_parser_accepts(tmp_path):
     (root / "m" / "config.pbtxt").write_text(MODEL.format(name="m") + "no_such_field: 1\n")
     with pytest.raises(EntrypointError, match="not a valid Triton ModelConfig"):
         repository_check.validate_repository(root)
+
+
+@pytest.fixture(scope="session")
+def validation_kit(tmp_path_factory):
+    """The images' vendor/ directory, assembled from vendor.lock.json (downloaded once into the user cache)."""
+    return vendor.assemble(tmp_path_factory.mktemp("vendor"), log=lambda message: None) / "validation"
+
+
+KIT_CHECK = """
+import sys
+from pathlib import Path
+from trtllm_entrypoint import repository_check
+from trtllm_entrypoint.errors import EntrypointError
+try:
+    repository_check.validate_repository(Path(sys.argv[1]), kit=Path(sys.argv[2]))
+except EntrypointError as exc:
+    print(exc.message)
+import google.protobuf
+print("protobuf from", google.protobuf.__file__)
+"""
+
+
+def test_the_validation_kit_checks_configs_with_its_own_protobuf_alone(tmp_path, validation_kit):
+    # -S: no site-packages at all, as if the base image had no protobuf, or one of another version.
+    root = small_repository(tmp_path)
+    (root / "m" / "config.pbtxt").write_text(MODEL.format(name="m") + "no_such_field: 1\n")
+    entrypoints = Path(repository_check.__file__).parents[1]
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", KIT_CHECK, str(root), str(validation_kit)],
+        env={"PYTHONPATH": str(entrypoints), "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    error, origin = result.stdout.splitlines()
+    assert "not a valid Triton ModelConfig" in error and "no_such_field" in error
+    assert origin.startswith(f"protobuf from {validation_kit}/google/protobuf/")

@@ -385,7 +385,7 @@ def hub_source(revision=None):
 
 
 def model_info(files, sha="0123abcd" * 5):
-    return SimpleNamespace(sha=sha, siblings=[SimpleNamespace(rfilename=f) for f in files])
+    return SimpleNamespace(sha=sha, siblings=[SimpleNamespace(rfilename=f, size=100) for f in files])
 
 
 def test_download_lists_then_fetches_the_resolved_commit(tmp_path):
@@ -399,7 +399,7 @@ def test_download_lists_then_fetches_the_resolved_commit(tmp_path):
     ):
         api.return_value.model_info.return_value = model_info(LLAMA_FILES)
         result = sources.download(hub_source("main"), settings, Log(stream=stream, secrets=(TOKEN,)))
-    api.return_value.model_info.assert_called_once_with("org/model", revision="main", token=TOKEN, files_metadata=False)
+    api.return_value.model_info.assert_called_once_with("org/model", revision="main", token=TOKEN, files_metadata=True)
     fetch.assert_called_once_with(
         repo_id="org/model",
         revision="0123abcd" * 5,
@@ -605,3 +605,22 @@ def test_read_config_of_a_local_checkpoint_names_a_broken_file(tmp_path):
     (model / "config.json").write_text("[1, 2]")
     with pytest.raises(UsageError, match="expected a JSON object, found list"):
         sources.read_config(local, make_settings(tmp_path))
+
+
+def test_download_progress_reads_finished_and_partial_files_from_the_hub_cache(tmp_path):
+    snapshot, blobs = tmp_path / "snapshots" / "c0ffee", tmp_path / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    (snapshot / "config.json").write_text("x" * 100)  # downloaded before: no part of the rate
+    known = sources.DownloadProgress(tmp_path, "c0ffee", {"config.json": 100, "model.safetensors": 900})
+    (blobs / "0123.incomplete").write_bytes(b"w" * 400)  # the weights, in flight
+    assert known.fields(2.0) == {
+        "files": "1/2",
+        "bytes": "500B/1.0KB",
+        "percent": 50.0,
+        "rate": "200B/s",
+        "eta_s": 2,
+    }
+    # A file list without sizes: what is on disk, without a total, percent or ETA that would be made up.
+    unknown = sources.DownloadProgress(tmp_path, "c0ffee", {"config.json": None, "model.safetensors": None})
+    assert unknown.fields(2.0) == {"files": "1/2", "bytes": "500B", "rate": "0B/s"}

@@ -1,0 +1,85 @@
+"""vendor.lock.json: every artifact verified by sha256 before anything is taken from it, and only the members named."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+import zipfile
+
+import pytest
+
+from trtllm_entrypoint.errors import Error
+from trtllm_images import vendor
+
+
+def lock_with(tmp_path, artifacts: list[dict]):
+    path = tmp_path / "vendor.lock.json"
+    path.write_text(json.dumps({"artifacts": artifacts}))
+    return path
+
+
+def a_wheel(tmp_path):
+    path = tmp_path / "pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr("pkg/__init__.py", "x = 1\n")
+        wheel.writestr("pkg/sub/mod.py", "y = 2\n")
+        wheel.writestr("pkg/__pycache__/mod.cpython-311.pyc", b"\0")
+        wheel.writestr("other/skip.py", "")
+    return path
+
+
+def a_deb(tmp_path):
+    """An `ar` archive around a data.tar.gz, as dpkg-deb writes it."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:gz") as tar:
+        body = b"\x7fELF tini"
+        info = tarfile.TarInfo("./usr/bin/tini-static")
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+    members = [(b"debian-binary", b"2.0\n"), (b"control.tar.gz", b"c"), (b"data.tar.gz", data.getvalue())]
+    raw = b"!<arch>\n"
+    for name, payload in members:
+        header = name.ljust(16) + b"0".ljust(12) + b"0".ljust(6) + b"0".ljust(6) + b"100644".ljust(8)
+        raw += header + str(len(payload)).encode().ljust(10) + b"`\n" + payload + (b"\n" if len(payload) % 2 else b"")
+    path = tmp_path / "tini_1_amd64.deb"
+    path.write_bytes(raw)
+    return path
+
+
+def record(path, take, fmt, sha256=None):
+    digest = sha256 or hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"name": path.stem, "version": "1", "url": path.as_uri(), "sha256": digest, "format": fmt, "take": take}
+
+
+def test_assemble_takes_only_the_named_members_of_verified_files(tmp_path):
+    wheel, deb = a_wheel(tmp_path), a_deb(tmp_path)
+    lock = lock_with(
+        tmp_path, [record(wheel, {"pkg/": "kit/pkg/"}, "zip"), record(deb, {"usr/bin/tini-static": "bin/tini"}, "deb")]
+    )
+    dest = vendor.assemble(tmp_path / "out", log=lambda m: None, cache=tmp_path / "cache", lock=lock)
+    files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    assert files == ["bin/tini", "kit/pkg/__init__.py", "kit/pkg/sub/mod.py"]
+    assert (dest / "bin/tini").read_bytes() == b"\x7fELF tini" and (dest / "bin/tini").stat().st_mode & 0o111
+
+
+def test_a_file_whose_digest_differs_is_refused_and_not_cached(tmp_path):
+    wheel = a_wheel(tmp_path)
+    lock = lock_with(tmp_path, [record(wheel, {"pkg/": "kit/"}, "zip", sha256="0" * 64)])
+    with pytest.raises(Error, match="sha256 mismatch"):
+        vendor.assemble(tmp_path / "out", log=lambda m: None, cache=tmp_path / "cache", lock=lock)
+    assert not [p for p in (tmp_path / "cache" / "vendor").iterdir()], "nothing is kept"
+
+
+@pytest.mark.parametrize("take", [{"../x": "kit/"}, {"pkg/": "/etc/"}, {"pkg/": "../../x"}])
+def test_unsafe_paths_in_the_lock_are_refused(tmp_path, take):
+    lock = lock_with(tmp_path, [record(a_wheel(tmp_path), take, "zip")])
+    with pytest.raises(Error, match="unsafe path"):
+        vendor.load(lock)
+
+
+def test_the_projects_lock_pins_every_artifact():
+    artifacts = vendor.load()
+    assert {a.name for a in artifacts} == {"protobuf", "tritonclient", "tini"}
+    assert all(len(a.sha256) == 64 and a.url.endswith(a.file_name) for a in artifacts)

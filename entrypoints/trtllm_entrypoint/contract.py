@@ -27,3 +27,5 @@ DEFAULT_OPENAI_PORT = 9000
 
 TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 OPENAI_FRONTEND_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
+# Where each frontend answers whether it is ready (Triton's KServe protocol; the OpenAI frontend's own route).
+READY_PATHS = {"triton": "/v2/health/ready", "openai": "/health/ready"}

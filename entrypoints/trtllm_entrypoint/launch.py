@@ -80,7 +80,12 @@ def tritonserver_argv(
     return argv
 
 
-def openai_argv(settings: Settings, repository: Path, tokenizer: str | Path | None) -> list[str]:
+def openai_argv(
+    settings: Settings, repository: Path, tokenizer: str | Path | None, restrict: Sequence[str] = ()
+) -> list[str]:
+    """Triton's OpenAI frontend, which runs Triton in-process. `restrict`: security.openai_restriction's argv.
+    Its KServe frontends stay off unless OPENAI_KSERVE_FRONTENDS asks (settings allow that only with nothing
+    restricted): they cannot restrict APIs, and readiness comes from the frontend's own /health/ready."""
     tokenizer = tokenizer or settings.model_id
     if not tokenizer:
         raise UsageError("FRONTEND=openai needs a tokenizer for chat templates, and no model is known", "set MODEL_ID")
@@ -90,14 +95,16 @@ def openai_argv(settings: Settings, repository: Path, tokenizer: str | Path | No
         f"--model-repository={repository}",
         f"--tokenizer={tokenizer}",
         f"--openai-port={settings.openai_port}",
-        # Triton's own protocol stays on the usual ports, so probes and KServe clients keep working.
-        "--enable-kserve-frontends",
-        f"--kserve-http-port={settings.http_port}",
-        f"--kserve-grpc-port={settings.grpc_port}",
     ]
+    if settings.openai_kserve_frontends:
+        argv += [
+            "--enable-kserve-frontends",
+            f"--kserve-http-port={settings.http_port}",
+            f"--kserve-grpc-port={settings.grpc_port}",
+        ]
     if settings.workflow == "engine":
         argv.append("--backend=tensorrtllm")
-    return argv + list(settings.triton_args)
+    return argv + list(restrict) + list(settings.triton_args)
 
 
 def server_argv(
@@ -113,7 +120,7 @@ def server_argv(
     if world_size < 1:
         raise UsageError(f"world size must be at least 1, got {world_size}", "check TP_SIZE and PP_SIZE")
     if settings.frontend == "openai":
-        return openai_argv(settings, repository, tokenizer)
+        return openai_argv(settings, repository, tokenizer, security.openai_restriction(settings, facts).argv())
     return tritonserver_argv(
         settings,
         repository,

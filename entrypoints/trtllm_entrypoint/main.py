@@ -63,7 +63,7 @@ class Prepared:
                 "argv": self.argv,
                 "repository": str(self.repository),
                 "engine_dir": str(self.engine_dir) if self.engine_dir else None,
-                "health_url": health_url(self.plan.health_port),
+                "health_url": health_url(self.plan.health_port, self.plan.health_path),
                 "env": self.plan.env,
                 "plan": self.plan.describe(),
             },
@@ -265,6 +265,12 @@ def finish(
     argv = serve_plan.launch_argv(plan, settings, facts, repo, world_size, tokenizer)
     for warning in security.start_warnings(settings, facts):
         log.warn(warning)
+    if settings.frontend == "openai" and tokenizer is not None and not preflight.has_chat_template(tokenizer):
+        # Base models have none: completions serve, and chat answers 400 with transformers' own message.
+        log.warn(
+            "the tokenizer has no chat_template: /v1/completions serves, /v1/chat/completions answers 400",
+            tokenizer=tokenizer,
+        )
     return Prepared(plan=plan, argv=argv, repository=repo, engine_dir=engine_dir)
 
 
@@ -322,13 +328,13 @@ def write_repository(
 
 
 def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoReturn:
-    record_health_url(health_url(prepared.plan.health_port))
+    record_health_url(health_url(prepared.plan.health_port, prepared.plan.health_path))
     log.info("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
     launch.exec_argv(prepared.argv, {**env, **prepared.plan.env})
 
 
-def health_url(port: int | str) -> str:
-    return f"http://127.0.0.1:{port}/v2/health/ready"
+def health_url(port: int | str, path: str = contract.READY_PATHS["triton"]) -> str:
+    return f"http://127.0.0.1:{port}{path}"
 
 
 def health_state() -> Path:
@@ -352,8 +358,11 @@ def health(env: Mapping[str, str]) -> int:
 
     try:
         url = json.loads(health_state().read_text())["url"]
-    except (OSError, ValueError, KeyError):
-        url = health_url(env.get("HTTP_PORT") or contract.DEFAULT_HTTP_PORT)
+    except (OSError, ValueError, KeyError):  # not recorded (yet): where the environment says the server listens
+        if (env.get("FRONTEND") or "").lower() == "openai":
+            url = health_url(env.get("OPENAI_PORT") or contract.DEFAULT_OPENAI_PORT, contract.READY_PATHS["openai"])
+        else:
+            url = health_url(env.get("HTTP_PORT") or contract.DEFAULT_HTTP_PORT)
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             return 0 if response.status == 200 else 1

@@ -6,6 +6,7 @@ first write or the first expensive step (download, engine build). Each failure i
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -113,6 +114,17 @@ def tokenizer_dir(settings: Settings, source: ModelSource, engine_dir: Path | No
         else f"set MODEL_ID to the Hugging Face checkpoint, or copy the tokenizer files {where}"
     )
     raise UsageError(f"no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {', '.join(map(str, candidates))}", hint)
+
+
+def has_chat_template(tokenizer: Path) -> bool:
+    """Whether transformers finds a chat template beside the tokenizer (tokenizer_config.json's, or its own file)."""
+    if any((tokenizer / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
+        return True
+    try:
+        config = json.loads((tokenizer / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("chat_template"))
 
 
 def check_prebuilt_engine(settings: Settings, engine_dir: Path, installed: str) -> None:

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from trtllm_entrypoint import launch, security
+from trtllm_entrypoint import contract, launch, security
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.settings import Settings
@@ -29,6 +29,7 @@ class ServePlan:
     repository: Path  # the given repository, REPOSITORY_DIR, or the cache's (content-named below it)
     env: dict[str, str]  # environment the server gets on top of the container's
     health_port: int  # where `health` asks whether the server is ready
+    health_path: str  # and on which route (contract.READY_PATHS)
     typed_argv: tuple[str, ...] = ()  # a typed `tritonserver …` command: kept, with only its repository replaced
     notes: tuple[str, ...] = ()  # how the plan departs from the settings, for the log
 
@@ -48,6 +49,7 @@ class ServePlan:
             "repository": str(self.repository),
             "env": self.env,
             "health_port": self.health_port,
+            "health_path": self.health_path,
             "typed_argv": list(self.typed_argv) or None,
         }
 
@@ -80,7 +82,9 @@ def decide(settings: Settings, model: ModelSource, typed_argv: tuple[str, ...] =
         engine=engine,
         repository=repository,
         env=launch.server_env(settings),
-        health_port=settings.http_port,
+        # The OpenAI frontend's readiness is on its own port (its KServe frontends are off unless asked for).
+        health_port=settings.openai_port if settings.frontend == "openai" else settings.http_port,
+        health_path=contract.READY_PATHS[settings.frontend],
         typed_argv=typed_argv,
         notes=tuple(notes),
     )

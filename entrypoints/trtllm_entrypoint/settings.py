@@ -81,6 +81,8 @@ class Settings:
     metrics_port: int
     openai_port: int
     frontend: str
+    # OPENAI_KSERVE_FRONTENDS: Triton's KServe HTTP/gRPC beside the OpenAI frontend; they cannot restrict APIs.
+    openai_kserve_frontends: bool
     served_model_name: str | None
     log_format: str
     triton_args: tuple[str, ...]
@@ -123,6 +125,7 @@ class Settings:
         )
         settings = cls(**values, explicit=frozenset(name.lower() for name in env.given))
         _check_relations(settings)
+        _check_frontend(settings, facts)
         return settings
 
     def describe(self) -> dict[str, Any]:
@@ -345,6 +348,9 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
     frontend = "triton" if command_line.typed_server else env.choice("FRONTEND", "triton", FRONTENDS)
     if frontend == "openai" and not facts.openai_frontend:
         raise bad("FRONTEND", "openai", f"triton (image {facts.tag} has no OpenAI-compatible frontend)")
+    kserve_frontends = env.boolean("OPENAI_KSERVE_FRONTENDS", False)
+    if kserve_frontends and frontend != "openai":
+        raise bad("OPENAI_KSERVE_FRONTENDS", "true", "false unless FRONTEND=openai (tritonserver serves KServe itself)")
     name = env.text("SERVED_MODEL_NAME")
     if name is not None and not SERVED_NAME.fullmatch(name):
         raise bad(
@@ -370,6 +376,7 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
     return {
         **ports,
         "frontend": frontend,
+        "openai_kserve_frontends": kserve_frontends,
         "served_model_name": name,
         "log_format": env.choice("LOG_FORMAT", "text", LOG_FORMATS),
         "triton_args": triton_args + command_line.server_args,
@@ -411,6 +418,29 @@ def _cache_dir(env: _Env) -> tuple[Path, str | None]:
         f"which is lost with the container: mount a volume at {default} or set CACHE_DIR to keep engines"
     )
     return fallback, reason
+
+
+def _check_frontend(s: Settings, facts: ImageFacts) -> None:
+    """What this image's OpenAI frontend can serve, and what may be opened beside it (before any download)."""
+    if s.frontend != "openai":
+        return
+    if s.workflow == "llmapi" and "openai_frontend_llmapi" not in facts.features:
+        first = facts.first_tag_with.get("openai_frontend_llmapi")
+        where = f"from image {first} on" if first else "in no image of this matrix"
+        raise UsageError(
+            f"FRONTEND=openai cannot serve WORKFLOW=llmapi in image {facts.tag}: Triton's OpenAI frontend "
+            f"handles the llmapi model {where}",
+            "set WORKFLOW=engine (with a checkpoint that has an engine converter)"
+            + (f", or use image {first} or later" if first else ""),
+        )
+    if s.openai_kserve_frontends and s.restricted_apis:
+        raise bad(
+            "OPENAI_KSERVE_FRONTENDS",
+            "true",
+            "false while RESTRICTED_APIS closes APIs: Triton's KServe frontends beside the OpenAI one cannot "
+            f"restrict any ({', '.join(s.restricted_apis)} would be open); set RESTRICTED_APIS=none as well to "
+            "open them on purpose",
+        )
 
 
 def _check_relations(s: Settings) -> None:

@@ -579,6 +579,13 @@ def check_command(tags, all_tags, matrix_path):
 )
 @click.option("--no-admin-key", is_flag=True, help="Reference no admin-key Secret.")
 @click.option("--storage-writable", is_flag=True, help="Mount /mnt/models read-write (default: read-only).")
+@click.option(
+    "--frontend",
+    type=click.Choice(kserve_options.FRONTENDS),
+    default="triton",
+    show_default=True,
+    help="openai: Triton's OpenAI-compatible frontend on the HTTP port, probed at /health/ready (tags from 24.12).",
+)
 @_matrix_option
 @click.option(
     "--out",

@@ -12,3 +12,5 @@ CACHE_DIR = "/var/cache/trtllm"
 KSERVE_MODEL_DIR = "/mnt/models"  # where KServe's storage initializer puts the model
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002  # Triton's defaults
 UID = 1000  # the NGC images' triton-server user
+# Where each FRONTEND answers ready: Triton's KServe protocol, and the OpenAI frontend's own route (the probes).
+READY_PATHS = {"triton": "/v2/health/ready", "openai": "/health/ready"}

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from trtllm_images.errors import UsageError
 
 CACHE_MODES = ("emptydir", "pvc")
+FRONTENDS = ("triton", "openai")  # the entrypoint's FRONTEND values
 ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -50,6 +51,7 @@ class KServeOptions:
     # Secret with key "key"; optional: without it the restricted Triton APIs stay closed to everyone.
     admin_key_secret: str | None = "triton-admin-key"
     storage_readonly: bool = True  # the entrypoint never writes below /mnt/models
+    frontend: str = "triton"  # "openai": Triton's OpenAI frontend on the HTTP port (tags with it, matrix entry)
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -100,6 +102,8 @@ def _problems(o: KServeOptions) -> list[str]:
     for label, ref in (("image", o.image), ("registry", o.registry and f"{o.registry}/trtllm-serve:x")):
         if ref and not _IMAGE_REF.match(ref):
             problems.append(f"{label} {getattr(o, label)!r} is not an image reference such as ghcr.io/org/name:tag")
+    if o.frontend not in FRONTENDS:
+        problems.append(f"frontend {o.frontend!r} is not one of {', '.join(FRONTENDS)}")
     if o.cache not in CACHE_MODES:
         problems.append(f"cache {o.cache!r} is not one of {', '.join(CACHE_MODES)}")
     if o.pvc_access_mode not in ACCESS_MODES:

@@ -20,7 +20,12 @@ RESERVED = {
     "--kserve-http-port": "HTTP_PORT",
     "--kserve-grpc-port": "GRPC_PORT",
     # A second restriction group for an API even stops Triton; an empty one would silently open it.
-    **dict.fromkeys(security.FLAGS, "RESTRICTED_APIS (and the key with TRITON_ADMIN_KEY or TRITON_ADMIN_KEY_FILE)"),
+    **dict.fromkeys(
+        (*security.FLAGS, security.OPENAI_FLAG),
+        "RESTRICTED_APIS (and the key with TRITON_ADMIN_KEY or TRITON_ADMIN_KEY_FILE)",
+    ),
+    # The OpenAI frontend's KServe frontends cannot restrict APIs: only the variable, checked against RESTRICTED_APIS.
+    "--enable-kserve-frontends": "OPENAI_KSERVE_FRONTENDS=true (with RESTRICTED_APIS=none: they cannot restrict APIs)",
 }
 BACKEND_CONFIG = "--backend-config"
 SHM_PREFIX = "python,shm-region-prefix-name"

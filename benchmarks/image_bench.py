@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.report import Metric, Target, median
+from trtllm_entrypoint.errors import Error
 from trtllm_images import builder, context, render, support, wheel
 from trtllm_images import matrix as matrix_mod
-from trtllm_images.errors import BuildError
 from trtllm_images.plan import make_plan
 
 TAG = "25.01"
@@ -69,7 +69,7 @@ def docker_or_reason():
     """(client, None) when a Docker engine answers, else (None, why not)."""
     try:
         return builder.docker_client(), None
-    except BuildError as exc:
+    except Error as exc:
         return None, exc.message
 
 

@@ -25,7 +25,7 @@ from benchmarks import entrypoint_bench, image_bench, static_bench  # noqa: E402
 from benchmarks.report import Metric, document, markdown_table, table  # noqa: E402
 from benchmarks.sandbox import Sandbox  # noqa: E402
 
-SUITES = ("warm", "cold", "concurrent", "images", "static", "serving")
+SUITES = ("warm", "cold", "concurrent", "images", "static", "serving", "scaling")
 # Runs per measurement (medians are taken over them): full, and --quick.
 REPEATS = {
     "warm": (20, 5),  # per checkpoint size
@@ -34,6 +34,7 @@ REPEATS = {
     "images": (3, 1),  # each run: a fresh base, a first build, an edited rebuild
     "static": (5, 2),
     "serving": (5, 2),  # warm starts to ready, each of `serve` and of tritonserver alone, per BLS variant
+    "scaling": (1, 1),  # one sweep of the autoscaling signal over the concurrencies
 }
 # Seconds each serving load is measured (after a warm-up of a fifth of it): full, and --quick.
 SERVING_SECONDS = (5.0, 2.0)
@@ -147,6 +148,21 @@ def run_serving_suite(repeats: int, measure_s: float, work: Path, plot_path: Pat
     return outcome.metrics
 
 
+def run_scaling_suite(measure_s: float, work: Path, say) -> list[Metric]:
+    """The autoscaling signal against offered load on the real server; skipped when it cannot run here."""
+    from benchmarks import scaling_signal
+    from tests import realtriton
+    from tests.standin.build_standin import TemplatesMissing
+
+    try:
+        steps = scaling_signal.sweep(work / "scaling", measure_s, say)
+    except (realtriton.RealTritonUnavailable, TemplatesMissing) as exc:
+        say(f"scaling benchmark skipped: {exc}")
+        return [skipped("scaling", str(exc))]
+    say("scaling signal table (docs/benchmarks.md):\n" + scaling_signal.markdown(steps))
+    return scaling_signal.metrics(steps)
+
+
 def machine(docker_version: str | None) -> dict:
     return {
         "nproc": os.cpu_count(),
@@ -221,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
             metrics += run_serving_suite(
                 repeats["serving"], SERVING_SECONDS[1 if args.quick else 0], work, args.plot, say
             )
+        if "scaling" in suites:
+            metrics += run_scaling_suite(SERVING_SECONDS[1 if args.quick else 0], work, say)
     settings = {
         "suites": suites,
         "quick": args.quick,

@@ -1,9 +1,10 @@
 """The serving pipeline on the real tritonserver: throughput and latency of our defaults against the seeds'
 configuration, per-token streaming cost, and the warm time to ready of `serve` against the bare server.
 
-Real: tritonserver 2.51.0 (tests/realtriton.py), its Python backend, the ensemble scheduler, gRPC, and the
-repositories our entrypoint writes. Doubles: the engine (a Python backend with a settable delay per token) and the
-pre/postprocessing/BLS model.py files, which tokenize and detokenize with transformers as upstream's do.
+Real: tritonserver 2.51.0 (tests/realtriton.py), its Python backend, the ensemble scheduler, gRPC, the
+repositories our entrypoint writes, and upstream's own pre/postprocessing and BLS model.py files (the stored
+tensorrtllm_backend set of the sandbox's tag, with torch, transformers and the rest from tests/stub-requirements.txt).
+Double: the engine (a Python backend with a settable delay per token).
 
 plan() says what runs (a list of server starts, each with the loads sent to it); run_plan() runs it.
 """
@@ -14,7 +15,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -34,9 +34,6 @@ STREAM_CONCURRENCY = 16
 # A decode step of a 7-8B model at batch 16 on one GPU takes 10-20 ms: 10 ms per token (100 tokens/s per stream).
 TOKEN_DELAY_S = 0.010
 INSTANCE_SWEEP = (1, 2, 4, 8)
-BLS_DOUBLE = Path(__file__).resolve().parents[1] / "tests" / "doubles" / "bls_with_torch_double.py"
-# The CPU build: 2.13.0+cpu is in pip's find-links here (/opt/wheels); PyPI's builds of 2.14 on are CUDA (5 GB).
-TORCH = "torch<2.14"
 
 
 @dataclass(frozen=True)
@@ -45,7 +42,7 @@ class Pipeline:
 
     name: str
     instances: int | None
-    bls: bool  # load tensorrt_llm_bls (its double imports torch at load, as upstream's model.py does)
+    bls: bool  # load tensorrt_llm_bls (upstream's model.py, which imports torch at load)
 
     def env(self) -> dict[str, str]:
         if self.instances is None:
@@ -276,31 +273,13 @@ def ready_metrics(samples: dict[str, dict[str, list[float]]]) -> list[Metric]:
 # --- running it ---------------------------------------------------------------------------------------------------
 
 
-def layout(say: Say) -> realtriton.Layout:
-    """The harness's server unpacked in a root of its own (the harness re-installs the engine double of whichever
-    checkout calls it into its shared root), and, once, torch in a directory of its own for the BLS double. Not in
-    the stub venv: transformers imports torch when it finds it, and the tokenizer models would then pay torch's
-    start-up too (transformers 4.x in the NGC images does not)."""
-    found = realtriton.host_layout(
-        realtriton.cache_root() / f"bench-tritonserver-{realtriton.TRITON_VERSION}-py{realtriton.python_version()}"
+def layout() -> realtriton.Layout:
+    """The harness's server unpacked in a root of its own: the harness re-installs the engine double of whichever
+    checkout calls it into its shared root."""
+    return realtriton.host_layout(
+        realtriton.cache_root()
+        / f"bench-tritonserver-{realtriton.TRITON_VERSION}-py{realtriton.python_version()}-{realtriton.cache_key()}"
     )
-    site = torch_site()
-    if not (site / ".complete").exists():
-        say(f"installing {TORCH} into {site} (once)")
-        shutil.rmtree(site, ignore_errors=True)
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(site), TORCH],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            raise realtriton.RealTritonUnavailable(f"pip install {TORCH} failed: {done.stderr.strip()[-300:]}")
-        (site / ".complete").write_text(TORCH + "\n")
-    return found
-
-
-def torch_site() -> Path:
-    return realtriton.cache_root() / f"torch-site-py{realtriton.python_version()}"
 
 
 class Bench:
@@ -316,16 +295,11 @@ class Bench:
 
     def _templates(self, bls: bool) -> Path:
         """The image's templates, with the BLS model only when it is asked for (a template set without it is what
-        BLS off means); its model.py is the double that imports torch first, as upstream's does."""
+        BLS off means)."""
         root = self.work / ("templates-bls" if bls else "templates")
         shutil.copytree(Path(self.sandbox.base_env["TRTLLM_APP_DIR"]) / "all_models", root)
-        bls_dir = root / "inflight_batcher_llm" / "tensorrt_llm_bls"
         if not bls:
-            shutil.rmtree(bls_dir)
-        else:
-            version = bls_dir / "1"
-            shutil.move(version / "model.py", version / "bls_double.py")
-            shutil.copyfile(BLS_DOUBLE, version / "model.py")
+            shutil.rmtree(root / "inflight_batcher_llm" / "tensorrt_llm_bls")
         return root
 
     def env(self, pipeline: Pipeline, decoupled: bool, **extra: str) -> dict[str, str]:
@@ -337,7 +311,6 @@ class Bench:
             TEMPLATES_DIR=str(self.templates[pipeline.bls]),
             ENABLE_BLS=str(pipeline.bls).lower(),  # the entrypoint writes the BLS model only when asked (opt-in)
             DECOUPLED=str(decoupled).lower(),
-            BLS_DOUBLE_TORCH_SITE=str(torch_site()),
             **pipeline.env(),
             **ports,
             **extra,
@@ -450,7 +423,7 @@ class ServingOutcome:
 def serving_metrics(
     work: Path, ready_repeats: int, warmup_s: float, measure_s: float, say: Say, sweep: tuple[int, ...] = INSTANCE_SWEEP
 ) -> ServingOutcome:
-    server = layout(say)
+    server = layout()
     bench = Bench(work / "serving", server)
     results = run_plan(bench, plan(sweep), warmup_s, measure_s, say)
     samples = time_to_ready(bench, ready_repeats, say)

@@ -11,19 +11,45 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-def tarball(top: str, files: dict[str, bytes], symlinks: dict[str, str] | None = None) -> bytes:
-    """A .tar.gz like GitHub's: every member under `top`/, except names given as absolute or starting with '..'."""
+def tarball(
+    top: str,
+    files: dict[str, bytes],
+    symlinks: dict[str, str] | None = None,
+    *,
+    compression: str = "gz",
+    commit: str | None = None,
+    members: list[tarfile.TarInfo] | None = None,
+) -> bytes:
+    """A source archive like GitHub's: every member under `top`/ (except names given as absolute or starting with
+    '..'), files ending in .sh executable, then `members` as they are; `commit` goes into git's pax header.
+    `compression`: gz, bz2, xz or "" (plain tar)."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    headers = {"comment": commit} if commit else {}
+    with tarfile.open(fileobj=buffer, mode=f"w:{compression}", format=tarfile.PAX_FORMAT, pax_headers=headers) as tar:
         for name, data in files.items():
             info = tarfile.TarInfo(name if name.startswith(("/", "..")) else f"{top}/{name}")
-            info.size, info.mode = len(data), 0o755 if name.endswith(".sh") else 0o644
+            info.size, info.mode = len(data), 0o775 if name.endswith(".sh") else 0o664
             tar.addfile(info, io.BytesIO(data))
         for name, target in (symlinks or {}).items():
             info = tarfile.TarInfo(f"{top}/{name}")
             info.type, info.linkname = tarfile.SYMTYPE, target
             tar.addfile(info)
+        for info in members or []:
+            tar.addfile(info, io.BytesIO(b"x" * info.size) if info.isfile() else None)
     return buffer.getvalue()
+
+
+def link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tarfile.TarInfo:
+    """A symlink (or, with kind=LNKTYPE, a hard link) member named exactly `name`."""
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, target
+    return info
+
+
+def regular(name: str, size: int = 1) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    return info
 
 
 def sha256(data: bytes) -> str:

@@ -156,42 +156,43 @@ def _run(argv: list[str]) -> None:
         raise FrontendUnavailable(f"{argv[0]} failed: {(done.stdout + done.stderr).strip()[-1500:]}")
 
 
-def requirements() -> tuple[str, ...]:
-    """What the frontend's process needs: the frontend's packages and those of the Python models it runs."""
-    return (*realtriton.STUB_REQUIREMENTS, *FRONTEND_REQUIREMENTS)
+def _fingerprint() -> str:
+    return f"{realtriton.fingerprint().strip()} {' '.join(FRONTEND_REQUIREMENTS)}\n"
 
 
 def fetch_wheels(py: str | None = None) -> Path:
-    """Wheels of `requirements()` for Python `py`, downloaded once (the stand-in installs them from its context)."""
+    """Wheels of FRONTEND_REQUIREMENTS for Python `py`, downloaded once and held to the Python models' pins
+    (tests/stub-requirements.txt): the stand-in installs both sets from its context."""
     py = py or realtriton.python_version()
-    fingerprint = " ".join(requirements()) + "\n"
-    dest = realtriton.cache_root() / "wheels" / f"openai-py{py}"
+    dest = realtriton.cache_root() / "wheels" / f"openai-py{py}-{realtriton.cache_key()}"
     with realtriton._locked(dest):
         done = dest / ".complete"
-        if done.exists() and done.read_text() == fingerprint:
+        if done.exists() and done.read_text() == _fingerprint():
             return dest
         dest.mkdir(parents=True, exist_ok=True)
+        platforms = [arg for platform in realtriton.WHEEL_PLATFORMS for arg in ("--platform", platform)]
         argv = ["download", "--quiet", "--only-binary=:all:", "--dest", str(dest), "--python-version", py]
-        realtriton._pip(*argv, "--implementation", "cp", "--platform", realtriton.WHEEL_PLATFORM, *requirements())
-        done.write_text(fingerprint)
+        constraints = ["-c", str(realtriton.STUB_REQUIREMENTS)]
+        realtriton._pip(*argv, "--implementation", "cp", *platforms, *constraints, *FRONTEND_REQUIREMENTS)
+        done.write_text(_fingerprint())
     return dest
 
 
 def frontend_venv(layout: realtriton.Layout) -> Path:
-    """A venv with `requirements()` from the wheel cache: first on PATH, it is the frontend's Python and (through
-    `python3` on PATH) the Python-backend stub's."""
+    """The Python models' venv (realtriton's) plus the frontend's requirements, from the wheel caches: first on
+    PATH, it is the frontend's Python and (through `python3` on PATH) the Python-backend stub's."""
+    stub_wheels = realtriton.fetch_wheels()
     wheels = fetch_wheels()
-    fingerprint = " ".join(requirements()) + "\n"
-    venv = realtriton.cache_root() / f"openai-venv-py{realtriton.python_version()}"
+    venv = realtriton.cache_root() / f"openai-venv-py{realtriton.python_version()}-{realtriton.cache_key()}"
     with realtriton._locked(venv):
         done = venv / ".complete"
-        if done.exists() and done.read_text() == fingerprint:
+        if done.exists() and done.read_text() == _fingerprint():
             return venv
-        shutil.rmtree(venv, ignore_errors=True)
-        _run([sys.executable, "-m", "venv", str(venv)])
+        realtriton.install_stub_venv(venv, stub_wheels)
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index"]
-        _run([*pip, "--find-links", str(wheels), *requirements()])
-        done.write_text(fingerprint)
+        links = ["--find-links", str(wheels), "--find-links", str(stub_wheels)]
+        _run([*pip, *links, "-c", str(realtriton.STUB_REQUIREMENTS), *FRONTEND_REQUIREMENTS])
+        done.write_text(_fingerprint())
     return venv
 
 

@@ -15,6 +15,7 @@ Everything downloaded is cached under $XDG_CACHE_HOME/trtllm-images (default ~/.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import signal
@@ -33,16 +34,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+if __package__ in (None, ""):  # run as a script: make `tests.` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.doubles.install import write_distribution  # noqa: E402
+
 DOUBLES_DIR = Path(__file__).resolve().parent / "doubles"
 ENGINE_DOUBLE = DOUBLES_DIR / "tensorrtllm_backend_double" / "model.py"
 PYTRITON = "nvidia-pytriton==0.7.0"
 TRITON_VERSION = "2.51.0"  # the core inside that wheel (NGC 24.10's), whatever tag a stand-in claims
-# What the Python models import: the 2.51 stub breaks on BYTES tensors with numpy 2; transformers is the tokenizer.
-STUB_REQUIREMENTS = ("numpy<2", "transformers")
-WHEEL_PLATFORM = "manylinux2014_x86_64"
+# What upstream's Python models import (torch CPU, transformers < 5, pillow, requests …), every package pinned.
+STUB_REQUIREMENTS = Path(__file__).resolve().parent / "stub-requirements.txt"
+# torch's CPU wheels are manylinux_2_28; the others still ship manylinux2014 (2_17) builds.
+WHEEL_PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 PREFIX = Path("opt/tritonserver")
-# Written last into each cache directory: a directory without it, or with another content, is (re)made.
-FINGERPRINT = " ".join((PYTRITON, *STUB_REQUIREMENTS)) + "\n"
+# The GPU-only `tensorrt` module in the stub's venv is a double: importable, a version, nothing more.
+TENSORRT_DOUBLE_VERSION = "0+double"
+
+
+def fingerprint() -> str:
+    """What a cache directory holds: written last into it, so one without it, or with another, is (re)made."""
+    return f"{PYTRITON} {STUB_REQUIREMENTS.name} sha256:{hashlib.sha256(STUB_REQUIREMENTS.read_bytes()).hexdigest()}\n"
+
+
+def cache_key() -> str:
+    """Directories are named by what they hold, so checkouts with other pins keep their own instead of redoing one."""
+    return hashlib.sha256(fingerprint().encode()).hexdigest()[:12]
 
 
 class RealTritonUnavailable(Exception):
@@ -62,7 +79,7 @@ def python_version() -> str:
 def _locked(path: Path) -> Iterator[None]:
     """Parallel sessions wait for one download/unpack instead of racing."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
+    with open(path.with_name(f"{path.name}.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
@@ -77,18 +94,17 @@ def _pip(*args: str) -> None:
 def fetch_wheels(py: str | None = None, dest: Path | None = None) -> Path:
     """Download the server wheel and the stub's packages (for Python `py`) into `dest`, once; return `dest`."""
     py = py or python_version()
-    dest = dest or cache_root() / "wheels" / f"py{py}"
+    dest = dest or cache_root() / "wheels" / f"py{py}-{cache_key()}"
     done = dest / ".complete"
     with _locked(dest):
-        if done.exists() and done.read_text() == FINGERPRINT:
+        if done.exists() and done.read_text() == fingerprint():
             return dest
         dest.mkdir(parents=True, exist_ok=True)
         binary = ["download", "--quiet", "--only-binary=:all:", "--dest", str(dest)]
         _pip(*binary, "--no-deps", "--platform", "manylinux_2_35_x86_64", PYTRITON)
-        _pip(
-            *binary, "--python-version", py, "--implementation", "cp", "--platform", WHEEL_PLATFORM, *STUB_REQUIREMENTS
-        )
-        done.write_text(FINGERPRINT)
+        platforms = [arg for platform in WHEEL_PLATFORMS for arg in ("--platform", platform)]
+        _pip(*binary, "--python-version", py, "--implementation", "cp", *platforms, "-r", str(STUB_REQUIREMENTS))
+        done.write_text(fingerprint())
     return dest
 
 
@@ -141,7 +157,8 @@ def install_engine_double(home: Path) -> Path:
 
 
 def install_stub_venv(venv: Path, wheels: Path) -> Path:
-    """A virtualenv of the running Python with numpy<2 and transformers from the wheel cache (no network).
+    """A virtualenv of the running Python with STUB_REQUIREMENTS from the wheel cache (no network), and the
+    `tensorrt` double (tests/doubles/install.py) that v0.12.0's preprocessing imports.
 
     The stub embeds Python in isolated mode: it ignores PYTHONPATH and takes its prefix (so its site-packages)
     from the first `python3` on PATH. A venv first on the server's PATH is how its packages are chosen."""
@@ -158,13 +175,16 @@ def install_stub_venv(venv: Path, wheels: Path) -> Path:
             "--no-index",
             "--find-links",
             str(wheels),
-            *STUB_REQUIREMENTS,
+            "-r",
+            str(STUB_REQUIREMENTS),
         ],
         capture_output=True,
         text=True,
     )
     if pip.returncode != 0:
-        raise RealTritonUnavailable(f"installing {' '.join(STUB_REQUIREMENTS)} failed: {pip.stderr.strip()[-300:]}")
+        raise RealTritonUnavailable(f"installing {STUB_REQUIREMENTS.name} failed: {pip.stderr.strip()[-300:]}")
+    [site] = venv.glob("lib/python*/site-packages")
+    write_distribution(site, "tensorrt", TENSORRT_DOUBLE_VERSION)
     return venv
 
 
@@ -211,15 +231,15 @@ def host_layout(root: Path | None = None) -> Layout:
         raise RealTritonUnavailable("the tritonserver wheel runs on Linux x86_64 only")
     py = python_version()
     libpython_dir = _libpython_dir()
-    root = root or cache_root() / f"tritonserver-{TRITON_VERSION}-py{py}"
+    root = root or cache_root() / f"tritonserver-{TRITON_VERSION}-py{py}-{cache_key()}"
     done = root / ".complete"
     with _locked(root):
-        if not (done.exists() and done.read_text() == FINGERPRINT):
+        if not (done.exists() and done.read_text() == fingerprint()):
             wheels = fetch_wheels(py)
             shutil.rmtree(root / "opt", ignore_errors=True)
             install_server(root, wheels, py)
             install_stub_venv(root / "venv", wheels)
-            done.write_text(FINGERPRINT)
+            done.write_text(fingerprint())
         home = root / PREFIX
         install_engine_double(home)
     return Layout(home=home, venv=root / "venv", libpython_dir=libpython_dir)

@@ -1,9 +1,11 @@
-"""Byte-exact upstream files for the tests (backend config.pbtxt templates, KServe CRDs), never kept in this repository.
+"""Byte-exact upstream files for the tests (backend config.pbtxt templates, KServe and scale-out CRDs), never kept in
+this repository.
 
 They come from the first of:
   1. $TRTLLM_UPSTREAM_DIR, a copy with the layout below;
   2. ../shared/upstream beside the repository, where present;
-  3. the verified download cache: the pinned archives of upstream.lock.json, fetched on first use
+  3. the verified download cache: the sources of upstream.lock.json, fetched from GitHub on first use and verified
+     by content; a source the lock does not pin yet is trusted on first use, with a line on stderr saying so
      (`python build.py upstream fetch` does it ahead and prints the directory).
 
 Layout of a copy (paths in the archives on the right):
@@ -11,20 +13,27 @@ Layout of a copy (paths in the archives on the right):
   tensorrt_llm/triton_backend/all_models/…             TensorRT-LLM: triton_backend/all_models/{inflight_batcher_llm,
                                                                                                    llmapi}
   kserve/crd/serving.kserve.io_*.yaml                  kserve@v0.20.0: config/crd/full/
+  lws/leaderworkerset.x-k8s.io_leaderworkersets.yaml   lws@v0.10.0: config/crd/bases/
+  prometheus-operator/monitoring.coreos.com_podmonitors.yaml
+                                                       prometheus-operator@v0.93.0:
+                                                       example/prometheus-operator-crd-full/
+  keda/keda.sh_scaledobjects.yaml                      keda@v2.20.2: config/crd/bases/
 
-None available: the test skips with one line saying how to get them; under CI=true it fails instead.
+None available: the test skips with one line saying how to get them; under CI=true it fails instead (no test that
+needs upstream files skips in CI).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
+from trtllm_entrypoint.errors import Error
 from trtllm_images import upstream
-from trtllm_images.errors import BuildError
 
 ENV = "TRTLLM_UPSTREAM_DIR"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "upstream"
@@ -56,10 +65,15 @@ def _resolve() -> Path | str:
         return SHARED
     try:
         return upstream.materialize_layout(
-            upstream.load_lock(), upstream.cache_root(), local_copy=f"{ENV}=<a copy>", log=lambda message: None
+            upstream.load_lock(), upstream.cache_root(), local_copy=f"{ENV}=<a copy>", log=_tell
         )
-    except BuildError as exc:
+    except Error as exc:
         return f"upstream files unavailable ({exc.message}); {HOW}"
+
+
+def _tell(message: str) -> None:
+    """Downloads and trust-on-first-use records show on the real stderr, whatever pytest captures."""
+    print(f"upstream files: {message}", file=sys.__stderr__, flush=True)
 
 
 def find(relpath: str) -> Path:

@@ -1,8 +1,9 @@
 """The backend's model templates, tools and TensorRT-LLM examples for base images that lack /app (NGC < 25.01).
 
 Result: a directory in the /app layout (all_models/{inflight_batcher_llm,llmapi}, tools/, examples/), assembled
-from a local checkout (--backend-dir) or from the GitHub tarballs at the matrix refs, which `upstream` pins in
-upstream.lock.json and verifies. Published by rename, so an interrupted run never leaves a tree that looks complete.
+from a local checkout (--backend-dir) or from the GitHub sources at the matrix refs, which `upstream` pins in
+upstream.lock.json by commit and content digest, and verifies. Published by rename, so an interrupted run never
+leaves a tree that looks complete.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import upstream
-from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.files import publish_dir
 
 if TYPE_CHECKING:
@@ -59,14 +60,15 @@ def _backend_members(subdir: str) -> dict[str, str]:
     return members
 
 
-def lock_keys(matrix: Matrix) -> list[tuple[str, str]]:
-    """(repo, ref) of every archive upstream.lock.json must pin: what build.py downloads for tags without /app, and
-    the backend at every other matrix ref (its templates, for the tests). Pure."""
-    keys = []
+def lock_paths(matrix: Matrix) -> dict[tuple[str, str], list[str]]:
+    """(repo, ref) -> paths of every source upstream.lock.json must pin: what build.py takes for tags without /app,
+    and the backend's own parts at every other matrix ref (its templates, for the tests). Pure."""
+    wanted: dict[tuple[str, str], list[str]] = {}
     for entry in matrix.entries:
-        in_image = entry.backend.in_image
-        keys += [(entry.backend.repo, entry.backend.ref)] if in_image else [(a.repo, a.ref) for a in archives(entry)]
-    return list(dict.fromkeys(keys))
+        parts = archives(entry)
+        for archive in parts[:1] if entry.backend.in_image else parts:
+            wanted.setdefault((archive.repo, archive.ref), []).extend(archive.members)
+    return wanted
 
 
 def fetch(
@@ -76,9 +78,9 @@ def fetch(
     log: Callable[[str], None],
     *,
     lock: upstream.Lock | None = None,
-    allow_unpinned: bool = False,
+    require_pinned: bool = False,
 ) -> Path:
-    """The app dir for `entry`: copied from `local_dir`, or extracted from the lock's verified archives."""
+    """The app dir for `entry`: copied from `local_dir`, or from the lock's sources, verified by content."""
     root = Path(cache_dir) / "backend" / entry.backend.repo
     if local_dir is not None:
         log(f"backend assets for {entry.tag}: copying from {local_dir}")
@@ -91,22 +93,22 @@ def fetch(
     submodule = "" if entry.backend.subdir else ", with its tensorrt_llm submodule"
     local_copy = f"--backend-dir DIR (a checkout of {entry.backend.repo} at {entry.backend.ref}{submodule})"
     parts = [(archive, lock.pin(archive.repo, archive.ref)) for archive in archives(entry)]
-    files = [
-        upstream.fetch(pin, cache_dir, local_copy=local_copy, log=log, allow_unpinned=allow_unpinned)
-        for _, pin in parts
-    ]
-    # Named after the archives, whose file names are their digests: a changed lock never reuses an old app dir.
-    key = hashlib.sha256("".join(file.name for file in files).encode()).hexdigest()[:16]
+    trees = []
+    for archive, pin in parts:
+        upstream.covering(pin, archive.members)
+        trees.append(upstream.source(pin, cache_dir, local_copy=local_copy, log=log, require_pinned=require_pinned))
+    # Named after the sources, whose directory names are their digests: a changed source never reuses an old app dir.
+    key = hashlib.sha256("".join(tree.name for tree in trees).encode()).hexdigest()[:16]
     final = root / f"{entry.backend.ref}-{key}"
     if final.is_dir():
         log(f"backend assets for {entry.tag}: cached in {final}")
         return final
 
-    def extract_all(tmp: Path) -> None:
-        for (archive, pin), file in zip(parts, files, strict=True):
-            upstream.extract(file, pin.name, archive.members, tmp)
+    def copy_all(tmp: Path) -> None:
+        for (archive, pin), tree in zip(parts, trees, strict=True):
+            upstream.copy_members(tree, archive.members, tmp, pin.name, log)
 
-    return publish_dir(final, _complete(extract_all))
+    return publish_dir(final, _complete(copy_all))
 
 
 def _complete(fill: Callable[[Path], None]) -> Callable[[Path], None]:
@@ -116,7 +118,7 @@ def _complete(fill: Callable[[Path], None]) -> Callable[[Path], None]:
         fill(tmp)
         missing = [path for path in REQUIRED if not (tmp / path).is_dir()]
         if missing:
-            raise BuildError(
+            raise Error(
                 f"backend assets lack {', '.join(missing)}",
                 "check the ref in matrix.yaml, or that --backend-dir is a full checkout "
                 "(layout A needs `git submodule update --init tensorrt_llm`)",

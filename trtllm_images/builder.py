@@ -14,7 +14,7 @@ import docker
 from docker.errors import APIError, DockerException, ImageNotFound
 from docker.utils import parse_repository_tag
 
-from trtllm_images.errors import BuildError
+from trtllm_entrypoint.errors import Error
 
 OnLine = Callable[[str], None]
 
@@ -32,7 +32,7 @@ def docker_client() -> docker.DockerClient:
         client = docker.from_env(timeout=CLIENT_TIMEOUT_S)
         client.ping()
     except (DockerException, OSError) as exc:
-        raise BuildError(
+        raise Error(
             f"no Docker engine answered: {exc}",
             hint="start the Docker daemon (e.g. `sudo systemctl start docker`) or set DOCKER_HOST to a running engine",
         ) from exc
@@ -96,9 +96,9 @@ def push(client, ref: str, on_line: OnLine) -> None:
     try:
         _follow(client.api.push(repository, tag=tag, stream=True, decode=True), on_line)
     except _StreamError as exc:
-        raise BuildError(f"pushing {ref} failed: {exc.message}", hint=hint) from exc
+        raise Error(f"pushing {ref} failed: {exc.message}", hint=hint) from exc
     except APIError as exc:
-        raise BuildError(f"pushing {ref} failed: {exc.explanation or exc}", hint=hint) from exc
+        raise Error(f"pushing {ref} failed: {exc.explanation or exc}", hint=hint) from exc
     except (DockerException, OSError) as exc:
         raise _engine_error(f"pushing {ref}", exc) from exc
 
@@ -140,24 +140,24 @@ def _follow(chunks: Iterable[Mapping], on_line: OnLine) -> None:
             on_line(" ".join(str(part) for part in (chunk.get("id"), chunk["status"]) if part))
 
 
-def _build_failed(ref: str, reason: str, tail: Iterable[str]) -> BuildError:
+def _build_failed(ref: str, reason: str, tail: Iterable[str]) -> Error:
     lines = "\n".join(f"  | {line}" for line in tail)
-    return BuildError(
+    return Error(
         f"docker build of {ref} failed: {reason}" + (f"\nlast output:\n{lines}" if lines else ""),
         hint="the full build output is above; fix the failing step and build again (finished layers are cached)",
     )
 
 
-def _missing_base_image(base_image: str, reason: str) -> BuildError:
-    return BuildError(
+def _missing_base_image(base_image: str, reason: str) -> Error:
+    return Error(
         f"base image {base_image} is not available locally and cannot be pulled: {reason}",
         hint=f"check that {registry_of(parse_repository_tag(base_image)[0])} is reachable and you ran `docker login` "
         "for it, or pass --base-image with an image you have locally",
     )
 
 
-def _engine_error(doing: str, exc: Exception) -> BuildError:
-    return BuildError(
+def _engine_error(doing: str, exc: Exception) -> Error:
+    return Error(
         f"the Docker engine failed while {doing}: {exc}",
         hint="check that the daemon is still running (`docker info`) and has free disk space",
     )

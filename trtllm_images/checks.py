@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trtllm_entrypoint.versions import version_tuple
 from trtllm_images import support
-from trtllm_images.matrix import version_tuple
 
 if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry

@@ -7,6 +7,7 @@ before anything is written or built), then executes them.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import json
 import tempfile
@@ -17,6 +18,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import (
     backend_assets,
     builder,
@@ -26,13 +28,13 @@ from trtllm_images import (
     kserve_options,
     render,
     report,
+    source_tree,
     support,
     upstream,
     verify,
     wheel,
 )
 from trtllm_images import matrix as matrix_mod
-from trtllm_images.errors import BuildError, UsageError
 from trtllm_images.plan import BuildPlan, make_plan
 
 DEFAULT_OUT = Path("out")
@@ -40,9 +42,9 @@ PROG = "build.py"
 
 
 class _Failure(click.ClickException):
-    """A BuildError as click shows it: `error: …` and `hint: …` on stderr, exit code 1 (2 for usage)."""
+    """An Error as click shows it: `error: …` and `hint: …` on stderr, exit code 1 (2 for usage)."""
 
-    def __init__(self, error: BuildError):
+    def __init__(self, error: Error):
         super().__init__(error.message)
         self.exit_code = error.exit_code  # type: ignore[misc]  # click types it as a ClassVar; it is read per instance
         self.hint = error.hint
@@ -57,11 +59,11 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except BuildError as exc:
+        except Error as exc:
             raise _Failure(exc) from exc
         except OSError as exc:  # a path the user gave (--out, --backend-dir): one line, not a traceback
             where = f"{exc.filename}: " if exc.filename else ""
-            error = BuildError(f"{where}{exc.strerror or exc}", "check that --out names a writable directory")
+            error = Error(f"{where}{exc.strerror or exc}", "check that --out names a writable directory")
             raise _Failure(error) from exc
 
 
@@ -101,10 +103,11 @@ def _plan_options(func):
 
 def _backend_options(func):
     func = click.option(
-        upstream.ALLOW_UNPINNED_FLAG,
-        "allow_unpinned",
+        upstream.REQUIRE_PINNED_FLAG,
+        "require_pinned",
         is_flag=True,
-        help=f"Use backend archives that {upstream.LOCK_PATH.name} records no sha256 for, unverified.",
+        help=f"Take only upstream sources that {upstream.LOCK_PATH.name} pins (release builds); otherwise a source "
+        "not pinned there is trusted on first use and must match afterwards.",
     )(func)
     return click.option(
         "--backend-dir",
@@ -171,12 +174,12 @@ def _write_context(
     dockerfiles: dict[str, str],
     matrix: matrix_mod.Matrix,
     backend_dir: Path | None,
-    allow_unpinned: bool,
+    require_pinned: bool,
 ) -> Path:
     assets = None
     if plan.needs_backend_assets:
         assets = backend_assets.fetch(
-            plan.entry, upstream.cache_root(), backend_dir, _say, allow_unpinned=allow_unpinned
+            plan.entry, upstream.cache_root(), backend_dir, _say, require_pinned=require_pinned
         )
     matrix_json, models_json = support.image_data(matrix)
     return context.write_context(plan, dockerfiles, _entrypoint_wheel(), matrix_json, assets, models_json)
@@ -199,7 +202,7 @@ def _show_finding(finding) -> None:
 class _BuildOptions:
     matrix: matrix_mod.Matrix
     backend_dir: Path | None
-    allow_unpinned: bool
+    require_pinned: bool
     out_dir: Path
     push: bool
 
@@ -233,7 +236,7 @@ def cli(
     revision,
     matrix_path,
     backend_dir,
-    allow_unpinned,
+    require_pinned,
     out_dir,
 ):
     """Build TensorRT-LLM + Triton serving images for NGC tags: `build.py --tag 25.01`.
@@ -259,7 +262,7 @@ def cli(
         matrix_path, tags, all_tags, base_image=base_image, registry=registry, out_dir=out_dir, revision=revision
     )
     options = _BuildOptions(
-        matrix=matrix, backend_dir=backend_dir, allow_unpinned=allow_unpinned, out_dir=out_dir, push=push
+        matrix=matrix, backend_dir=backend_dir, require_pinned=require_pinned, out_dir=out_dir, push=push
     )
     docker = _LazyDocker()
     outcomes = [_build_tag(plan, options, docker) for plan in plans]
@@ -268,7 +271,7 @@ def cli(
         raise outcomes[0].error
     failed = [outcome for outcome in outcomes if outcome.error]
     if failed:
-        raise BuildError(
+        raise Error(
             f"{len(failed)} of {len(outcomes)} tags failed: {', '.join(outcome.record.tag for outcome in failed)}",
             f"the reports in {out_dir / 'reports'} say why",
         )
@@ -277,7 +280,7 @@ def cli(
 @dataclass(frozen=True)
 class _Outcome:
     record: report.BuildRecord
-    error: BuildError | None
+    error: Error | None
 
 
 class _LazyDocker:
@@ -304,12 +307,12 @@ def _build_tag(plan: BuildPlan, options: _BuildOptions, docker: _LazyDocker) -> 
             record.add_findings(findings)
             _stop_on_check_errors(plan, findings)
         with record.phase("context"):
-            context_dir = _write_context(plan, dockerfiles, options.matrix, options.backend_dir, options.allow_unpinned)
+            context_dir = _write_context(plan, dockerfiles, options.matrix, options.backend_dir, options.require_pinned)
         _build_images(plan, context_dir, record, docker())
         _verify_images(plan, record, docker())
         if options.push:
             _push_images(plan, record, docker())
-    except BuildError as exc:
+    except Error as exc:
         record.fail(exc.message, exc.hint)
         error = exc
         _say(f"[{plan.entry.tag}] failed: {exc.message}")
@@ -327,7 +330,7 @@ def _stop_on_check_errors(plan: BuildPlan, findings) -> None:
         _say(f"[{plan.entry.tag}] {finding.level}: {finding.code}: {finding.message}")
     errors = _errors(findings)
     if errors:
-        raise BuildError(
+        raise Error(
             f"tag {plan.entry.tag}: {len(errors)} static check error(s): "
             + "; ".join(f"{f.code}: {f.message}" for f in errors),
             f"`{PROG} check --tag {plan.entry.tag}` shows each with its hint",
@@ -500,7 +503,7 @@ def _span(tags: list[str]) -> str:
     help="Write complete build contexts to OUT/context/TAG (what a build would send to Docker).",
 )
 @click.option("--print", "print_", is_flag=True, help="Print the Dockerfiles instead.")
-def render_command(tags, all_tags, base_image, registry, matrix_path, backend_dir, allow_unpinned, out_dir, print_):
+def render_command(tags, all_tags, base_image, registry, matrix_path, backend_dir, require_pinned, out_dir, print_):
     """Render the Dockerfiles (and build contexts) without Docker."""
     if bool(out_dir) == print_:
         raise UsageError(
@@ -515,7 +518,7 @@ def render_command(tags, all_tags, base_image, registry, matrix_path, backend_di
             for name, text in dockerfiles.items():
                 click.echo(f"# ===== {plan.entry.tag} {name} =====\n{text}")
         else:
-            click.echo(_write_context(plan, dockerfiles, matrix, backend_dir, allow_unpinned))
+            click.echo(_write_context(plan, dockerfiles, matrix, backend_dir, require_pinned))
 
 
 @cli.command("check")
@@ -531,7 +534,11 @@ def check_command(tags, all_tags, matrix_path):
     errors = _errors(findings)
     click.echo(f"{len(plans)} tag(s) checked: {len(errors)} error(s), {len(findings) - len(errors)} other finding(s)")
     if errors:
-        raise BuildError(f"{len(errors)} check(s) failed", "each failing check above has its hint")
+        raise Error(f"{len(errors)} check(s) failed", "each failing check above has its hint")
+
+
+# The options' defaults are KServeOptions' own.
+_KSERVE = {f.name: f.default for f in dataclasses.fields(kserve_options.KServeOptions)}
 
 
 @cli.command("kserve")
@@ -541,21 +548,28 @@ def check_command(tags, all_tags, matrix_path):
 @click.option("--model-id", help="Hugging Face model id the pod downloads (or give --storage-uri).")
 @click.option("--model-revision", help="Pin the hub model to a revision.")
 @click.option("--storage-uri", help="KServe puts the model at /mnt/models: s3://, gs://, pvc://, hf://, …")
-@click.option("--tp-size", type=int, default=1, show_default=True, help="Tensor parallelism.")
-@click.option("--pp-size", type=int, default=1, show_default=True, help="Pipeline parallelism (GPUs = TP x PP).")
-@click.option("--namespace", default="default", show_default=True)
-@click.option("--name", default="llm", show_default=True, help="InferenceService name, also the served model name.")
+@click.option("--tp-size", type=int, default=_KSERVE["tp_size"], show_default=True, help="Tensor parallelism.")
+@click.option(
+    "--pp-size", type=int, default=_KSERVE["pp_size"], show_default=True, help="Pipeline parallelism (GPUs = TP x PP)."
+)
+@click.option("--namespace", default=_KSERVE["namespace"], show_default=True)
+@click.option(
+    "--name", default=_KSERVE["name"], show_default=True, help="InferenceService name, also the served model name."
+)
 @click.option(
     "--cache",
     type=click.Choice(kserve_options.CACHE_MODES),
-    default="emptydir",
+    default=_KSERVE["cache"],
     show_default=True,
     help="Where engines are cached: per pod (emptydir) or on a PersistentVolumeClaim (pvc).",
 )
 @click.option("--pvc-name", help="Cache PVC name  [default: <name>-trtllm-cache]")
-@click.option("--pvc-size", default="100Gi", show_default=True)
+@click.option("--pvc-size", default=_KSERVE["pvc_size"], show_default=True)
 @click.option(
-    "--pvc-access-mode", type=click.Choice(kserve_options.ACCESS_MODES), default="ReadWriteOnce", show_default=True
+    "--pvc-access-mode",
+    type=click.Choice(kserve_options.ACCESS_MODES),
+    default=_KSERVE["pvc_access_mode"],
+    show_default=True,
 )
 @click.option(
     "--namespaced-runtime", is_flag=True, help="A ServingRuntime in --namespace, not a ClusterServingRuntime."
@@ -565,14 +579,14 @@ def check_command(tags, all_tags, matrix_path):
 )
 @click.option(
     "--hf-token-secret",
-    default="hf-token",
+    default=_KSERVE["hf_token_secret"],
     show_default=True,
     help="Secret holding the Hugging Face token under key 'token' (optional at run time).",
 )
 @click.option("--no-hf-token", is_flag=True, help="Reference no token Secret.")
 @click.option(
     "--admin-key-secret",
-    default="triton-admin-key",
+    default=_KSERVE["admin_key_secret"],
     show_default=True,
     help="Secret holding the key of Triton's restricted APIs under key 'key' (optional at run time; "
     "without it those APIs stay closed).",
@@ -586,6 +600,38 @@ def check_command(tags, all_tags, matrix_path):
     show_default=True,
     help="openai: Triton's OpenAI-compatible frontend on the HTTP port, probed at /health/ready (tags from 24.12).",
 )
+@click.option("--min-replicas", type=int, default=1, show_default=True, help="Replicas (groups with --nodes) at least.")
+@click.option(
+    "--max-replicas",
+    type=int,
+    default=4,
+    show_default=True,
+    help="Replicas at most; equal to --min-replicas: a fixed count, no autoscaler.",
+)
+@click.option(
+    "--scale-target",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Scale out while Triton's queue time exceeds this multiple of its compute time.",
+)
+@click.option(
+    "--scale-down-window", type=int, default=600, show_default=True, help="Seconds of lower load before scaling in."
+)
+@click.option(
+    "--prometheus-url",
+    default="http://prometheus-operated.monitoring.svc:9090",
+    show_default=True,
+    help="The Prometheus the autoscaler queries.",
+)
+@click.option(
+    "--nodes",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Pods (nodes) per model replica; above 1: a LeaderWorkerSet group instead of an InferenceService.",
+)
+@click.option("--ssh-secret", help="Secret with the group's MPI ssh key  [default: <name>-mpi-ssh]")
 @_matrix_option
 @click.option(
     "--out",
@@ -596,7 +642,8 @@ def check_command(tags, all_tags, matrix_path):
 def kserve_command(
     matrix_path, out_dir, no_hf_token, hf_token_secret, no_admin_key, admin_key_secret, storage_writable, **values
 ):
-    """KServe manifests for one tag: runtime, InferenceService, optional cache PVC and warm-up Job."""
+    """KServe manifests for one tag: runtime, autoscaled InferenceService, PodMonitor, optional cache PVC and warm-up
+    Job; with --nodes above 1, a LeaderWorkerSet group per replica with its Service, NetworkPolicy and autoscaler."""
     options = kserve_options.KServeOptions(
         hf_token_secret=None if no_hf_token else hf_token_secret,
         admin_key_secret=None if no_admin_key else admin_key_secret,
@@ -634,16 +681,34 @@ def _lock_option(func):
     "--repin",
     multiple=True,
     metavar="REPO@REF",
-    help="Accept a new digest for this archive (repeatable); otherwise a changed digest is an error.",
+    help="Accept a new commit and digest for this source (repeatable); otherwise a change is an error.",
 )
-def upstream_lock_command(matrix_path, lock_path, repin):
-    """Download every archive the matrix and the tests need and record its sha256 (needs GitHub)."""
-    lock = upstream.load_lock(lock_path)
-    wanted = backend_assets.lock_keys(matrix_mod.load(matrix_path))
-    fresh = upstream.refresh(lock, wanted, repin=repin, log=_say)
-    unpinned = [pin.name for pin in fresh.pins if pin.sha256 is None]
+@click.option(
+    "--from-git",
+    "git_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Record from the objects of this clone or mirror instead of downloading (no network needed).",
+)
+@click.option(
+    "--repo",
+    metavar="OWNER/NAME",
+    help="The repository --from-git DIR is a clone of (default: from its remote.origin.url).",
+)
+def upstream_lock_command(matrix_path, lock_path, repin, git_dir, repo):
+    """Record the commit and content digest of every source the matrix and the tests need: from GitHub archives
+    (needs GitHub), or with --from-git from a clone of one repository."""
+    lock = upstream.merge(upstream.load_lock(lock_path), backend_assets.lock_paths(matrix_mod.load(matrix_path)))
+    if git_dir is None:
+        if repo:
+            raise UsageError("--repo applies only with --from-git", "add --from-git DIR, or drop --repo")
+        fresh = upstream.refresh(lock, repin=repin, log=_say)
+    else:
+        repo = repo or source_tree.origin_repo(git_dir)
+        fresh = upstream.refresh_from_git(lock, repo, git_dir, repin=repin, log=_say)
+    unpinned = [pin.name for pin in fresh.pins if pin.digest is None]
     click.echo(
-        f"wrote {upstream.write_lock(fresh)}: {len(fresh.pins)} archives, {len(unpinned)} without a digest"
+        f"wrote {upstream.write_lock(fresh)}: {len(fresh.pins)} sources, {len(unpinned)} without a digest"
         + (f" ({', '.join(unpinned)})" if unpinned else "")
     )
 
@@ -651,7 +716,8 @@ def upstream_lock_command(matrix_path, lock_path, repin):
 @upstream_group.command("fetch")
 @_lock_option
 def upstream_fetch_command(lock_path):
-    """Download and verify the tests' upstream files into the cache; prints the directory (a TRTLLM_UPSTREAM_DIR)."""
+    """Download and verify the tests' upstream files into the cache; prints the directory (a TRTLLM_UPSTREAM_DIR).
+    A source the lock does not pin yet is trusted on first use, with a line saying so."""
     path = upstream.materialize_layout(
         upstream.load_lock(lock_path),
         upstream.cache_root(),

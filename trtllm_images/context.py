@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from trtllm_images.errors import BuildError
+from trtllm_entrypoint.errors import Error
 from trtllm_images.plan import BuildPlan
 from trtllm_images.wheel import WHEEL_GLOB
 
@@ -50,24 +50,24 @@ def write_context(
 def _validate(plan: BuildPlan, dockerfiles: dict[str, str], wheel: Path, matrix_json: str, assets: Path | None) -> None:
     missing = [spec.dockerfile for spec in plan.images if spec.dockerfile not in dockerfiles]
     if missing:
-        raise BuildError(f"no rendered text for {', '.join(missing)}", "pass the output of render.render(plan)")
+        raise Error(f"no rendered text for {', '.join(missing)}", "pass the output of render.render(plan)")
     if not wheel.is_file() or not fnmatch.fnmatch(wheel.name, WHEEL_GLOB):
-        raise BuildError(f"{wheel} is not a {WHEEL_GLOB} file", "build it with wheel.build_wheel()")
+        raise Error(f"{wheel} is not a {WHEEL_GLOB} file", "build it with wheel.build_wheel()")
     try:
         tags = {entry["tag"] for entry in json.loads(matrix_json)}
     except (ValueError, TypeError, KeyError):
-        raise BuildError("the matrix JSON is not a list of entries", "pass Matrix.to_json()") from None
+        raise Error("the matrix JSON is not a list of entries", "pass Matrix.to_json()") from None
     if plan.entry.tag not in tags:
         # The image would start with MATRIX_TAG pointing at nothing.
-        raise BuildError(f"the matrix JSON has no entry for tag {plan.entry.tag}", "pass Matrix.to_json()")
+        raise Error(f"the matrix JSON has no entry for tag {plan.entry.tag}", "pass Matrix.to_json()")
     if plan.needs_backend_assets:
         if assets is None or not all((Path(assets) / d).is_dir() for d in ("all_models", "tools", "examples")):
-            raise BuildError(
+            raise Error(
                 f"tag {plan.entry.tag} needs the backend's all_models/, tools/ and examples/, got {assets}",
                 f"pass --backend-dir with a checkout of {plan.entry.backend.repo} at {plan.entry.backend.ref}",
             )
     elif assets is not None:
-        raise BuildError(
+        raise Error(
             f"tag {plan.entry.tag} has /app in its base image; backend assets would be ignored",
             "drop --backend-dir for this tag",
         )

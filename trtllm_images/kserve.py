@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from trtllm_images import contract
-from trtllm_images.contract import CACHE_DIR, KSERVE_MODEL_DIR, METRICS_PORT, UID
-from trtllm_images.errors import BuildError, UsageError
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.contract import DEFAULT_CACHE_DIR, DEFAULT_METRICS_PORT, KSERVE_MODEL_DIR, UID
+from trtllm_entrypoint.errors import Error, UsageError
+from trtllm_images import multinode, scaling
 from trtllm_images.files import write_atomic
 from trtllm_images.kserve_options import KServeOptions
 from trtllm_images.plan import make_plan as make_build_plan
@@ -37,6 +38,9 @@ CACHE_VOLUME, SHM_VOLUME, MODELS_VOLUME = "trtllm-cache", "devshm", "models"
 TOKEN_KEY = "token"
 ADMIN_KEY_KEY = "key"  # key of the admin-key Secret (Triton's restricted APIs, README "Security")
 PART_OF = {"app.kubernetes.io/part-of": "trtllm-images"}
+METRICS_PORT_NAME = "metrics"
+ISVC_LABEL = "serving.kserve.io/inferenceservice"  # KServe puts it on every predictor pod
+SCRAPE_INTERVAL = "15s"
 
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|KEY)", re.IGNORECASE)
 _TOKEN_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{20,}")
@@ -71,16 +75,22 @@ def make_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
             f"use --tag {first} or later" if first else "use --frontend triton",
         )
     image = options.image or default_image
-    documents = [_runtime(entry, options, image)]
-    if options.cache == "pvc":
-        documents.append(_pvc(options))
-    documents.append(_inference_service(options))
-    if options.warm_job:
-        documents.append(_warm_job(options, image))
+    if options.nodes > 1:  # KServe's multi-node path is Ray's: a LeaderWorkerSet instead (docs/kserve.md)
+        documents = [_pvc(options)] if options.cache == "pvc" else []
+        documents += multinode.documents(options, image, entry.default_workflow)
+    else:
+        documents = [_runtime(entry, options, image)]
+        if options.cache == "pvc":
+            documents.append(_pvc(options))
+        documents.append(_inference_service(options, entry.default_workflow))
+        if options.frontend == "triton":  # the OpenAI mode serves no Triton metrics port to scrape
+            documents.append(pod_monitor(options, f"{options.name}-triton", {ISVC_LABEL: options.name}))
+        if options.warm_job:
+            documents.append(_warm_job(options, image))
     # An image given with --image is the user's own; only the default one must be an image build.py makes.
     problems = semantic_findings(documents, None if options.image else matrix)
     if problems:  # what KServe's webhooks would reject later, refused before anything is written
-        raise BuildError(
+        raise Error(
             "the manifests break KServe's rules: " + "; ".join(problems),
             "a combination of options this generator does not handle: please report it",
         )
@@ -127,7 +137,7 @@ def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
         ports = {"FRONTEND": "openai", "OPENAI_PORT": HTTP_PORT}
         ready, live = contract.READY_PATHS["openai"], None
     else:
-        ports = {"HTTP_PORT": HTTP_PORT, "GRPC_PORT": GRPC_PORT, "METRICS_PORT": METRICS_PORT}
+        ports = {"HTTP_PORT": HTTP_PORT, "GRPC_PORT": GRPC_PORT, "METRICS_PORT": DEFAULT_METRICS_PORT}
         ready, live = contract.READY_PATHS["triton"], "/v2/health/live"
     container = {
         "name": CONTAINER,
@@ -136,7 +146,7 @@ def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
         "env": _env(
             {
                 **ports,
-                "CACHE_DIR": CACHE_DIR,
+                "CACHE_DIR": DEFAULT_CACHE_DIR,
                 "SERVED_MODEL_NAME": "{{.Name}}",
                 "TP_SIZE": o.tp_size,
                 "PP_SIZE": o.pp_size,
@@ -153,7 +163,7 @@ def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
     }
     # The frontend's /metrics is on its API port and closed by RESTRICTED_APIS from 25.09: not scraped. The OpenAI
     # API is none of KServe's inference protocols; v1 (KServe's default) names plain HTTP here.
-    metrics = {"prometheus.kserve.io/port": str(METRICS_PORT), "prometheus.kserve.io/path": "/metrics"}
+    metrics = {"prometheus.kserve.io/port": str(DEFAULT_METRICS_PORT), "prometheus.kserve.io/path": "/metrics"}
     spec = {
         "annotations": None if openai else metrics,
         "supportedModelFormats": [
@@ -179,7 +189,7 @@ def _model_env(o: KServeOptions) -> list[dict]:
         {
             "MODEL_ID": o.model_id,
             "MODEL_REVISION": o.model_revision,
-            "CACHE_DIR": CACHE_DIR,
+            "CACHE_DIR": DEFAULT_CACHE_DIR,
             "TP_SIZE": o.tp_size,
             "PP_SIZE": o.pp_size,
         }
@@ -216,8 +226,10 @@ def _cache_volume(o: KServeOptions) -> dict:
     return {"name": CACHE_VOLUME, "emptyDir": {}}
 
 
-def _inference_service(o: KServeOptions) -> dict:
+def _inference_service(o: KServeOptions, workflow: str) -> dict:
     annotations = {"serving.kserve.io/deploymentMode": "RawDeployment"}  # Standard from 0.16; this spelling: all
+    if o.autoscaled:  # KServe then writes the KEDA ScaledObject itself
+        annotations["serving.kserve.io/autoscalerClass"] = "keda"
     model: dict[str, Any] = {
         "modelFormat": {"name": MODEL_FORMAT},
         "protocolVersion": OPENAI_PROTOCOL if o.frontend == "openai" else "v2",
@@ -232,23 +244,67 @@ def _inference_service(o: KServeOptions) -> dict:
             # Both ports, HTTP first: raw deployments expose every declared port, the first one as the Service's
             # port 80.
             "ports": [{"name": "http1", "containerPort": HTTP_PORT, "protocol": "TCP"}]
-            + ([{"name": "grpc-v2", "containerPort": GRPC_PORT, "protocol": "TCP"}] if o.frontend == "triton" else []),
+            + (
+                []
+                if o.frontend == "openai"  # the OpenAI API alone: no gRPC, no Triton metrics port
+                else [
+                    {"name": "grpc-v2", "containerPort": GRPC_PORT, "protocol": "TCP"},
+                    {"name": METRICS_PORT_NAME, "containerPort": DEFAULT_METRICS_PORT, "protocol": "TCP"},
+                ]
+            ),
             "resources": _gpu_resources(o.gpus),
-            "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": CACHE_DIR}],
+            "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": DEFAULT_CACHE_DIR}],
         }
     )
-    predictor = {
-        "minReplicas": 1,
-        "terminationGracePeriodSeconds": 60,  # Triton drains for 30 s on SIGTERM
-        "securityContext": {"fsGroup": UID},
-        "model": model,
-        "volumes": [_cache_volume(o)],
-    }
+    predictor: dict[str, Any] = {"minReplicas": o.min_replicas, "maxReplicas": o.max_replicas}
+    if o.autoscaled:
+        # Raw deployments name their pods <name>-predictor-<hash>-<hash>.
+        pods = {"namespace": o.namespace, "pod": f"{o.name}-predictor-.*"}
+        predictor["autoScaling"] = autoscaling(o, scaling.stage_models(workflow, o.name), pods)
+    predictor.update(
+        {
+            "terminationGracePeriodSeconds": 60,  # Triton drains for 30 s on SIGTERM
+            "securityContext": {"fsGroup": UID},
+            "model": model,
+            "volumes": [_cache_volume(o)],
+        }
+    )
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
         "metadata": _meta(o.name, o.namespace, annotations),
         "spec": {"predictor": predictor},
+    }
+
+
+def autoscaling(o: KServeOptions, models: tuple[str, ...], pods: dict[str, str]) -> dict:
+    """KServe's `autoScaling` (KEDA class): scale while queue time exceeds `scale_target` x compute time."""
+    metric = {
+        "type": "External",
+        "external": {
+            "metric": {
+                "backend": "prometheus",
+                "serverAddress": o.prometheus_url,
+                "query": scaling.query(models, pods),
+            },
+            # Value, not AverageValue: the query is already a per-replica average (a ratio of sums).
+            "target": {"type": "Value", "value": scaling.quantity(o.scale_target)},
+        },
+    }
+    return {
+        "metrics": [metric],
+        "behavior": {"scaleDown": {"stabilizationWindowSeconds": o.scale_down_window}},
+    }
+
+
+def pod_monitor(o: KServeOptions, name: str, labels: dict[str, str]) -> dict:
+    """How Prometheus (through the Prometheus Operator) scrapes Triton's metrics port of the serving pods."""
+    endpoint = {"port": METRICS_PORT_NAME, "path": "/metrics", "interval": SCRAPE_INTERVAL}
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _meta(name, o.namespace),
+        "spec": {"selector": {"matchLabels": labels}, "podMetricsEndpoints": [endpoint]},
     }
 
 
@@ -263,7 +319,7 @@ def _pvc(o: KServeOptions) -> dict:
 
 def _warm_job(o: KServeOptions, image: str) -> dict:
     mounts: list[dict[str, Any]] = [
-        {"name": CACHE_VOLUME, "mountPath": CACHE_DIR},
+        {"name": CACHE_VOLUME, "mountPath": DEFAULT_CACHE_DIR},
         {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
     ]
     volumes = [_cache_volume(o), _shm_volume()]
@@ -332,6 +388,11 @@ FILE_NAMES = {
     "PersistentVolumeClaim": "cache-pvc.yaml",
     "InferenceService": "inferenceservice.yaml",
     "Job": "warm-cache-job.yaml",
+    "PodMonitor": "podmonitor.yaml",
+    "LeaderWorkerSet": "leaderworkerset.yaml",
+    "Service": "leader-service.yaml",
+    "ScaledObject": "autoscaler.yaml",
+    "NetworkPolicy": "networkpolicy.yaml",
 }
 
 
@@ -374,6 +435,9 @@ def semantic_findings(docs: Iterable[dict], matrix: Matrix | None = None) -> lis
             containers = [model]
         elif kind == "Job":
             containers = spec.get("template", {}).get("spec", {}).get("containers") or []
+        elif kind == "LeaderWorkerSet":
+            problems += _group_findings(spec.get("leaderWorkerTemplate") or {})
+            containers = []
         else:
             containers = []
         for container in containers:
@@ -437,6 +501,22 @@ def _isvc_findings(model: dict, runtimes: dict[str, dict]) -> list[str]:
     # Without protocolVersion KServe assumes v1, which our runtime does not list.
     if model.get("protocolVersion") not in (spec.get("protocolVersions") or []):
         problems.append(f"protocolVersion {model.get('protocolVersion')!r} is not offered by {model['runtime']}")
+    return problems
+
+
+def _group_findings(template: dict) -> list[str]:
+    """Every rank needs a GPU: the group's pods hold TP x PP GPUs, the same number in each pod."""
+    problems = []
+    if template.get("restartPolicy") != "RecreateGroupOnPodRestart":
+        problems.append("restartPolicy must be RecreateGroupOnPodRestart: one lost rank ends the MPI job")
+    size = template.get("size", 1)
+    for role in ("leaderTemplate", "workerTemplate"):
+        for container in (template.get(role) or {}).get("spec", {}).get("containers") or []:
+            env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+            world = int(env.get("TP_SIZE") or 1) * int(env.get("PP_SIZE") or 1)
+            got = int((container.get("resources") or {}).get("limits", {}).get(GPU, 0))
+            if got * size != world:
+                problems.append(f"{role}: {size} pods x {got} GPUs do not hold TP_SIZE*PP_SIZE = {world} ranks")
     return problems
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import cast
 
-from trtllm_images.errors import UsageError
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.variables import VARIABLES
 
 CACHE_MODES = ("emptydir", "pvc")
 FRONTENDS = ("triton", "openai")  # the entrypoint's FRONTEND values
@@ -24,9 +27,8 @@ _IMAGE_REF = re.compile(
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
     r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
 )
-# What the entrypoint accepts (its settings.py; a test compares): TP a power of two up to 64, PP 1 to 64.
-TP_SIZES = (1, 2, 4, 8, 16, 32, 64)
-MAX_PP_SIZE = 64
+# The names of the models a filled repository holds besides the served one (whatever the workflow).
+RESERVED_NAMES = frozenset(name for names in contract.INNER_MODELS.values() for name in names)
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,8 @@ class KServeOptions:
     model_id: str | None = None  # hub id; None -> the model that storage_uri puts at /mnt/models
     model_revision: str | None = None
     storage_uri: str | None = None
-    tp_size: int = 1
-    pp_size: int = 1
+    tp_size: int = cast(int, VARIABLES["TP_SIZE"].default)
+    pp_size: int = cast(int, VARIABLES["PP_SIZE"].default)
     namespace: str = "default"
     name: str = "llm"
     cache: str = "emptydir"  # "emptydir" | "pvc"
@@ -51,6 +53,15 @@ class KServeOptions:
     # Secret with key "key"; optional: without it the restricted Triton APIs stay closed to everyone.
     admin_key_secret: str | None = "triton-admin-key"
     storage_readonly: bool = True  # the entrypoint never writes below /mnt/models
+    # Autoscaling on Triton's queue/compute ratio (scaling.py); min == max renders a fixed replica count.
+    min_replicas: int = 1
+    max_replicas: int = 4
+    scale_target: float = 1.0  # time queued per time computed, averaged over the replicas
+    scale_down_window: int = 600  # seconds of lower load before replicas go: a cold start costs minutes
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"  # the Prometheus Operator's Service
+    # Multi-node: one model replica spans `nodes` pods of a LeaderWorkerSet, TP x PP / nodes GPUs each.
+    nodes: int = 1
+    ssh_secret: str | None = None  # default "<name>-mpi-ssh": the MPI launcher's key (docs/kserve.md)
     frontend: str = "triton"  # "openai": Triton's OpenAI frontend on the HTTP port (tags with it, matrix entry)
 
     def __post_init__(self) -> None:
@@ -69,6 +80,18 @@ class KServeOptions:
     def claim(self) -> str:
         return self.pvc_name or f"{self.name}-trtllm-cache"
 
+    @property
+    def autoscaled(self) -> bool:
+        return self.max_replicas > self.min_replicas
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpus // self.nodes
+
+    @property
+    def ssh_secret_name(self) -> str:
+        return self.ssh_secret or f"{self.name}-mpi-ssh"
+
 
 def _problems(o: KServeOptions) -> list[str]:
     problems = []
@@ -83,19 +106,13 @@ def _problems(o: KServeOptions) -> list[str]:
             problems.append(f"{label} {value!r} must be a DNS label (lowercase letters, digits, '-', at most 63)")
     if len(o.name) > 45:  # KServe and the warm Job append suffixes such as "-predictor" to it
         problems.append(f"name {o.name!r} is longer than 45 characters")
-    if o.name in ("preprocessing", "postprocessing"):  # the served model takes the service's name
+    if o.name in RESERVED_NAMES:  # the served model takes the service's name
         problems.append(f"name {o.name!r} clashes with a model inside the Triton repository")
     if (o.model_id is None) == (o.storage_uri is None):
         problems.append("give exactly one of model_id (a hub id) and storage_uri (KServe puts it at /mnt/models)")
     if o.storage_uri is not None and "://" not in o.storage_uri:
         problems.append(f"storage_uri {o.storage_uri!r} needs a scheme such as hf://, s3://, gs://, pvc://")
-    for label, size in (("tp_size", o.tp_size), ("pp_size", o.pp_size)):
-        if not isinstance(size, int) or size < 1:
-            problems.append(f"{label} must be a positive integer, got {size!r}")
-    if isinstance(o.tp_size, int) and o.tp_size >= 1 and o.tp_size not in TP_SIZES:
-        problems.append(f"tp_size must be a power of two: {', '.join(map(str, TP_SIZES))}, got {o.tp_size}")
-    if isinstance(o.pp_size, int) and o.pp_size > MAX_PP_SIZE:
-        problems.append(f"pp_size must be at most {MAX_PP_SIZE}, got {o.pp_size}")
+    problems += _parallelism_problems(o)
     if not _DNS_1035_LABEL.match(o.name):
         problems.append(f"name {o.name!r} must start with a lowercase letter (KServe's rule for service names)")
     problems += _storage_problems(o.storage_uri)
@@ -104,12 +121,20 @@ def _problems(o: KServeOptions) -> list[str]:
             problems.append(f"{label} {getattr(o, label)!r} is not an image reference such as ghcr.io/org/name:tag")
     if o.frontend not in FRONTENDS:
         problems.append(f"frontend {o.frontend!r} is not one of {', '.join(FRONTENDS)}")
+    if o.frontend == "openai" and o.max_replicas > o.min_replicas:
+        problems.append(
+            "frontend 'openai' serves a fixed replica count: autoscaling reads Triton's metrics port, which the "
+            "OpenAI mode does not serve (give --max-replicas equal to --min-replicas)"
+        )
+    if o.frontend == "openai" and o.nodes > 1:
+        problems.append("frontend 'openai' runs on one node: Triton's OpenAI frontend does not span pods")
     if o.cache not in CACHE_MODES:
         problems.append(f"cache {o.cache!r} is not one of {', '.join(CACHE_MODES)}")
     if o.pvc_access_mode not in ACCESS_MODES:
         problems.append(f"pvc_access_mode {o.pvc_access_mode!r} is not one of {', '.join(ACCESS_MODES)}")
     if not _QUANTITY.match(o.pvc_size) or float(re.sub(r"[A-Za-z]+$", "", o.pvc_size) or 0) == 0:
         problems.append(f"pvc_size {o.pvc_size!r} is not a Kubernetes quantity above zero such as 100Gi")
+    problems += _scaling_problems(o)
     if o.image and o.registry:
         problems.append("image and registry exclude each other (registry only prefixes the default image)")
     if o.warm_job and o.cache != "pvc":
@@ -119,6 +144,20 @@ def _problems(o: KServeOptions) -> list[str]:
             "warm_job can only read a model given as a hub id or a pvc:// storage_uri "
             "(the storage initializer runs for InferenceServices only)"
         )
+    return problems
+
+
+def _parallelism_problems(o: KServeOptions) -> list[str]:
+    """TP_SIZE and PP_SIZE as the entrypoint reads them (its variable table), so no pod exits 2 at start."""
+    problems = []
+    for label, size in (("tp_size", o.tp_size), ("pp_size", o.pp_size)):
+        variable = VARIABLES[label.upper()]
+        if not isinstance(size, int) or size < 1:
+            problems.append(f"{label} must be a positive integer, got {size!r}")
+        elif variable.choices and size not in variable.choices:
+            problems.append(f"{label} must be {variable.allowed_text.replace('`', '')}, got {size}")
+        elif variable.high is not None and size > variable.high:
+            problems.append(f"{label} must be at most {variable.high}, got {size}")
     return problems
 
 
@@ -132,4 +171,33 @@ def _storage_problems(uri: str | None) -> list[str]:
         problems.append(f"storage_uri {uri!r} must name a PersistentVolumeClaim: pvc://<claim>[/<path>]")
     if any(part in (".", "..") for part in path.split("/")):
         problems.append(f"storage_uri {uri!r} may not leave the claim ('.' or '..' in the path)")
+    return problems
+
+
+def _scaling_problems(o: KServeOptions) -> list[str]:
+    problems = []
+    counts = (("min_replicas", o.min_replicas, 1), ("max_replicas", o.max_replicas, 1), ("nodes", o.nodes, 1))
+    for label, value, least in counts + (("scale_down_window", o.scale_down_window, 0),):
+        if not isinstance(value, int) or value < least:
+            problems.append(f"{label} must be an integer of at least {least}, got {value!r}")
+    if isinstance(o.min_replicas, int) and isinstance(o.max_replicas, int) and o.max_replicas < o.min_replicas:
+        problems.append(f"max_replicas {o.max_replicas} is below min_replicas {o.min_replicas}")
+    if not isinstance(o.scale_target, (int, float)) or not 0.001 <= o.scale_target <= 1000:
+        problems.append(f"scale_target must be a ratio from 0.001 to 1000, got {o.scale_target!r}")
+    if not re.match(r"^https?://[^\s/]+(/\S*)?$", o.prometheus_url):
+        problems.append(f"prometheus_url {o.prometheus_url!r} is not an http(s) URL")
+    if o.ssh_secret is not None and (len(o.ssh_secret) > 63 or not _DNS_LABEL.match(o.ssh_secret)):
+        problems.append(f"ssh secret {o.ssh_secret!r} must be a DNS label")
+    if not isinstance(o.nodes, int) or o.nodes < 2 or not isinstance(o.tp_size, int) or not isinstance(o.pp_size, int):
+        return problems
+    if o.gpus % o.nodes:
+        problems.append(
+            f"TP x PP = {o.gpus} GPUs cannot be split evenly over {o.nodes} nodes: give a node count that divides it"
+        )
+    if o.storage_uri is not None:
+        problems.append("a multi-node group reads its model by model_id (no KServe storage initializer runs)")
+    if o.warm_job:
+        problems.append("warm_job is for single-node services: every pod of a group prepares from the shared cache")
+    if len(o.name) > 40:  # LWS names pods <name>-<group>-<worker>, and they must stay DNS labels
+        problems.append(f"name {o.name!r} is longer than 40 characters, too long for a multi-node group")
     return problems

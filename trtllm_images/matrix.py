@@ -15,9 +15,9 @@ from types import MappingProxyType
 from typing import Any
 
 import yaml
-from packaging.version import Version
 
-from trtllm_images.errors import UsageError
+from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.versions import version_tuple
 
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "matrix.yaml"
 
@@ -73,6 +73,11 @@ class MatrixEntry:
         return self.status == "supported"
 
     @property
+    def default_workflow(self) -> str:
+        """What the image's entrypoint serves without WORKFLOW (its ImageFacts.default_workflow; a test compares)."""
+        return "llmapi" if self.engine_deprecated and "llmapi" in self.workflows else "engine"
+
+    @property
     def base_image(self) -> str:
         return f"nvcr.io/nvidia/tritonserver:{self.tag}-trtllm-python-py3"
 
@@ -110,13 +115,6 @@ class Matrix:
     def to_json(self) -> str:
         """A JSON list of entries; deterministic, because it is baked into image layers."""
         return json.dumps([e.to_dict() for e in self.entries], indent=2) + "\n"
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """The release numbers, at most three, as packaging (PEP 440) parses them: '0.17.0.post1' -> (0, 17, 0),
-    '1.2.0rc8' -> (1, 2, 0), '1.0.3.2510' -> (1, 0, 3), '24.01' -> (24, 1). The container side's standard-library
-    reader, facts.version_tuple, must agree: tests/unit/test_matrix.py compares them over every matrix version."""
-    return Version(version).release[:3]
 
 
 class _StrictLoader(yaml.SafeLoader):

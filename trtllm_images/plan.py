@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtllm_images.errors import UsageError
+from trtllm_entrypoint.errors import UsageError
 
 if TYPE_CHECKING:
     from trtllm_images.matrix import MatrixEntry

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import jinja2
 
-from trtllm_images import contract
+from trtllm_entrypoint import contract
 from trtllm_images.plan import BuildPlan
 
 IMAGES_DIR = Path(__file__).resolve().parents[1] / "images"

@@ -13,8 +13,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from trtllm_images.errors import UsageError
-from trtllm_images.matrix import TAG_RE, VERSION_RE, read_yaml, version_tuple
+from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.versions import version_tuple
+from trtllm_images.matrix import TAG_RE, VERSION_RE, read_yaml
 
 if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry

@@ -16,7 +16,7 @@ from typing import Any
 
 from docker.errors import DockerException
 
-from trtllm_images.errors import BuildError
+from trtllm_entrypoint.errors import Error
 
 ERROR = "error"
 WARNING = "warning"
@@ -65,7 +65,7 @@ class Verification:
         if not self.errors:
             return
         listing = "\n".join(f"  {m}" for m in self.errors)
-        raise BuildError(
+        raise Error(
             f"{self.kind} image {self.ref} does not match its matrix entry:\n{listing}",
             hint="fix matrix.yaml if the image is right, or --base-image if the wrong base image was used",
         )
@@ -155,18 +155,18 @@ def run_entrypoint(client, image_ref: str, command: str) -> dict:
             image_ref, entrypoint=["trtllm-entrypoint"], command=[command], network_disabled=True
         )
     except (DockerException, OSError) as exc:
-        raise BuildError(f"cannot start `trtllm-entrypoint {command}` in {image_ref}: {exc}") from exc
+        raise Error(f"cannot start `trtllm-entrypoint {command}` in {image_ref}: {exc}") from exc
     try:
         container.start()
         status = container.wait(timeout=PROBE_TIMEOUT_S)["StatusCode"]
         stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
         stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
     except (DockerException, OSError) as exc:
-        raise BuildError(f"`trtllm-entrypoint {command}` in {image_ref} did not finish: {exc}") from exc
+        raise Error(f"`trtllm-entrypoint {command}` in {image_ref} did not finish: {exc}") from exc
     finally:
         _remove_quietly(container)
     if status != 0:
-        raise BuildError(
+        raise Error(
             f"`trtllm-entrypoint {command}` exited with {status} in {image_ref}: {_tail(stderr or stdout)}",
             hint="the image's entrypoint package is broken; rebuild after fixing it",
         )
@@ -185,7 +185,7 @@ def parse_probe_output(stdout: str, image_ref: str, command: str = "probe") -> d
                 continue
             if isinstance(value, dict):
                 return value
-    raise BuildError(
+    raise Error(
         f"`trtllm-entrypoint {command}` in {image_ref} printed no JSON object: {_tail(stdout) or '(no output)'}",
         hint=f"run `docker run --rm --entrypoint trtllm-entrypoint IMAGE {command}` to see its output",
     )

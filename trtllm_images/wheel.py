@@ -15,7 +15,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from trtllm_images.errors import BuildError
+from trtllm_entrypoint.errors import Error
 from trtllm_images.files import write_atomic
 
 ENTRYPOINTS_DIR = Path(__file__).resolve().parents[1] / "entrypoints"
@@ -53,7 +53,7 @@ def read_project(pyproject: Path) -> dict:
     try:
         text = pyproject.read_text(encoding="utf-8")
     except OSError as exc:
-        raise BuildError(f"cannot read {pyproject}: {exc.strerror}", "build from a checkout of trtllm-images") from None
+        raise Error(f"cannot read {pyproject}: {exc.strerror}", "build from a checkout of trtllm-images") from None
     tables: dict[str, dict] = {}
     table = ""
     for line in text.splitlines():
@@ -69,7 +69,7 @@ def read_project(pyproject: Path) -> dict:
     project = tables.get("project", {})
     missing = [key for key in ("name", "version") if key not in project]
     if missing or "packages" not in tables.get("tool.setuptools", {}):
-        raise BuildError(
+        raise Error(
             f"{pyproject} lacks {', '.join(missing) or '[tool.setuptools] packages'}",
             "it needs one-line [project] name/version and [tool.setuptools] packages",
         )
@@ -86,7 +86,7 @@ def read_project(pyproject: Path) -> dict:
 def _package_files(project_dir: Path, package: str) -> dict[str, bytes]:
     root = project_dir / package
     if not (root / "__init__.py").is_file():
-        raise BuildError(f"package {package} not found under {project_dir}", "check [tool.setuptools] packages")
+        raise Error(f"package {package} not found under {project_dir}", "check [tool.setuptools] packages")
     return {
         path.relative_to(project_dir).as_posix(): path.read_bytes()
         for path in sorted(root.rglob("*"))

@@ -1,6 +1,5 @@
-"""Paths, ports and names shared with the Dockerfiles (images/) and the KServe manifests (trtllm_images/kserve.py).
-
-Changing a value here means changing it there too; tests compare them.
+"""Paths, ports and names shared by the image and what the host makes for it: the Dockerfiles (images/*.j2) and the
+KServe manifests (trtllm_images/kserve.py) read them from here. Standard library only, importing nothing.
 """
 
 # Where KServe's storage initializer, PVC or modelcar puts the model; always treated as read-only.
@@ -25,7 +24,21 @@ DEFAULT_GRPC_PORT = 8001
 DEFAULT_METRICS_PORT = 8002
 DEFAULT_OPENAI_PORT = 9000
 
+# The NGC images' triton-server user: the images run as it, and the KServe pods' fsGroup is it.
+UID = 1000
+
 TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 OPENAI_FRONTEND_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
 # Where each frontend answers whether it is ready (Triton's KServe protocol; the OpenAI frontend's own route).
 READY_PATHS = {"triton": "/v2/health/ready", "openai": "/health/ready"}
+
+# The models of a filled repository by workflow, and the one clients call (SERVED_MODEL_NAME renames it). The
+# others keep their names, since the ensemble steps and the BLS model refer to them: no served name may take them.
+ENGINE_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls", "ensemble")
+ENTRY_MODEL = {"engine": "ensemble", "llmapi": "tensorrt_llm"}
+INNER_MODELS = {"engine": tuple(m for m in ENGINE_MODELS if m != ENTRY_MODEL["engine"]), "llmapi": ()}
+
+# Multi-node groups (LeaderWorkerSet): each worker pod runs sshd on this port with the group's key mounted here
+# (a Secret with `id_ed25519` and `id_ed25519.pub`); the leader's mpirun starts the other ranks through it.
+MPI_SSH_DIR = "/etc/trtllm-images/mpi-ssh"
+MPI_SSH_PORT = 2222

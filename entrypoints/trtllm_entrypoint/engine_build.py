@@ -25,7 +25,7 @@ from trtllm_entrypoint.models import Converter
 if TYPE_CHECKING:
     from trtllm_entrypoint.facts import ImageFacts
     from trtllm_entrypoint.log import Log
-    from trtllm_entrypoint.settings import Settings
+    from trtllm_entrypoint.settings import EngineSpec
 
 CHECKPOINT_DIR = "checkpoint"  # the converted checkpoint, inside the build dir until the engine is built
 TAIL_LINES = 20
@@ -52,10 +52,10 @@ def _has_max_seq_len(facts: ImageFacts) -> bool:
     return "--max_seq_len" in facts.flags.get("trtllm-build", ())
 
 
-def build_notes(facts: ImageFacts, settings: Settings) -> list[str]:
-    """What the build does differently from what the settings literally say, for the log."""
+def build_notes(facts: ImageFacts, spec: EngineSpec) -> list[str]:
+    """What the build does differently from what the spec literally says, for the log."""
     notes = []
-    if checkpoint_dtype(facts, settings.dtype) != settings.dtype:
+    if checkpoint_dtype(facts, spec.dtype) != spec.dtype:
         notes.append(
             f"DTYPE=auto converts as float16: TensorRT-LLM {facts.tensorrt_llm} cannot infer it "
             "(automatic dtype arrived in 0.15)"
@@ -63,21 +63,21 @@ def build_notes(facts: ImageFacts, settings: Settings) -> list[str]:
     if not _has_max_seq_len(facts):
         notes.append(
             f"TensorRT-LLM {facts.tensorrt_llm} has no --max_seq_len: passing --max_output_len "
-            f"{settings.max_seq_len - settings.max_input_len} (MAX_SEQ_LEN - MAX_INPUT_LEN)"
+            f"{spec.max_seq_len - spec.max_input_len} (MAX_SEQ_LEN - MAX_INPUT_LEN)"
         )
     return notes
 
 
 def build_commands(
-    facts: ImageFacts, settings: Settings, model_dir: Path, out_dir: Path, work_dir: Path, converter: Converter
+    facts: ImageFacts, spec: EngineSpec, model_dir: Path, out_dir: Path, work_dir: Path, converter: Converter
 ) -> list[Command]:
     if "engine_build" not in facts.features:
         raise UsageError(
             f"building engines needs TensorRT-LLM 0.9 or newer; this image has {facts.tensorrt_llm}",
             "build the engine elsewhere and set ENGINE_DIR, or use a newer image tag",
         )
-    quantize = settings.quantization != "none"
-    dtype = checkpoint_dtype(facts, settings.dtype)
+    quantize = spec.quantization != "none"
+    dtype = checkpoint_dtype(facts, spec.dtype)
     convert = [
         "python3",
         str(convert_script(facts, converter, quantize)),
@@ -88,19 +88,19 @@ def build_commands(
         "--dtype",
         dtype,
         "--tp_size",
-        str(settings.tp_size),
+        str(spec.tp_size),
         "--pp_size",
-        str(settings.pp_size),
+        str(spec.pp_size),
     ]
-    convert += ["--qformat", settings.quantization] if quantize else list(converter.args)
+    convert += ["--qformat", spec.quantization] if quantize else list(converter.args)
     return [
         Command(tuple(convert), "quantize" if quantize else "convert"),
-        Command(trtllm_build_argv(facts, settings, dtype, work_dir, out_dir), "trtllm-build"),
+        Command(trtllm_build_argv(facts, spec, dtype, work_dir, out_dir), "trtllm-build"),
     ]
 
 
 def trtllm_build_argv(
-    facts: ImageFacts, settings: Settings, dtype: str, checkpoint_dir: Path, out_dir: Path
+    facts: ImageFacts, spec: EngineSpec, dtype: str, checkpoint_dir: Path, out_dir: Path
 ) -> tuple[str, ...]:
     argv = [
         "trtllm-build",
@@ -111,25 +111,24 @@ def trtllm_build_argv(
         "--gemm_plugin",
         dtype,
         "--max_batch_size",
-        str(settings.max_batch_size),
+        str(spec.max_batch_size),
         "--max_input_len",
-        str(settings.max_input_len),
+        str(spec.max_input_len),
     ]
     if _has_max_seq_len(facts):
-        argv += ["--max_seq_len", str(settings.max_seq_len)]
+        argv += ["--max_seq_len", str(spec.max_seq_len)]
     else:
-        argv += ["--max_output_len", str(settings.max_seq_len - settings.max_input_len)]
-    argv += ["--max_num_tokens", str(settings.max_num_tokens), "--max_beam_width", str(settings.max_beam_width)]
+        argv += ["--max_output_len", str(spec.max_seq_len - spec.max_input_len)]
+    argv += ["--max_num_tokens", str(spec.max_num_tokens), "--max_beam_width", str(spec.max_beam_width)]
     # In-flight batching needs a paged KV cache; 0.12 replaced the plugin switch by --kv_cache_type.
     if "--kv_cache_type" in facts.flags.get("trtllm-build", ()):
         argv += ["--kv_cache_type", "paged"]
     else:
         argv += ["--paged_kv_cache", "enable"]
-    if settings.enable_kv_cache_reuse:
+    if spec.enable_kv_cache_reuse:
         argv += ["--use_paged_context_fmha", "enable"]  # KV cache reuse needs paged context FMHA
-    world_size = settings.tp_size * settings.pp_size
-    if world_size > 1:
-        argv += ["--workers", str(world_size)]  # one rank per GPU, built in parallel
+    if spec.world_size > 1:
+        argv += ["--workers", str(spec.world_size)]  # one rank per GPU, built in parallel
     return tuple(argv)
 
 
@@ -190,17 +189,17 @@ def _run(command: Command, log_path: Path, log: Log, environ: Mapping[str, str])
 
 
 def engine_builder(
-    facts: ImageFacts, settings: Settings, model_dir: Path, converter: Converter, log: Log, environ: Mapping[str, str]
+    facts: ImageFacts, spec: EngineSpec, model_dir: Path, converter: Converter, log: Log, environ: Mapping[str, str]
 ) -> Callable[[Path, Path], None]:
     """The `build` callable for EngineCache.ensure. The intermediate checkpoint goes to out_dir/checkpoint, so a
     killed build leaves it inside the cache's temp dir (cleaned with it); it is removed before publication."""
 
     def build(out_dir: Path, log_path: Path) -> None:
         work_dir = out_dir / CHECKPOINT_DIR
-        commands = build_commands(facts, settings, model_dir, out_dir, work_dir, converter)
-        quantize = settings.quantization != "none"
+        commands = build_commands(facts, spec, model_dir, out_dir, work_dir, converter)
+        quantize = spec.quantization != "none"
         resolve_script(convert_script(facts, converter, quantize), facts.tensorrt_llm)
-        for note in build_notes(facts, settings):
+        for note in build_notes(facts, spec):
             log.info(note)
         run_commands(commands, log_path, log, environ)
         shutil.rmtree(work_dir)

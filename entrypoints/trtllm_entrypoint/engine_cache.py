@@ -17,18 +17,19 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtllm_entrypoint import publish
 from trtllm_entrypoint.engine_config import engine_world_size, missing_ranks
 from trtllm_entrypoint.errors import EntrypointError
+from trtllm_entrypoint.settings import EngineSpec
 
 if TYPE_CHECKING:
     from trtllm_entrypoint.facts import ImageFacts
     from trtllm_entrypoint.gpu import GpuInfo
     from trtllm_entrypoint.log import Log
-    from trtllm_entrypoint.settings import Settings
 
 # Bump when the layout, the stamp or the build commands change: old entries then no longer match any key.
 SCHEMA = 2
@@ -40,21 +41,6 @@ LOCK_HINT = (
     "larger LOCK_TIMEOUT_SECS; on a shared volume, check that it supports flock"
 )
 
-# Settings that change the built engine. Ports, streaming (decoupled), the KV-cache memory fraction and the
-# frontend are runtime choices and deliberately absent, so changing them reuses the engine.
-BUILD_SETTINGS = (
-    "dtype",
-    "quantization",
-    "max_batch_size",
-    "max_input_len",
-    "max_seq_len",
-    "max_num_tokens",
-    "max_beam_width",
-    "tp_size",
-    "pp_size",
-    "enable_kv_cache_reuse",  # turns on paged context FMHA at build time
-)
-
 
 def cache_key(inputs: dict[str, Any]) -> str:
     canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -62,14 +48,15 @@ def cache_key(inputs: dict[str, Any]) -> str:
 
 
 def key_inputs(
-    model_identity: dict[str, Any], settings: Settings, facts: ImageFacts, gpu_info: GpuInfo
+    model_identity: dict[str, Any], spec: EngineSpec, facts: ImageFacts, gpu_info: GpuInfo
 ) -> dict[str, Any]:
-    """Everything an engine depends on. Engines are specific to the compute capability, not to the GPU count
-    actually present (the mapping is fixed by tp/pp), so names and count go into the stamp only."""
+    """Everything an engine depends on: the model, every field of the spec the build commands read, the versions
+    and the compute capability. Engines are specific to the compute capability, not to the GPU count actually
+    present (the mapping is fixed by tp/pp), so names and count go into the stamp only."""
     return {
         "schema": SCHEMA,
         "model": model_identity,
-        "build": {name: getattr(settings, name) for name in BUILD_SETTINGS},
+        "build": {f.name: getattr(spec, f.name) for f in fields(EngineSpec)},
         "tensorrt_llm": facts.tensorrt_llm,
         "tensorrt": facts.tensorrt,
         "compute_capability": gpu_info.compute_capability,

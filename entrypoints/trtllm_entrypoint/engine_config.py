@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.facts import version_tuple
-
-if TYPE_CHECKING:
-    from trtllm_entrypoint.settings import Settings
+from trtllm_entrypoint.settings import Limits, Parallelism, Settings
+from trtllm_entrypoint.versions import version_tuple
 
 ENGINE_CONFIG = "config.json"
-# build_config keys that bound what can be served, named like the Settings fields (and variables) that set them.
-LIMITS = ("max_batch_size", "max_input_len", "max_seq_len", "max_beam_width", "max_num_tokens")
-PARALLELISM = ("tp_size", "pp_size")  # pretrained_config.mapping: fixed when the engine was built
+# trtllm-build records the limits in build_config and the parallelism in pretrained_config.mapping under the names
+# of the EngineSpec fields (and variables) that set them, so they are read back by those names.
+LIMITS = tuple(f.name for f in fields(Limits))
+PARALLELISM = tuple(f.name for f in fields(Parallelism))
 
 
 def _read_engine_config(engine_dir: Path) -> dict[str, Any]:

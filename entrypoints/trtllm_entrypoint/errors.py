@@ -1,7 +1,10 @@
-"""The one error type of the container side; `main` turns it into a message and an exit code."""
+"""The one error type of both packages (the host imports this module): a message the user can act on, and a hint.
+
+The boundary (the entrypoint's `main`, the host's `cli`) prints it as one line and exits with its code.
+"""
 
 
-class EntrypointError(Exception):
+class Error(Exception):
     """Something went wrong that the user can act on. `hint` says what to do about it."""
 
     exit_code = 1
@@ -15,7 +18,11 @@ class EntrypointError(Exception):
         return f"{self.message} (hint: {self.hint})" if self.hint else self.message
 
 
-class UsageError(EntrypointError):
-    """Bad input (an environment value, an argument): exit 2, and nothing has been written yet."""
+class UsageError(Error):
+    """Bad input (an environment value, an argument, matrix.yaml): exit 2, and nothing has been written yet."""
 
     exit_code = 2
+
+
+# The container side's name for it: its modules raise entrypoint errors.
+EntrypointError = Error

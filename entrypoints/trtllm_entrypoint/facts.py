@@ -16,6 +16,8 @@ from typing import Any
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.variables import WORKFLOWS, Workflow
+from trtllm_entrypoint.versions import version_tuple
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class ImageFacts:
     tensorrt_llm: str  # the version engines are built and served with
     tensorrt: str | None
     triton: str | None
-    workflows: tuple[str, ...]  # "engine", "llmapi"
+    workflows: tuple[Workflow, ...]
     engine_deprecated: bool
     openai_frontend: bool
     app_dir: Path  # holds all_models/, tools/, examples/
@@ -40,29 +42,12 @@ class ImageFacts:
     first_tag_with: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     @property
-    def default_workflow(self) -> str:
+    def default_workflow(self) -> Workflow:
         return "llmapi" if self.engine_deprecated and "llmapi" in self.workflows else "engine"
 
     @property
     def templates_dir(self) -> Path:
         return self.app_dir / "all_models"
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """Leading numeric release of a version string: '0.17.0.post1' -> (0, 17, 0), '1.2.0rc8' -> (1, 2, 0)."""
-    parts: list[int] = []
-    for piece in version.split("."):
-        digits = ""
-        for ch in piece:
-            if not "0" <= ch <= "9":
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(int(digits))
-        if digits != piece:
-            break
-    return tuple(parts[:3])
 
 
 def installed_version(distribution: str) -> str | None:
@@ -169,7 +154,7 @@ def load_facts(environ: Mapping[str, str]) -> ImageFacts:
         tensorrt_llm=trtllm or entry["tensorrt_llm"],
         tensorrt=installed_tensorrt() or entry["tensorrt"],
         triton=entry["triton"],
-        workflows=tuple(entry["workflows"]),
+        workflows=tuple(w for w in WORKFLOWS if w in entry["workflows"]),
         engine_deprecated=bool(entry["engine_deprecated"]),
         openai_frontend=bool(entry["openai_frontend"]),
         app_dir=app_dir(environ, entry["backend"]["in_image"]),

@@ -17,18 +17,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import EntrypointError, UsageError
+from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.settings import Settings
 
-if TYPE_CHECKING:
-    from trtllm_entrypoint.facts import ImageFacts
-    from trtllm_entrypoint.settings import Settings
-
-ENGINE_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls", "ensemble")
-ENTRY_MODEL = {"engine": "ensemble", "llmapi": "tensorrt_llm"}
-# Names the repository's other models keep (the ensemble steps refer to them): SERVED_MODEL_NAME may not take them.
-INNER_MODELS = {"engine": tuple(m for m in ENGINE_MODELS if m != "ensemble"), "llmapi": ()}
 WORKFLOW_DIR = {"engine": "inflight_batcher_llm", "llmapi": "llmapi"}
 UNSET = "unset (backend default)"
 
@@ -208,7 +203,7 @@ def rename_model(text: str, name: str) -> str:
 
 def served_name(settings: Settings, workflow: str) -> str:
     """SERVED_MODEL_NAME (settings checked its form and that no inner model has it), or the entry model's name."""
-    return settings.served_model_name or ENTRY_MODEL[workflow]
+    return settings.served_model_name or contract.ENTRY_MODEL[workflow]
 
 
 def workflow_templates(templates_dir: Path, workflow: str) -> Path:
@@ -217,7 +212,7 @@ def workflow_templates(templates_dir: Path, workflow: str) -> Path:
     nested = templates_dir / WORKFLOW_DIR[workflow]
     if nested.is_dir():
         return nested
-    entry = ENTRY_MODEL[workflow]
+    entry = contract.ENTRY_MODEL[workflow]
     # An inflight_batcher_llm folder has a tensorrt_llm model too: only one without an ensemble is an llmapi folder.
     if (templates_dir / entry / "config.pbtxt").is_file() and (
         workflow == "engine" or not (templates_dir / "ensemble").exists()
@@ -253,7 +248,7 @@ def _fill_config(path: Path, values: Mapping[str, str]) -> tuple[str, dict[str, 
 
 def _engine_models(root: Path, values: Mapping[str, str], settings: Settings) -> tuple[list[ModelFill], dict[str, str]]:
     # The BLS model is opt-in: it imports torch (slower start), and when it fails to load Triton starts no model.
-    wanted = [m for m in ENGINE_MODELS if m != "tensorrt_llm_bls" or settings.enable_bls]
+    wanted = [m for m in contract.ENGINE_MODELS if m != "tensorrt_llm_bls" or settings.enable_bls]
     present = [m for m in wanted if (root / m / "config.pbtxt").is_file()]
     missing = {"preprocessing", "tensorrt_llm", "postprocessing", "ensemble"} - set(present)
     if missing:

@@ -103,12 +103,13 @@ def planned_uses(facts: ImageFacts, table: ModelTable, settings: Settings) -> li
         )
     if "engine" not in facts.workflows or "engine_build" not in facts.features:
         return uses
-    dtype = engine_build.checkpoint_dtype(facts, full.dtype)
-    build = engine_build.trtllm_build_argv(facts, full, dtype, _PLACEHOLDER, _PLACEHOLDER)
+    spec = full.engine_spec
+    dtype = engine_build.checkpoint_dtype(facts, spec.dtype)
+    build = engine_build.trtllm_build_argv(facts, spec, dtype, _PLACEHOLDER, _PLACEHOLDER)
     uses.append(ProgramUse("trtllm-build", ("trtllm-build", "--help"), tuple(sorted(flags_in(build)))))
     for folder, args in sorted(_converters(facts, table).items()):
         converter = Converter(folder, tuple(args))
-        convert = engine_build.build_commands(facts, full, _PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER, converter)[0]
+        convert = engine_build.build_commands(facts, spec, _PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER, converter)[0]
         script = converter.script(facts.app_dir)
         uses.append(
             ProgramUse(
@@ -120,7 +121,7 @@ def planned_uses(facts: ImageFacts, table: ModelTable, settings: Settings) -> li
     # Quantizing replaces the model's converter by quantize.py, whatever the model.
     quantize = engine_build.build_commands(
         facts,
-        dataclasses.replace(full, quantization="fp8"),
+        dataclasses.replace(spec, quantization="fp8"),
         _PLACEHOLDER,
         _PLACEHOLDER,
         _PLACEHOLDER,

@@ -58,9 +58,15 @@ def _worker_rank(settings: Settings, repository: Path, rank: int) -> list[str]:
 
 
 def tritonserver_argv(
-    settings: Settings, repository: Path, world_size: int, uid: int, restrict: Sequence[str] = ()
+    settings: Settings,
+    repository: Path,
+    world_size: int,
+    uid: int,
+    restrict: Sequence[str] = (),
+    mpi_options: Sequence[str] = (),
 ) -> list[str]:
-    """`restrict`: the flags that close admin APIs on rank 0's endpoints (security.Restriction.argv)."""
+    """`restrict`: the flags that close admin APIs on rank 0's endpoints (security.Restriction.argv);
+    `mpi_options`: where mpirun puts the ranks when they span pods (group.mpirun_options)."""
     # The llmapi model reads max_batch_size/decoupled from model.yaml through auto-complete, and starts its own
     # workers for TP/PP; the engine workflow's configs are complete and need one tritonserver per rank.
     llmapi = settings.workflow == "llmapi"
@@ -73,7 +79,7 @@ def tritonserver_argv(
     )
     if ranks == 1:
         return rank0
-    argv = ["mpirun"] + (["--allow-run-as-root"] if uid == 0 else [])
+    argv = ["mpirun"] + (["--allow-run-as-root"] if uid == 0 else []) + list(mpi_options)
     argv += ["-n", "1"] + rank0
     for rank in range(1, ranks):
         argv += [":", "-n", "1"] + _worker_rank(settings, repository, rank)
@@ -115,6 +121,7 @@ def server_argv(
     *,
     uid: int | None = None,
     tokenizer: str | Path | None = None,
+    mpi_options: Sequence[str] = (),
 ) -> list[str]:
     """The command that serves `repository`. TRITON_ARGS go to the program that serves the endpoints (rank 0)."""
     if world_size < 1:
@@ -127,6 +134,7 @@ def server_argv(
         world_size,
         os.geteuid() if uid is None else uid,
         security.restriction(settings, facts).argv(),
+        mpi_options,
     )
 
 

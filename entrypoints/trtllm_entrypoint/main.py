@@ -25,6 +25,7 @@ from trtllm_entrypoint import (
     fill,
     flagcheck,
     gpu,
+    group,
     launch,
     models,
     preflight,
@@ -38,8 +39,8 @@ from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, installation, load_facts
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.paths import under_model_dir
-from trtllm_entrypoint.serve_plan import ServePlan
-from trtllm_entrypoint.settings import CommandLine, Settings, token_values
+from trtllm_entrypoint.serve_plan import LaunchPlan, ServePlan
+from trtllm_entrypoint.settings import CommandLine, Settings, group_from_env, token_values
 
 SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health", "flags")
 USAGE = (
@@ -52,20 +53,22 @@ USAGE = (
 class Prepared:
     """The plan, executed up to the exec: `serve` runs `argv`, `prepare` prints all of it."""
 
-    plan: ServePlan
+    launch: LaunchPlan
     argv: list[str]
-    repository: Path
-    engine_dir: Path | None
+
+    @property
+    def plan(self) -> ServePlan:
+        return self.launch.plan
 
     def to_json(self) -> str:
         return json.dumps(
             {
                 "argv": self.argv,
-                "repository": str(self.repository),
-                "engine_dir": str(self.engine_dir) if self.engine_dir else None,
+                "repository": str(self.launch.repository),
+                "engine_dir": str(self.launch.engine_dir) if self.launch.engine_dir else None,
                 "health_url": health_url(self.plan.health_port, self.plan.health_path),
                 "env": self.plan.env,
-                "plan": self.plan.describe(),
+                "plan": self.launch.describe(),
             },
             indent=2,
         )
@@ -128,7 +131,12 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
     """Load, decide, execute."""
     facts = load_facts(env)
     settings = Settings.from_env(env, facts, command_line)
+    pod_group = group_from_env(env)
     log = open_log(settings)
+    if pod_group is not None and command == "serve":
+        # Refused before any download or build: the group's pods cannot hold TP x PP ranks.
+        group.ranks_per_pod(settings.world_size, pod_group, gpu.detect_gpus(settings.gpu_visibility).count)
+        group.require_ssh(pod_group)
     if command == "check":
         return check(settings, facts, env, log)
     if command == "flags":
@@ -140,14 +148,32 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
         engine_dir = ensure_engine(plan, facts, env, log, functools.partial(gpu.detect_gpus, settings.gpu_visibility))
         print(json.dumps({"engine_dir": str(engine_dir)}))
         return 0
-    prepared = prepare(plan, facts, env, log, need_gpu=command == "serve")
+    prepared = prepare(plan, facts, env, log, need_gpu=command == "serve", pod_group=pod_group)
     if command == "prepare":
         log.info("launch command", argv=" ".join(prepared.argv))  # the log masks the admin key
         # Job logs keep this output, so the admin key is left out; the printed command then fails closed if run
         # as is (Triton refuses an empty key, where a mask such as *** would become a key anyone can guess).
         print(prepared.to_json().replace(settings.admin_key, ""))
         return 0
+    if pod_group is not None:
+        return serve_in_group(prepared, pod_group, env, log)
     return exec_server(prepared, env, log)
+
+
+def ssh_files() -> group.SshFiles:
+    return group.SshFiles(Path(tempfile.gettempdir()) / "trtllm-mpi-ssh")
+
+
+def serve_in_group(prepared: Prepared, pod_group: group.Group, env: Mapping[str, str], log: Log) -> NoReturn:
+    """A worker runs sshd until the leader's mpirun starts its ranks; the leader waits for every worker first."""
+    files = group.install_ssh_files(pod_group.ssh_dir, ssh_files().directory)
+    if not pod_group.is_leader:
+        argv = group.sshd_argv(files)
+        log.info("worker ready: waiting for the leader's ranks", index=pod_group.index, argv=" ".join(argv))
+        launch.exec_argv(argv, env)
+    with log.phase("workers", group_size=pod_group.size, timeout_s=pod_group.timeout_s):
+        group.wait_for_workers(pod_group, log=log.info)
+    exec_server(prepared, env, log)
 
 
 def open_log(settings: Settings) -> Log:
@@ -214,7 +240,15 @@ def checked_model(settings: Settings, facts: ImageFacts, log: Log, source: sourc
         return sources.download(source, settings, log)
 
 
-def prepare(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log, *, need_gpu: bool) -> Prepared:
+def prepare(
+    plan: ServePlan,
+    facts: ImageFacts,
+    env: Mapping[str, str],
+    log: Log,
+    *,
+    need_gpu: bool,
+    pod_group: group.Group | None = None,
+) -> Prepared:
     """Everything but the exec: the engine, the repository and the command line."""
     settings = plan.settings
     gpus = functools.lru_cache(maxsize=None)(functools.partial(gpu.detect_gpus, settings.gpu_visibility))
@@ -224,54 +258,61 @@ def prepare(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log
             "compared with the image's)",
             repository=plan.repository,
         )
-        return finish(
-            plan,
-            settings,
-            facts,
-            log,
-            repo=plan.repository,
+        given = LaunchPlan(
+            plan=plan,
+            settings=settings,
+            facts=facts,
+            repository=plan.repository,
             engine_dir=None,
             world_size=settings.world_size,
             tokenizer=None,
         )
+        return finish(given, log)
     engine_dir = None if plan.engine == "none" else ensure_engine(plan, facts, env, log, gpus)
-    world_size = settings.world_size
+    world_size, taken = settings.world_size, dict[str, int]()
     if engine_dir is not None:
         world_size = engine_config.engine_world_size(engine_dir)
         settings, taken = engine_config.serving_settings(settings, engine_dir)
         if taken:
             log.info("serving the limits the engine was built with", **taken)
-    if need_gpu:
+    mpi_options: list[str] = []
+    if pod_group is not None:
+        # Each pod runs its share of the ranks on its own GPUs; the leader's mpirun places them all.
+        per_pod = group.ranks_per_pod(world_size, pod_group, gpus().count)
+        if need_gpu:
+            gpu.require_gpus(gpus(), per_pod[pod_group.index], "this pod's ranks")
+        mpi_options = group.mpirun_options(pod_group, per_pod, ssh_files(), env)
+    elif need_gpu:
         gpu.require_gpus(gpus(), world_size, "to serve the model")
     tokenizer = preflight.tokenizer_dir(settings, plan.model, engine_dir)
     with log.phase("fill"):
         repo = write_repository(settings, facts, log, plan.model, engine_dir, tokenizer)
-    return finish(
-        plan, settings, facts, log, repo=repo, engine_dir=engine_dir, world_size=world_size, tokenizer=tokenizer
+    resolved = LaunchPlan(
+        plan=plan,
+        settings=settings,
+        facts=facts,
+        repository=repo,
+        engine_dir=engine_dir,
+        world_size=world_size,
+        tokenizer=tokenizer,
+        taken=taken,
+        mpi_options=tuple(mpi_options),
     )
+    return finish(resolved, log)
 
 
-def finish(
-    plan: ServePlan,
-    settings: Settings,
-    facts: ImageFacts,
-    log: Log,
-    *,
-    repo: Path,
-    engine_dir: Path | None,
-    world_size: int,
-    tokenizer: Path | None,
-) -> Prepared:
-    argv = serve_plan.launch_argv(plan, settings, facts, repo, world_size, tokenizer)
-    for warning in security.start_warnings(settings, facts):
+def finish(resolved: LaunchPlan, log: Log) -> Prepared:
+    argv = serve_plan.launch_argv(resolved)
+    for warning in security.start_warnings(resolved.settings, resolved.facts):
         log.warn(warning)
-    if settings.frontend == "openai" and tokenizer is not None and not preflight.has_chat_template(tokenizer):
+    tokenizer = resolved.tokenizer
+    if resolved.settings.frontend == "openai" and tokenizer is not None and not preflight.has_chat_template(tokenizer):
         # Base models have none: completions serve, and chat answers 400 with transformers' own message.
         log.warn(
             "the tokenizer has no chat_template: /v1/completions serves, /v1/chat/completions answers 400",
             tokenizer=tokenizer,
         )
-    return Prepared(plan=plan, argv=argv, repository=repo, engine_dir=engine_dir)
+    return Prepared(launch=resolved, argv=argv)
 
 
 def ensure_engine(
@@ -291,10 +332,11 @@ def ensure_engine(
     gpus = detect_gpus()
     # Engines are specific to the GPU's compute capability, so building needs one (ranks are built one by one).
     gpu.require_gpus(gpus, 1, "to build a TensorRT engine")
-    inputs = engine_cache.key_inputs(sources.identity(source), settings, facts, gpus)
+    spec = settings.engine_spec  # all the build reads, and so all the key needs
+    inputs = engine_cache.key_inputs(sources.identity(source), spec, facts, gpus)
     key = engine_cache.cache_key(inputs)
     cache = engine_cache.EngineCache(settings.cache_dir / "engines")
-    build = engine_build.engine_builder(facts, settings, source.path, converter, log, env)
+    build = engine_build.engine_builder(facts, spec, source.path, converter, log, env)
     with log.phase("engine", key=key) as extra:
         engine_dir, built = cache.ensure(
             key, engine_cache.stamp_inputs(inputs, facts, gpus), build, timeout_s=settings.lock_timeout_secs, log=log

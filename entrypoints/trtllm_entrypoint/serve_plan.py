@@ -1,31 +1,34 @@
 """What will be served and how, decided once: a pure function of the settings, the located model and the image facts.
 
-`main` executes the plan (download, engine from the cache, repository fill) and then runs `launch_argv`; `prepare`
-prints it. Nothing here reads the environment, runs a program or writes a file.
+`main` executes the ServePlan (download, engine from the cache, repository fill), which resolves it into a
+LaunchPlan: the final values, with the engine's own limits taken. `launch_argv` turns that alone into the command
+line, and `prepare` prints it. Nothing here reads the environment, runs a program or writes a file.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from trtllm_entrypoint import contract, launch, security
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
-from trtllm_entrypoint.settings import Settings
+from trtllm_entrypoint.settings import EngineSpec, Settings
 from trtllm_entrypoint.sources import ModelSource
 
 # How the engine is had: none is needed (llmapi, or a complete repository), the model is one, or the cache holds the
 # one these settings build (built into it, under its lock, when it does not yet).
-ENGINES = ("none", "prebuilt", "cache")
+Engine = Literal["none", "prebuilt", "cache"]
 
 
 @dataclass(frozen=True)
 class ServePlan:
     settings: Settings  # as served: the workflow is the plan's
     model: ModelSource  # what is served as is, or built and served from
-    engine: str  # one of ENGINES
+    engine: Engine
     repository: Path  # the given repository, REPOSITORY_DIR, or the cache's (content-named below it)
     env: dict[str, str]  # environment the server gets on top of the container's
     health_port: int  # where `health` asks whether the server is ready
@@ -71,6 +74,7 @@ def decide(settings: Settings, model: ModelSource, typed_argv: tuple[str, ...] =
         notes.append("the model is a prebuilt engine: using the engine workflow (this image's default is llmapi)")
         workflow = "engine"
     settings = dataclasses.replace(settings, workflow=workflow)
+    engine: Engine
     if model.kind == "repository" and model.path is not None:  # a repository is always local
         engine, repository = "none", model.path
     else:
@@ -90,12 +94,44 @@ def decide(settings: Settings, model: ModelSource, typed_argv: tuple[str, ...] =
     )
 
 
-def launch_argv(
-    plan: ServePlan, settings: Settings, facts: ImageFacts, repository: Path, world_size: int, tokenizer: Path | None
-) -> list[str]:
-    """The command that serves `repository`; `settings` are the plan's with the engine's own limits taken."""
-    argv = launch.server_argv(settings, facts, repository, world_size, tokenizer=tokenizer)
-    if plan.typed_argv and Path(argv[0]).name == "tritonserver":
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The ServePlan once executed up to the exec: everything the command line is made of, final."""
+
+    plan: ServePlan
+    settings: Settings  # the plan's, with a prebuilt or cached engine's own parallelism and limits taken
+    facts: ImageFacts = field(repr=False)
+    repository: Path  # the filled one, or the complete one given
+    engine_dir: Path | None
+    world_size: int
+    tokenizer: Path | None
+    taken: Mapping[str, int] = field(default_factory=dict)  # what the engine's config.json decided, for the log
+    mpi_options: tuple[str, ...] = ()  # where mpirun puts the ranks when they span a group's pods
+
+    def describe(self) -> dict[str, object]:
+        s = self.settings
+        restriction = security.restriction(s, self.facts)
+        return {
+            **self.plan.describe(),
+            "repository": str(self.repository),
+            "engine_dir": _text(self.engine_dir),
+            "tokenizer": _text(self.tokenizer),
+            "world_size": self.world_size,
+            "engine_spec": {f.name: getattr(s, f.name) for f in dataclasses.fields(EngineSpec)},
+            "taken_from_engine": dict(self.taken),
+            "frontend": s.frontend,
+            "restricted_apis": list(restriction.apis) if restriction.supported else [],
+        }
+
+
+def launch_argv(launch_plan: LaunchPlan) -> list[str]:
+    """The command that serves the final plan."""
+    p = launch_plan
+    argv = launch.server_argv(
+        p.settings, p.facts, p.repository, p.world_size, tokenizer=p.tokenizer, mpi_options=p.mpi_options
+    )
+    if p.plan.typed_argv and Path(argv[0]).name == "tritonserver":
         # One rank: the command as typed, with only its model repository replaced (and the APIs restricted).
-        return launch.rewrite_repository(plan.typed_argv, repository) + security.restriction(settings, facts).argv()
+        restrict = security.restriction(p.settings, p.facts).argv()
+        return launch.rewrite_repository(p.plan.typed_argv, p.repository) + restrict
     return argv

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trtllm_entrypoint import security
 from trtllm_entrypoint.errors import UsageError
 
 REPOSITORY_FLAGS = ("--model-repository", "--model-store")
+# Restrict Triton's APIs to clients with the admin key (see security.py; Triton >= 2.40).
+RESTRICTION_FLAGS = ("--http-restricted-api", "--grpc-restricted-protocol")
+OPENAI_RESTRICTION_FLAG = "--openai-restricted-api"  # Triton's OpenAI frontend, server r25.09 on
 PORT_FLAGS = {"--http-port": "http_port", "--grpc-port": "grpc_port", "--metrics-port": "metrics_port"}
 # Flag -> the variable meant for it. The OpenAI frontend (FRONTEND=openai) has its own names for the ports.
 RESERVED = {
@@ -21,7 +23,7 @@ RESERVED = {
     "--kserve-grpc-port": "GRPC_PORT",
     # A second restriction group for an API even stops Triton; an empty one would silently open it.
     **dict.fromkeys(
-        (*security.FLAGS, security.OPENAI_FLAG),
+        (*RESTRICTION_FLAGS, OPENAI_RESTRICTION_FLAG),
         "RESTRICTED_APIS (and the key with TRITON_ADMIN_KEY or TRITON_ADMIN_KEY_FILE)",
     ),
     # The OpenAI frontend's KServe frontends cannot restrict APIs: only the variable, checked against RESTRICTED_APIS.
@@ -30,6 +32,11 @@ RESERVED = {
 BACKEND_CONFIG = "--backend-config"
 SHM_PREFIX = "python,shm-region-prefix-name"
 MIN_ABBREVIATION = 6  # getopt_long (tritonserver) and argparse (the OpenAI frontend) accept unique prefixes
+
+
+def restriction_flags(args: Sequence[str]) -> list[str]:
+    """The API restriction flags a command line sets itself."""
+    return [flag for flag in (arg.split("=", 1)[0] for arg in args) if flag in RESTRICTION_FLAGS]
 
 
 def _reserved_flag(name: str) -> str | None:

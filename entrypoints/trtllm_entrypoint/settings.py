@@ -10,34 +10,43 @@ import contextlib
 import math
 import os
 import re
+import secrets
 import shlex
 import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from trtllm_entrypoint import contract, cpus, security
+from trtllm_entrypoint import contract, cpus
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
-from trtllm_entrypoint.fill import INNER_MODELS
 from trtllm_entrypoint.gpu import Visibility
+from trtllm_entrypoint.group import Group
 from trtllm_entrypoint.paths import under_model_dir
-from trtllm_entrypoint.server_args import check_extra_arguments
+from trtllm_entrypoint.server_args import check_extra_arguments, restriction_flags
+from trtllm_entrypoint.variables import (
+    FALSE_WORDS,
+    OPEN_APIS,
+    SECRET_FILE_LIMIT,
+    TRUE_WORDS,
+    VARIABLES,
+    Dtype,
+    Frontend,
+    LogFormat,
+    Quantization,
+    Workflow,
+)
 
-DTYPES = ("auto", "float16", "bfloat16", "float32")
-QUANTIZATIONS = ("none", "fp8", "int8_sq", "int4_awq", "w4a8_awq", "int8_wo", "int4_wo", "nvfp4")
-FRONTENDS = ("triton", "openai")
-LOG_FORMATS = ("text", "json")
-TRUE_WORDS = ("true", "1", "yes", "on")
-FALSE_WORDS = ("false", "0", "no", "off")
-POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64)
 WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
 DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 TOKEN = re.compile(r"[!-~]+")  # printable ASCII without spaces: it goes into an HTTP header
-MAX_INSTANCES = 256  # Python model instances: one process each
-MAX_TOKENS = 1 << 20  # 1M tokens: above any context length TensorRT-LLM serves today
+# Visible ASCII (valid in HTTP headers and gRPC metadata) except `"` and `\`, which JSON escapes: the log masks a
+# key by its text, in JSON lines too.
+KEY_CHARACTERS = frozenset(chr(c) for c in range(0x21, 0x7F)) - {'"', "\\"}
+# Closed without a key, these would make the model unusable.
+CLIENT_APIS = ("metadata", "inference", "model-config")
 # Usable as a Triton model name and as a directory name.
 SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 FALLBACK_CACHE_NAME = "trtllm-cache"
@@ -54,56 +63,106 @@ class CommandLine:
     typed_server: bool = False
 
 
-@dataclass(frozen=True)
-class Settings:
+@dataclass(frozen=True, kw_only=True)
+class ModelSettings:
+    """What is served and where its files live."""
+
     model_id: str | None
     model_revision: str | None
     hf_token: str | None = field(repr=False)
-    cache_dir: Path
     engine_dir: Path | None
     templates_dir: Path
     repository_dir: Path | None
-    workflow: str
+    cache_dir: Path
+    # Set when CACHE_DIR was not given and the default was not writable; the orchestrator logs it as a warning.
+    cache_fallback_reason: str | None = None
+    model_init_async: bool = False  # MODEL_INIT_MODE=async: a modelcar may put the model in place after we start
+    workflow: Workflow
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parallelism:
+    """How the model is split over GPUs; fixed when an engine is built (its config.json's mapping)."""
+
     tp_size: int
     pp_size: int
-    dtype: str
-    quantization: str
+
+    @property
+    def world_size(self) -> int:
+        return self.tp_size * self.pp_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """What a request and a batch may hold; an engine bakes them in (its config.json's build_config)."""
+
     max_batch_size: int
     max_input_len: int
     max_seq_len: int
     max_num_tokens: int
     max_beam_width: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSpec(Parallelism, Limits):
+    """Everything that shapes a built engine. The build commands read nothing else and its fields are the engine
+    cache key, so a setting that changes the engine but is not here cannot reach the build."""
+
+    dtype: Dtype
+    quantization: Quantization
+    enable_kv_cache_reuse: bool  # also turns on paged context FMHA at build time
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeSettings:
+    """How the served model behaves; changing these reuses a cached engine."""
+
     kv_cache_free_gpu_mem_fraction: float
-    enable_kv_cache_reuse: bool
     decoupled: bool
+    enable_bls: bool = False
+    preprocessing_instances: int
+    postprocessing_instances: int
+    exit_timeout_secs: int
+    lock_timeout_secs: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSettings:
+    """The server's endpoints and extra arguments."""
+
     http_port: int
     grpc_port: int
     metrics_port: int
     openai_port: int
-    frontend: str
+    frontend: Frontend
     # OPENAI_KSERVE_FRONTENDS: Triton's KServe HTTP/gRPC beside the OpenAI frontend; they cannot restrict APIs.
     openai_kserve_frontends: bool
     served_model_name: str | None
-    log_format: str
+    log_format: LogFormat
     triton_args: tuple[str, ...]
-    exit_timeout_secs: int
-    lock_timeout_secs: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class AccessSettings:
+    """Which Triton APIs need the admin key (see security.py)."""
+
     restricted_apis: tuple[str, ...]  # closed to clients without the admin key (RESTRICTED_APIS)
     admin_key: str = field(repr=False, compare=False)  # TRITON_ADMIN_KEY(_FILE), or random per start
     admin_key_generated: bool  # no key given: nobody can call the restricted APIs
-    preprocessing_instances: int
-    postprocessing_instances: int
-    enable_bls: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, AccessSettings):
+    """Every variable, parsed once: the union of the records above, so each field keeps one flat name; code that
+    needs only a part takes that record (`engine_spec` for the engine build and its cache key)."""
+
     # The fields whose variable was set (the others hold defaults): a prebuilt engine's own limits replace defaults.
     explicit: frozenset[str] = frozenset()
-    # Set when CACHE_DIR was not given and the default was not writable; the orchestrator logs it as a warning.
-    cache_fallback_reason: str | None = None
-    model_init_async: bool = False  # MODEL_INIT_MODE=async: a modelcar may put the model in place after we start
     gpu_visibility: Visibility = Visibility()  # NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES as given
 
     @property
-    def world_size(self) -> int:
-        return self.tp_size * self.pp_size
+    def engine_spec(self) -> EngineSpec:
+        return EngineSpec(**{f.name: getattr(self, f.name) for f in fields(EngineSpec)})
 
     @classmethod
     def from_env(
@@ -167,28 +226,27 @@ class _Env:
             self.given.add(name)
         return value or None
 
-    def integer(self, name: str, default: int, low: int, high: int) -> int:
+    def integer(self, name: str, default: int | None = None) -> int:
+        """A whole number within the table's bounds (and choices, if any); `default` when the table's is derived."""
+        variable = VARIABLES[name]
+        low, high = cast(int, variable.low), cast(int, variable.high)
         raw = self.text(name)
         if raw is None:
-            return default
+            return cast(int, variable.default if default is None else default)
         allowed = f"a whole number from {low} to {high}"
         if not WHOLE_NUMBER.fullmatch(raw):  # int() alone takes "٨", and str.isdigit() takes "²"
             raise bad(name, raw, allowed)
         value = int(raw)
         if not low <= value <= high:
             raise bad(name, raw, allowed)
+        if variable.choices and value not in variable.choices:
+            raise bad(name, value, variable.allowed_text)
         return value
 
-    def power_of_two(self, name: str) -> int:
-        value = self.integer(name, 1, 1, POWERS_OF_TWO[-1])
-        if value not in POWERS_OF_TWO:
-            raise bad(name, value, "a power of two: " + ", ".join(map(str, POWERS_OF_TWO)))
-        return value
-
-    def fraction(self, name: str, default: float) -> float:
+    def fraction(self, name: str) -> float:
         raw = self.text(name)
         if raw is None:
-            return default
+            return cast(float, VARIABLES[name].default)
         allowed = "a number greater than 0 and at most 1 (e.g. 0.9)"
         if not DECIMAL.fullmatch(raw):
             raise bad(name, raw, allowed)
@@ -197,23 +255,39 @@ class _Env:
             raise bad(name, raw, allowed)
         return value
 
-    def boolean(self, name: str, default: bool) -> bool:
+    def boolean(self, name: str) -> bool:
         raw = self.text(name)
         if raw is None:
-            return default
+            return cast(bool, VARIABLES[name].default)
         if raw.lower() in TRUE_WORDS:
             return True
         if raw.lower() in FALSE_WORDS:
             return False
         raise bad(name, raw, "one of " + "/".join(TRUE_WORDS + FALSE_WORDS))
 
-    def choice(self, name: str, default: str, allowed: tuple[str, ...]) -> str:
+    def choice(self, name: str) -> str:
+        variable = VARIABLES[name]
         raw = self.text(name)
         if raw is None:
-            return default
-        if raw.lower() not in allowed:
-            raise bad(name, raw, "one of " + ", ".join(allowed))
+            return cast(str, variable.default)
+        if raw.lower() not in variable.choices:
+            raise bad(name, raw, "one of " + ", ".join(map(str, variable.choices)))
         return raw.lower()
+
+    def names(self, name: str) -> tuple[str, ...]:
+        """A comma-separated list of the table's choices, in the given order; `none` is the empty list."""
+        variable = VARIABLES[name]
+        raw = self.text(name)
+        if raw is None:
+            return cast(tuple[str, ...], variable.default)
+        names = [part.strip().lower() for part in raw.split(",")]
+        if names == [OPEN_APIS]:
+            return ()
+        unknown = [part for part in names if part not in variable.choices]
+        if unknown:
+            allowed = f"'{OPEN_APIS}' or a comma-separated list of {', '.join(map(str, variable.choices))}"
+            raise bad(name, raw, f"{allowed} (unknown: {', '.join(repr(n) for n in unknown)})")
+        return tuple(dict.fromkeys(names))
 
     def template_safe(self, name: str) -> str | None:
         """A value that lands in the generated config.pbtxt files, where `${` would read as an unfilled placeholder."""
@@ -231,7 +305,6 @@ TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # the second is the ol
 ADMIN_KEY_VARIABLES = ("TRITON_ADMIN_KEY",)
 # (variables holding the secret, the variable naming a file that holds it)
 SECRETS = ((TOKEN_VARIABLES, "HF_TOKEN_FILE"), (ADMIN_KEY_VARIABLES, "TRITON_ADMIN_KEY_FILE"))
-SECRET_FILE_LIMIT = 64 * 1024  # tokens and keys are far smaller; anything bigger is the wrong file
 
 
 def token_values(environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -312,26 +385,26 @@ def _model_values(env: _Env, facts: ImageFacts) -> dict[str, Any]:
         "templates_dir": templates_dir,
         "repository_dir": env.path("REPOSITORY_DIR"),
         "workflow": workflow.lower() if workflow else default_workflow,
-        "tp_size": env.power_of_two("TP_SIZE"),
-        "pp_size": env.integer("PP_SIZE", 1, 1, 64),
-        "dtype": env.choice("DTYPE", "auto", DTYPES),
-        "quantization": env.choice("QUANTIZATION", "none", QUANTIZATIONS),
+        "tp_size": env.integer("TP_SIZE"),
+        "pp_size": env.integer("PP_SIZE"),
+        "dtype": env.choice("DTYPE"),
+        "quantization": env.choice("QUANTIZATION"),
     }
 
 
 def _limit_values(env: _Env) -> dict[str, Any]:
     return {
-        "max_batch_size": env.integer("MAX_BATCH_SIZE", 64, 1, 4096),
-        "max_input_len": env.integer("MAX_INPUT_LEN", 2048, 1, MAX_TOKENS),
-        "max_seq_len": env.integer("MAX_SEQ_LEN", 4096, 2, MAX_TOKENS),
-        "max_num_tokens": env.integer("MAX_NUM_TOKENS", 8192, 1, MAX_TOKENS),
-        "max_beam_width": env.integer("MAX_BEAM_WIDTH", 1, 1, 64),
-        "kv_cache_free_gpu_mem_fraction": env.fraction("KV_CACHE_FREE_GPU_MEM_FRACTION", 0.9),
-        "enable_kv_cache_reuse": env.boolean("ENABLE_KV_CACHE_REUSE", False),
-        "decoupled": env.boolean("DECOUPLED", False),
-        "enable_bls": env.boolean("ENABLE_BLS", False),
-        "exit_timeout_secs": env.integer("EXIT_TIMEOUT_SECS", 30, 0, 3600),
-        "lock_timeout_secs": env.integer("LOCK_TIMEOUT_SECS", 3600, 0, 86400),
+        "max_batch_size": env.integer("MAX_BATCH_SIZE"),
+        "max_input_len": env.integer("MAX_INPUT_LEN"),
+        "max_seq_len": env.integer("MAX_SEQ_LEN"),
+        "max_num_tokens": env.integer("MAX_NUM_TOKENS"),
+        "max_beam_width": env.integer("MAX_BEAM_WIDTH"),
+        "kv_cache_free_gpu_mem_fraction": env.fraction("KV_CACHE_FREE_GPU_MEM_FRACTION"),
+        "enable_kv_cache_reuse": env.boolean("ENABLE_KV_CACHE_REUSE"),
+        "decoupled": env.boolean("DECOUPLED"),
+        "enable_bls": env.boolean("ENABLE_BLS"),
+        "exit_timeout_secs": env.integer("EXIT_TIMEOUT_SECS"),
+        "lock_timeout_secs": env.integer("LOCK_TIMEOUT_SECS"),
     }
 
 
@@ -339,16 +412,16 @@ def _instance_values(env: _Env, usable_cpus: int) -> dict[str, Any]:
     """Python model instances; the default follows the CPUs the container may use (see cpus.py)."""
     default = cpus.default_instances(usable_cpus)
     return {
-        "preprocessing_instances": env.integer("PREPROCESSING_INSTANCES", default, 1, MAX_INSTANCES),
-        "postprocessing_instances": env.integer("POSTPROCESSING_INSTANCES", default, 1, MAX_INSTANCES),
+        "preprocessing_instances": env.integer("PREPROCESSING_INSTANCES", default),
+        "postprocessing_instances": env.integer("POSTPROCESSING_INSTANCES", default),
     }
 
 
 def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> dict[str, Any]:
-    frontend = "triton" if command_line.typed_server else env.choice("FRONTEND", "triton", FRONTENDS)
+    frontend = "triton" if command_line.typed_server else env.choice("FRONTEND")
     if frontend == "openai" and not facts.openai_frontend:
         raise bad("FRONTEND", "openai", f"triton (image {facts.tag} has no OpenAI-compatible frontend)")
-    kserve_frontends = env.boolean("OPENAI_KSERVE_FRONTENDS", False)
+    kserve_frontends = env.boolean("OPENAI_KSERVE_FRONTENDS")
     if kserve_frontends and frontend != "openai":
         raise bad("OPENAI_KSERVE_FRONTENDS", "true", "false unless FRONTEND=openai (tritonserver serves KServe itself)")
     name = env.text("SERVED_MODEL_NAME")
@@ -365,36 +438,49 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
     if not command_line.typed_server:
         check_extra_arguments(command_line.server_args, source="the command line")
     ports = {
-        name: command_line.ports.get(name) or env.integer(name.upper(), default, 1, 65535)
-        for name, default in (
-            ("http_port", contract.DEFAULT_HTTP_PORT),
-            ("grpc_port", contract.DEFAULT_GRPC_PORT),
-            ("metrics_port", contract.DEFAULT_METRICS_PORT),
-            ("openai_port", contract.DEFAULT_OPENAI_PORT),
-        )
+        name: command_line.ports.get(name) or env.integer(name.upper())
+        for name in ("http_port", "grpc_port", "metrics_port", "openai_port")
     }
     return {
         **ports,
         "frontend": frontend,
         "openai_kserve_frontends": kserve_frontends,
         "served_model_name": name,
-        "log_format": env.choice("LOG_FORMAT", "text", LOG_FORMATS),
+        "log_format": env.choice("LOG_FORMAT"),
         "triton_args": triton_args + command_line.server_args,
     }
 
 
 def _admin_values(env: _Env, command_line: CommandLine) -> dict[str, Any]:
-    apis = security.parse_apis(env.text("RESTRICTED_APIS"))
-    if command_line.typed_server and security.flags_in(command_line.server_args):
+    apis = env.names("RESTRICTED_APIS")
+    if command_line.typed_server and restriction_flags(command_line.server_args):
         apis = ()  # the typed command restricts APIs itself: ours would clash
     key = _secret(env, *SECRETS[1])
     variable = "TRITON_ADMIN_KEY_FILE" if env.text("TRITON_ADMIN_KEY_FILE") else "TRITON_ADMIN_KEY"
-    security.check_relations(apis, key_generated=key is None)
+    closed = [api for api in apis if api in CLIENT_APIS]
+    if closed and key is None:
+        raise UsageError(
+            f"RESTRICTED_APIS closes {', '.join(closed)} but no TRITON_ADMIN_KEY or "
+            "TRITON_ADMIN_KEY_FILE is set: no client could use the model",
+            "set TRITON_ADMIN_KEY_FILE to a mounted secret, or leave those APIs out",
+        )
     return {
         "restricted_apis": apis,
-        "admin_key": security.check_key(key, variable) if key else security.random_key(),
+        "admin_key": _checked_key(key, variable) if key else secrets.token_urlsafe(32),
         "admin_key_generated": key is None,
     }
+
+
+def _checked_key(key: str, variable: str) -> str:
+    """The key as given; the message of a bad one never shows it."""
+    low, high = VARIABLES["TRITON_ADMIN_KEY"].low, VARIABLES["TRITON_ADMIN_KEY"].high
+    if not cast(int, low) <= len(key) <= cast(int, high) or not set(key) <= KEY_CHARACTERS:
+        raise UsageError(
+            f"{variable} is not allowed (the value is not shown): expected {low} to {high} visible "
+            "ASCII characters without spaces, '\"' or '\\'",
+            "generate one with: openssl rand -hex 32",
+        )
+    return key
 
 
 def _writable(path: Path) -> bool:
@@ -458,7 +544,7 @@ def _check_relations(s: Settings) -> None:
         if port in seen:
             raise bad(name, port, f"a port different from {seen[port]}={port} (the ports in use must be distinct)")
         seen[port] = name
-    inner = INNER_MODELS[s.workflow]
+    inner = contract.INNER_MODELS[s.workflow]
     if s.served_model_name in inner:
         raise bad(
             "SERVED_MODEL_NAME",
@@ -478,3 +564,39 @@ def _check_relations(s: Settings) -> None:
             raise bad(
                 name, path, f"a writable directory outside {contract.KSERVE_MODEL_DIR} (KServe mounts it read-only)"
             )
+
+
+LWS_VARIABLES = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")
+
+
+def group_from_env(env: Mapping[str, str]) -> Group | None:
+    """The group this pod belongs to; None outside a LeaderWorkerSet (or in a group of one pod)."""
+    given = {name: (env.get(name) or "").strip() for name in LWS_VARIABLES}
+    if not any(given.values()):
+        return None
+    missing = [name for name, value in given.items() if not value]
+    if missing:
+        raise UsageError(
+            f"{', '.join(missing)} not set, but {', '.join(n for n in LWS_VARIABLES if n not in missing)} is",
+            "LeaderWorkerSet sets all three; set all of them or none",
+        )
+    numbers = {}
+    given["WORKER_TIMEOUT_SECS"] = (env.get("WORKER_TIMEOUT_SECS") or "3600").strip()
+    for name in ("LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "WORKER_TIMEOUT_SECS"):
+        value = given[name]
+        if not (value.isascii() and value.isdigit()):
+            raise UsageError(f"{name}={value!r} is not a whole number", "LeaderWorkerSet sets it; do not override it")
+        numbers[name] = int(value)
+    size, index = numbers["LWS_GROUP_SIZE"], numbers["LWS_WORKER_INDEX"]
+    if size < 1 or index >= size:
+        raise UsageError(
+            f"LWS_WORKER_INDEX={index} is not below LWS_GROUP_SIZE={size}", "LeaderWorkerSet sets both consistently"
+        )
+    address = given["LWS_LEADER_ADDRESS"]
+    if any(not label or len(label) > 63 for label in address.split(".")) or " " in address:
+        raise UsageError(f"LWS_LEADER_ADDRESS={address!r} is not a DNS name", "LeaderWorkerSet sets it")
+    timeout = numbers["WORKER_TIMEOUT_SECS"]
+    if not 1 <= timeout <= 86400:
+        raise UsageError(f"WORKER_TIMEOUT_SECS={timeout} is out of range", "a number of seconds from 1 to 86400")
+    ssh_dir = Path(env.get("MPI_SSH_DIR") or contract.MPI_SSH_DIR)
+    return None if size == 1 else Group(address, size, index, timeout, ssh_dir)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from trtllm_entrypoint import contract, fill
 from trtllm_entrypoint.errors import EntrypointError, UsageError
@@ -52,9 +52,13 @@ METADATA_FILES = (
 METADATA_GLOBS = ("tokenizer*", "vocab*", "*.model", "*.tiktoken", "*.py")
 
 
+LocalKind = Literal["checkpoint", "engine", "repository"]
+ModelKind = Literal["hub", LocalKind]  # a hub model is not downloaded yet
+
+
 @dataclass(frozen=True)
 class ModelSource:
-    kind: str  # "hub" (not downloaded yet) | "checkpoint" | "engine" | "repository"
+    kind: ModelKind
     path: Path | None  # local path; None for a hub model not yet downloaded
     repo_id: str | None  # also kept after download()
     revision: str | None  # as asked (MODEL_REVISION); after download() the resolved commit
@@ -71,7 +75,7 @@ def _json_keys(path: Path) -> set[str]:
     return set(data) if isinstance(data, dict) else set()
 
 
-def classify_dir(path: Path) -> str:
+def classify_dir(path: Path) -> LocalKind:
     """ "engine", "repository" or "checkpoint"; UsageError (listing what was looked for) otherwise."""
     if not path.is_dir():
         raise UsageError(f"{path} is not a directory", "point MODEL_ID / ENGINE_DIR at a model directory")

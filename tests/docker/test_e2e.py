@@ -3,9 +3,10 @@
 
 The server in the containers is the REAL tritonserver 2.51.0 (NGC 24.10's core, from PyPI's nvidia-pytriton wheel;
 it stays 2.51.0 whatever tag the stand-in claims), several ranks start under real Open MPI, and the assertions are
-about real responses. Doubles remain for what needs a GPU or is not public: the engine (a Python-based
-`tensorrtllm` backend), the preprocessing/postprocessing/BLS model.py files, trtllm-build, the checkpoint converter
-and nvidia-smi; the doubles that build the engine record how they were called.
+about real responses. The preprocessing, postprocessing and BLS models are upstream's own model.py files, which
+the stand-in carries in /app/all_models as NGC does (its labels say which set). Doubles remain for what needs a GPU:
+the engine (a Python-based `tensorrtllm` backend), trtllm-build, the checkpoint converter and nvidia-smi; the
+doubles that build the engine record how they were called.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from tests.docker.conftest import (
 )
 from tests.doubles.double_records import parse_flags, read_records
 from tests.realtriton import TRITON_VERSION
+from tests.standin.build_standin import MODELS_LABEL, PYTHON_MODELS_LABEL
 from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
 
 NEW_TAG = "25.01"  # the image ships /app (templates, examples)
@@ -80,8 +82,17 @@ def generate(container, max_tokens: int = 8, *, model: str = "ensemble", port: i
 
 
 @pytest.fixture(scope="module")
-def server(built):
-    return built(NEW_TAG).image("server")
+def server(built, docker_client):
+    image = built(NEW_TAG).image("server")
+    labels = docker_client.images.get(image).labels
+    print(f"{image}: /app/all_models from {labels[MODELS_LABEL]}, Python models: {labels[PYTHON_MODELS_LABEL]}")
+    return image
+
+
+def test_the_image_runs_upstreams_own_python_models(server, docker_client):
+    """NGC images ship upstream's preprocessing/postprocessing/BLS model.py files from 25.01: so does the stand-in,
+    and our image serves them (never a double) wherever the stored upstream set has them."""
+    assert docker_client.images.get(server).labels[PYTHON_MODELS_LABEL] == "upstream's"
 
 
 def test_serve_builds_the_engine_once_and_reuses_it(server, tiny_model, records, cache_volume, containers):
@@ -115,6 +126,29 @@ def test_serve_builds_the_engine_once_and_reuses_it(server, tiny_model, records,
     wait_ready(second)
     assert len(read_records(records, "trtllm-build")) == 1, "the second replica rebuilt a cached engine"
     generate(second)
+
+
+def test_three_replicas_on_one_cache_build_once_and_a_replaced_one_reuses_everything(
+    server, tiny_model, records, cache_volume, containers
+):
+    """Autoscaled replicas share one cache volume: they start together, one builds, all serve; a replica killed
+    and replaced (what a crashed pod becomes) converts, builds and writes nothing."""
+    replicas = [serve(containers, server, tiny_model, records, cache=cache_volume) for _ in range(3)]
+    for replica in replicas:
+        wait_ready(replica, timeout_s=300)
+    assert len(read_records(records, "convert_checkpoint")) == 1, "the replicas converted the checkpoint twice"
+    assert len(read_records(records, "trtllm-build")) == 1, "the replicas built the engine twice"
+    answers = {tuple(generate(replica)) for replica in replicas}
+    assert len(answers) == 1, answers  # one engine, one answer
+
+    replicas[1].kill()
+    replacement = serve(containers, server, tiny_model, records, cache=cache_volume)
+    wait_ready(replacement)
+    assert len(read_records(records, "convert_checkpoint")) == 1 and len(read_records(records, "trtllm-build")) == 1
+    log = logs(replacement)
+    assert "engine cache hit" in log and "model repository up to date" in log, log
+    assert {tuple(generate(replacement))} == answers
+    generate(replicas[0]), generate(replicas[2])  # the survivors kept serving
 
 
 def status(container, route: str, body: dict | None = None) -> int:

@@ -4,8 +4,9 @@
     root/site/{tensorrt_llm,tensorrt}[-<v>.dist-info]            put on PYTHONPATH (importlib.metadata sees them)
     root/app/{all_models,tools,examples}                         the NGC /app layout (with_app=True)
 
-The upstream templates hold only config.pbtxt files here; the Python models Triton runs for them are our doubles
-from python_models_double/ (a real checkout's model.py files are kept as they are).
+The Python models Triton runs are upstream's own model.py files wherever the stored upstream set has them (every
+tensorrtllm_backend release); our doubles from python_models_double/ stand in only where it has none (the
+TensorRT-LLM >= 0.20 snapshot, templates only).
 
 Every program is a tiny wrapper that runs a `*_double.py` script from `scripts_dir`: the repo's tests/doubles on the
 host, or wherever the stand-in image copies them (the wrappers must stay valid after being copied elsewhere).
@@ -87,16 +88,34 @@ def write_app(app: Path, scripts_dir: str, templates_src: Path | None) -> Path:
     return app
 
 
+def python_model_doubles(all_models: Path) -> list[str]:
+    """The Python models (`<workflow>/<model>`) of an `all_models` directory that have no model.py of upstream's and
+    so run our double: none for a backend release's complete set, every one for the TensorRT-LLM >= 0.20 snapshot
+    (templates only)."""
+    return [
+        str(config.parent.relative_to(all_models))
+        for config in sorted(all_models.glob("*/*/config.pbtxt"))
+        if (PYTHON_MODEL_DOUBLES / config.parent.relative_to(all_models) / "1" / "model.py").is_file()
+        and not (config.parent / "1" / "model.py").exists()
+    ]
+
+
+def python_models_origin(all_models: Path) -> str:
+    """One line for test output and stand-in labels: whose Python models a repository filled from `all_models` runs."""
+    doubles = python_model_doubles(all_models)
+    return f"doubles for {', '.join(doubles)}" if doubles else "upstream's"
+
+
 def complete_templates(all_models: Path) -> None:
-    """Add what a backend checkout has beyond the config.pbtxt files stored in ../shared/upstream: each model's
-    version directory `1/` (Triton loads no model without one) and, where a Python model's model.py is missing,
-    our double of it (python_models_double/<workflow>/<model>/1/model.py)."""
+    """Add what a backend checkout may lack: each model's version directory `1/` (Triton loads no model without
+    one) and, where a Python model's model.py is missing, our double of it
+    (python_models_double/<workflow>/<model>/1/model.py)."""
+    doubles = set(python_model_doubles(all_models))
     for config in sorted(all_models.glob("*/*/config.pbtxt")):
-        version = config.parent / "1"
-        version.mkdir(exist_ok=True)
-        double = PYTHON_MODEL_DOUBLES / config.relative_to(all_models).parent / "1" / "model.py"
-        if double.is_file() and not (version / "model.py").exists():
-            shutil.copyfile(double, version / "model.py")
+        model = config.parent.relative_to(all_models)
+        (config.parent / "1").mkdir(exist_ok=True)
+        if str(model) in doubles:
+            shutil.copyfile(PYTHON_MODEL_DOUBLES / model / "1" / "model.py", config.parent / "1" / "model.py")
 
 
 def install_doubles(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -36,15 +37,18 @@ if str(REPO) not in sys.path:  # run as a script: make `tests.` and `trtllm_imag
     sys.path.insert(0, str(REPO))
 
 from tests import realtriton  # noqa: E402
-from tests.doubles.install import DOUBLES_DIR, install_doubles, write_wrapper  # noqa: E402
+from tests.doubles.install import DOUBLES_DIR, install_doubles, python_models_origin, write_wrapper  # noqa: E402
 from tests.upstream_files import UpstreamMissing, upstream_root  # noqa: E402
-from trtllm_images.errors import BuildError  # noqa: E402
-from trtllm_images.matrix import DEFAULT_PATH, MatrixEntry, load, version_tuple  # noqa: E402
+from trtllm_entrypoint.errors import Error  # noqa: E402
+from trtllm_entrypoint.versions import version_tuple  # noqa: E402
+from trtllm_images.matrix import DEFAULT_PATH, MatrixEntry, load  # noqa: E402
 
 OS_IMAGE = "trtllm-standin-os:bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 PYTHON_LABEL = "io.trtllm-images.standin.python"
 SITE_LABEL = "io.trtllm-images.standin.site-packages"
+MODELS_LABEL = "io.trtllm-images.standin.all-models"
+PYTHON_MODELS_LABEL = "io.trtllm-images.standin.python-models"
 # Where the image keeps the *_double.py scripts that the program wrappers run.
 SCRIPTS_DIR = "/opt/trtllm-doubles"
 OPENAI_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
@@ -69,6 +73,21 @@ class StandinSpec:
     with_app: bool  # NGC images ship /app from 25.01
     openai_frontend: bool
     templates: Path | None  # an all_models directory copied to /app/all_models
+
+    @property
+    def models_set(self) -> str | None:
+        """Which stored upstream set /app/all_models comes from (`tensorrtllm_backend/v0.17.0`, …)."""
+        if self.templates is None:
+            return None
+        try:
+            return str(self.templates.relative_to(upstream_root()))
+        except (ValueError, UpstreamMissing):
+            return str(self.templates)
+
+    @property
+    def python_models(self) -> str | None:
+        """Whose preprocessing/postprocessing/BLS model.py files the image runs: upstream's, or our doubles."""
+        return python_models_origin(self.templates) if self.templates else None
 
 
 @dataclass(frozen=True)
@@ -130,12 +149,17 @@ def dockerfile_text(spec: StandinSpec, site_dir: str, py: str) -> str:
         f"openmpi-bin libpython{py} && rm -rf /var/lib/apt/lists/*",
         "COPY wheels/ /tmp/standin-wheels/",
         "RUN python3 -m pip install --no-cache-dir --no-index --find-links /tmp/standin-wheels "
-        f"--break-system-packages {' '.join(repr(r) for r in realtriton.STUB_REQUIREMENTS)} "
+        f"--break-system-packages -r /tmp/standin-wheels/{realtriton.STUB_REQUIREMENTS.name} "
         "&& rm -rf /tmp/standin-wheels",
         "COPY layout/opt/tritonserver/ /opt/tritonserver/",
         "RUN useradd --uid 1000 --user-group --create-home --shell /bin/bash triton-server",
         f"LABEL io.trtllm-images.standin.tag={spec.tag} io.trtllm-images.standin.tensorrt-llm={spec.tensorrt_llm} "
         f"io.trtllm-images.standin.triton-core={realtriton.TRITON_VERSION}",
+        *(
+            [f"LABEL {MODELS_LABEL}={json.dumps(spec.models_set)} {PYTHON_MODELS_LABEL}={json.dumps(origin)}"]
+            if (origin := spec.python_models)
+            else []
+        ),
         # The claimed version is the tag's (build.py verifies it against the matrix); the core is TRITON_VERSION.
         # Open MPI may start more ranks than this machine has cores, as one rank per GPU would.
         f"ENV TRITON_SERVER_VERSION={spec.triton} TRITON_SERVER_USER=triton-server "
@@ -182,6 +206,7 @@ def assemble_context(spec: StandinSpec, context: Path, site_dir: str, python: st
     for wheel in wheels.glob("*.whl"):
         if wheel != realtriton.server_wheel(wheels):  # unpacked into layout/ already
             shutil.copyfile(wheel, context / "wheels" / wheel.name)
+    shutil.copyfile(realtriton.STUB_REQUIREMENTS, context / "wheels" / realtriton.STUB_REQUIREMENTS.name)
     (context / "Dockerfile").write_text(dockerfile_text(spec, site_dir, py))
     return context
 
@@ -312,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
             matrix_path=args.matrix,
             log=lambda msg: print(msg, file=sys.stderr),
         )
-    except (StandinUnavailable, BuildError, RuntimeError) as exc:
+    except (StandinUnavailable, Error, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     args.matrix_out.parent.mkdir(parents=True, exist_ok=True)

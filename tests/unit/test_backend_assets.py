@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
 import pytest
 
-from tests.archive_server import ArchiveServer, refused_url, sha256, tarball
+from tests.archive_server import ArchiveServer, refused_url, tarball
+from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import matrix, upstream
-from trtllm_images.backend_assets import Archive, archives, fetch, local_members, lock_keys
-from trtllm_images.errors import BuildError, UsageError
+from trtllm_images.backend_assets import Archive, archives, fetch, local_members, lock_paths
 from trtllm_images.matrix import Backend, MatrixEntry
 from trtllm_images.upstream import Lock, Pin
 
@@ -51,8 +54,7 @@ BACKEND_TARBALL = tarball(
     },
     symlinks={
         "tools/inside": "fill_template.py",
-        "tools/outside": "../../../../etc/passwd",
-        "tools/absolute": "/etc/passwd",
+        "tools/readme": "../docs/README.md",  # inside the repository, outside what the app dir takes
     },
 )
 TRTLLM_TARBALL = tarball(
@@ -73,20 +75,26 @@ def github():
 
 
 def lock_for(server, backend: bytes = BACKEND_TARBALL, trtllm: bytes | None = TRTLLM_TARBALL) -> Lock:
+    """A lock pinning what the two tarballs hold (the TensorRT-LLM one not pinned when `trtllm` is None)."""
+    backend_paths = ["all_models/inflight_batcher_llm", "all_models/llmapi", "tools"]
     return Lock(
         (
-            Pin(
-                "triton-inference-server/tensorrtllm_backend", "v0.12.0", server.url("/backend.tar.gz"), sha256(backend)
-            ),
-            Pin(
-                "NVIDIA/TensorRT-LLM",
-                "v0.12.0",
-                server.url("/trtllm.tar.gz"),
-                sha256(trtllm) if trtllm else None,
-                "" if trtllm else upstream.NOT_RECORDED,
-            ),
+            pinned(server, "triton-inference-server/tensorrtllm_backend", "/backend.tar.gz", backend, backend_paths),
+            pinned(server, "NVIDIA/TensorRT-LLM", "/trtllm.tar.gz", trtllm, ["examples"]),
         )
     )
+
+
+def pinned(server, repo: str, path: str, data: bytes | None, paths: list[str]) -> Pin:
+    pin = upstream.new_pin(repo, "v0.12.0", paths)
+    pin = replace(pin, url=server.url(path))
+    if data is None:
+        return pin
+    scratch = Path(tempfile.mkdtemp())
+    (scratch / "a").write_bytes(data)
+    commit, digest = upstream.extract(scratch / "a", pin.name, pin.paths, scratch / "tree")
+    shutil.rmtree(scratch)
+    return replace(pin, commit=commit, digest=digest, uncertain="")
 
 
 def test_archives_per_layout():
@@ -109,14 +117,13 @@ def test_archives_per_layout():
     assert local_members(LAYOUT_A)["tensorrt_llm/examples"] == "examples"
 
 
-def test_lock_keys_are_what_builds_download_plus_the_backend_at_every_ref():
+def test_lock_paths_are_what_builds_take_plus_the_backend_at_every_ref():
     the_matrix = matrix.load()
-    keys = lock_keys(the_matrix)
-    assert len(keys) == len(set(keys))
+    paths = lock_paths(the_matrix)
     for entry in the_matrix.entries:
-        assert (entry.backend.repo, entry.backend.ref) in keys
-        if not entry.backend.in_image:
-            assert all((a.repo, a.ref) in keys for a in archives(entry))
+        assert (entry.backend.repo, entry.backend.ref) in paths
+        for archive in archives(entry)[: 1 if entry.backend.in_image else None]:
+            assert set(archive.members) <= set(paths[archive.repo, archive.ref])
 
 
 def test_download_keeps_only_the_app_layout_and_safe_members(github, tmp_path):
@@ -143,6 +150,14 @@ def test_second_fetch_uses_the_verified_cache(github, tmp_path):
     assert len(github.requests) == 2 and "cached" in messages[-1]
 
 
+def test_a_lock_whose_paths_do_not_cover_a_member_names_it(github, tmp_path):
+    lock = lock_for(github)
+    narrow = Lock((replace(lock.pins[0], paths=("tools",)), lock.pins[1]))
+    with pytest.raises(Error, match="does not pin all_models/inflight_batcher_llm, all_models/llmapi"):
+        fetch(LAYOUT_A, tmp_path, None, quiet, lock=narrow)
+    assert github.requests == []
+
+
 @pytest.mark.parametrize("damage", ["tampered", "truncated", "interrupted"])
 def test_a_damaged_archive_is_never_used_and_nothing_is_published(github, tmp_path, damage):
     if damage == "tampered":
@@ -151,25 +166,28 @@ def test_a_damaged_archive_is_never_used_and_nothing_is_published(github, tmp_pa
         github.served["/trtllm.tar.gz"] = TRTLLM_TARBALL[: len(TRTLLM_TARBALL) // 2]
     else:
         github.cut["/trtllm.tar.gz"] = len(TRTLLM_TARBALL) // 2
-    with pytest.raises(BuildError, match="NVIDIA/TensorRT-LLM@v0.12.0"):
-        fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock_for(github))
-    assert not (tmp_path / "backend").exists()
-    assert [p.name for p in (tmp_path / "archives").iterdir()] == [f"{sha256(BACKEND_TARBALL)}.tar.gz"]
-
-
-def test_unpinned_archive_is_refused_unless_allowed(github, tmp_path):
-    lock = lock_for(github, trtllm=None)
-    with pytest.raises(BuildError, match="NVIDIA/TensorRT-LLM@v0.12.0 is not pinned") as info:
+    lock = lock_for(github)
+    with pytest.raises(Error, match="NVIDIA/TensorRT-LLM@v0.12.0"):
         fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock)
-    assert "--backend-dir" in info.value.hint and "--allow-unpinned" in info.value.hint
     assert not (tmp_path / "backend").exists()
-    app = fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock, allow_unpinned=True)
+    assert [p.name for p in (tmp_path / "sources").iterdir()] == [lock.pins[0].digest.removeprefix("tree1:")]
+
+
+def test_unpinned_source_is_trusted_on_first_use_unless_pinned_sources_are_required(github, tmp_path):
+    lock = lock_for(github, trtllm=None)
+    with pytest.raises(Error, match="NVIDIA/TensorRT-LLM@v0.12.0 is not pinned") as info:
+        fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock, require_pinned=True)
+    assert "--from-git" in info.value.hint
+    assert not (tmp_path / "backend").exists()
+    messages: list[str] = []
+    app = fetch(LAYOUT_A, tmp_path, None, messages.append, lock=lock)
     assert (app / "examples/llama/convert_checkpoint.py").is_file()
+    assert [m for m in messages if m.startswith("trust on first use: NVIDIA/TensorRT-LLM@v0.12.0")]
 
 
 def test_offline_suggests_backend_dir(github, tmp_path):
     lock = Lock(tuple(dataclasses.replace(pin, url=refused_url()) for pin in lock_for(github).pins))
-    with pytest.raises(BuildError, match="tensorrtllm_backend@v0.12.0") as info:
+    with pytest.raises(Error, match="tensorrtllm_backend@v0.12.0") as info:
         fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock)
     assert (
         "--backend-dir DIR (a checkout of triton-inference-server/tensorrtllm_backend at v0.12.0, with its "
@@ -181,7 +199,7 @@ def test_offline_suggests_backend_dir(github, tmp_path):
 def test_a_ref_without_templates_is_an_error(github, tmp_path):
     empty = tarball("x", {"tools/fill_template.py": b""})
     github.served["/backend.tar.gz"] = empty
-    with pytest.raises(BuildError, match="all_models/inflight_batcher_llm"):
+    with pytest.raises(Error, match="all_models/inflight_batcher_llm"):
         fetch(LAYOUT_A, tmp_path, None, quiet, lock=lock_for(github, backend=empty))
     assert [p.name for p in (tmp_path / "backend" / "triton-inference-server" / "tensorrtllm_backend").iterdir()] == []
 
@@ -223,7 +241,7 @@ def test_checkout_without_the_submodule_says_how_to_fix_it(tmp_path):
     checkout = make_checkout(tmp_path / "checkout", layout_b=False)
     for path in sorted((checkout / "tensorrt_llm").rglob("*"), reverse=True):
         path.rmdir() if path.is_dir() else path.unlink()
-    with pytest.raises(BuildError, match="examples") as info:
+    with pytest.raises(Error, match="examples") as info:
         fetch(LAYOUT_A, tmp_path / "cache", checkout, quiet)
     assert "submodule" in info.value.hint
 

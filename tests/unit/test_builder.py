@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from docker.errors import APIError, DockerException, ImageNotFound
 
+from trtllm_entrypoint.errors import Error
 from trtllm_images import builder
-from trtllm_images.errors import BuildError
 
 BASE = "nvcr.io/nvidia/tritonserver:25.01-trtllm-python-py3"
 
@@ -79,7 +79,7 @@ def test_an_error_chunk_fails_the_build_with_the_last_lines(tmp_path):
         }
     )
     api = FakeAPI(build=chunks)
-    with pytest.raises(BuildError) as caught:
+    with pytest.raises(Error) as caught:
         builder.build_image(FakeClient(api), tmp_path, "Dockerfile", "img:1", {}, lambda line: None)
     message = caught.value.message
     assert message.startswith("docker build of img:1 failed: The command '/bin/sh -c false' returned")
@@ -90,13 +90,13 @@ def test_an_error_chunk_fails_the_build_with_the_last_lines(tmp_path):
 
 def test_an_api_error_during_build_names_the_ref(tmp_path):
     api = FakeAPI(build_raises=APIError("500", explanation="Cannot locate specified Dockerfile: Dockerfile.x"))
-    with pytest.raises(BuildError, match="docker build of img:1 failed: Cannot locate specified Dockerfile"):
+    with pytest.raises(Error, match="docker build of img:1 failed: Cannot locate specified Dockerfile"):
         builder.build_image(FakeClient(api), tmp_path, "Dockerfile.x", "img:1", {}, lambda line: None)
 
 
 def test_a_lost_engine_during_build_is_an_engine_error(tmp_path):
     api = FakeAPI(build_raises=ConnectionError("connection aborted"))
-    with pytest.raises(BuildError, match="the Docker engine failed while building img:1"):
+    with pytest.raises(Error, match="the Docker engine failed while building img:1"):
         builder.build_image(FakeClient(api), tmp_path, "Dockerfile", "img:1", {}, lambda line: None)
 
 
@@ -134,7 +134,7 @@ class PullDenied(FakeAPI):
     ids=["error-chunk", "api-error"],
 )
 def test_a_base_image_that_cannot_be_pulled_names_it_and_the_option(api):
-    with pytest.raises(BuildError) as caught:
+    with pytest.raises(Error) as caught:
         builder.ensure_base_image(FakeClient(api), BASE, lambda line: None)
     assert BASE in caught.value.message and "cannot be pulled" in caught.value.message
     assert "--base-image" in caught.value.hint and "nvcr.io" in caught.value.hint
@@ -151,7 +151,7 @@ def test_push_splits_the_ref_and_streams_status():
 
 def test_a_refused_push_says_which_registry_to_log_in_to():
     api = FakeAPI(push=[{"error": "denied: requested access to the resource is denied"}])
-    with pytest.raises(BuildError, match="pushing ghcr.io/me/img:1 failed: denied") as caught:
+    with pytest.raises(Error, match="pushing ghcr.io/me/img:1 failed: denied") as caught:
         builder.push(FakeClient(api), "ghcr.io/me/img:1", lambda line: None)
     assert "docker login ghcr.io" in caught.value.hint
 
@@ -175,7 +175,7 @@ def test_no_daemon_is_one_error_saying_how_to_start_one(monkeypatch):
         raise DockerException("Error while fetching server API version: Connection refused")
 
     monkeypatch.setattr(builder.docker, "from_env", refuse)
-    with pytest.raises(BuildError) as caught:
+    with pytest.raises(Error) as caught:
         builder.docker_client()
     assert caught.value.message.startswith("no Docker engine answered")
     assert "DOCKER_HOST" in caught.value.hint
@@ -187,5 +187,5 @@ def test_a_daemon_that_does_not_answer_ping_is_the_same_error(monkeypatch):
             raise OSError("timed out")
 
     monkeypatch.setattr(builder.docker, "from_env", lambda **kwargs: Silent())
-    with pytest.raises(BuildError, match="no Docker engine answered: timed out"):
+    with pytest.raises(Error, match="no Docker engine answered: timed out"):
         builder.docker_client()

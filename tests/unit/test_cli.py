@@ -3,6 +3,7 @@ Docker client (no daemon). Real-Docker builds are the e2e suite's job."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -13,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 from docker.errors import ImageNotFound
 
-from tests.archive_server import ArchiveServer, sha256, tarball
+from tests.archive_server import ArchiveServer, tarball
+from trtllm_entrypoint.errors import Error
 from trtllm_images import backend_assets, builder, support, upstream, wheel
 from trtllm_images import cli as cli_mod
 from trtllm_images import matrix as matrix_mod
-from trtllm_images.errors import BuildError
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = matrix_mod.load(matrix_mod.DEFAULT_PATH)
@@ -143,41 +144,37 @@ def test_render_accepts_base_image_and_uses_the_registry_in_refs():
     assert "# ghcr.io/me/trtllm-serve:" in result.stdout
 
 
-def test_render_of_a_tag_without_app_refuses_an_unpinned_archive_in_one_line(tmp_path, monkeypatch):
+def test_render_of_a_tag_without_app_with_require_pinned_refuses_an_unpinned_source_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     entry = next(e for e in MATRIX.supported() if not e.backend.in_image)
-    unpinned = upstream.Lock(tuple(upstream.new_pin(a.repo, a.ref) for a in backend_assets.archives(entry)))
+    unpinned = upstream.Lock(tuple(upstream.new_pin(a.repo, a.ref, a.members) for a in backend_assets.archives(entry)))
     monkeypatch.setattr(upstream, "load_lock", lambda: unpinned)
-    result = run("render", "--tag", entry.tag, "--out", str(tmp_path / "out"))
+    result = run("render", "--tag", entry.tag, "--require-pinned", "--out", str(tmp_path / "out"))
     assert result.exit_code == 1
     error, hint = result.stderr.splitlines()[-2:]
     assert error.startswith("error: ") and f"{entry.backend.repo}@{entry.backend.ref} is not pinned" in error
-    assert "python build.py upstream lock" in hint and "--backend-dir" in hint and "--allow-unpinned" in hint
+    assert "python build.py upstream lock --from-git DIR" in hint
     assert not (tmp_path / "out" / "context").exists() and not (tmp_path / "xdg" / "trtllm-images" / "backend").exists()
 
 
 def test_upstream_lock_records_digests_and_fetch_prints_the_verified_layout(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setattr(backend_assets, "lock_keys", lambda matrix: [])  # the matrix's archives are on GitHub
-    crd = tarball("kserve-0.20.0", {"config/crd/full/a.yaml": b"kind: CustomResourceDefinition\n"})
+    monkeypatch.setattr(backend_assets, "lock_paths", lambda matrix: {})  # the matrix's sources are on GitHub
+    crd = tarball("kserve-0.20.0", {"config/crd/full/a.yaml": b"kind: CustomResourceDefinition\n"}, commit="c" * 40)
     lock_path = tmp_path / "upstream.lock.json"
     with ArchiveServer() as server:
         server.served["/kserve.tar.gz"] = crd
-        pin = upstream.Pin(
-            "kserve/kserve",
-            "v0.20.0",
-            server.url("/kserve.tar.gz"),
-            None,
-            upstream.NOT_RECORDED,
-            {"config/crd/full": "kserve/crd"},
-        )
+        pin = upstream.new_pin("kserve/kserve", "v0.20.0", ["config/crd/full"])
+        pin = dataclasses.replace(pin, url=server.url("/kserve.tar.gz"), layout={"config/crd/full": "kserve/crd"})
         upstream.write_lock(upstream.Lock((pin,), lock_path))
         result = run("upstream", "fetch", "--lock", str(lock_path))
-        assert result.exit_code == 1 and "kserve/kserve@v0.20.0 is not pinned" in result.stderr
+        assert result.exit_code == 0, result.output
+        assert "trust on first use: kserve/kserve@v0.20.0 is not pinned" in result.stderr
         result = run("upstream", "lock", "--lock", str(lock_path))
         assert result.exit_code == 0, result.output
-        assert "1 archives, 0 without a digest" in result.stdout
-        assert upstream.load_lock(lock_path).pins[0].sha256 == sha256(crd)
+        assert "1 sources, 0 without a digest" in result.stdout
+        recorded = upstream.load_lock(lock_path).pins[0]
+        assert recorded.commit == "c" * 40 and recorded.digest and recorded.digest.startswith("tree1:")
         result = run("upstream", "fetch", "--lock", str(lock_path))
     assert result.exit_code == 0, result.output
     layout = Path(result.stdout.strip())
@@ -485,7 +482,7 @@ def test_static_check_errors_stop_before_any_docker_call(tmp_path, entry, monkey
 @needs_hadolint
 def test_no_docker_engine_is_one_error_and_a_report(tmp_path, entry, monkeypatch):
     def refuse():
-        raise BuildError("no Docker engine answered: refused", "start the Docker daemon or set DOCKER_HOST")
+        raise Error("no Docker engine answered: refused", "start the Docker daemon or set DOCKER_HOST")
 
     monkeypatch.setattr(builder, "docker_client", refuse)
     result = run("--tag", entry.tag, "--out", str(tmp_path))

@@ -26,6 +26,7 @@ from trtllm_entrypoint.engine_build import (
 from trtllm_entrypoint.engine_cache import EngineCache
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
+from trtllm_entrypoint.settings import EngineSpec
 
 APP, MODEL, OUT, WORK = Path("/app"), Path("/m"), Path("/o"), Path("/o/checkpoint")
 DEFAULTS = dict(
@@ -43,7 +44,8 @@ DEFAULTS = dict(
 
 
 def settings(**overrides):
-    return SimpleNamespace(**{**DEFAULTS, **overrides})
+    """An EngineSpec alone, nothing else of the settings: the build commands must need no more."""
+    return EngineSpec(**{**DEFAULTS, **overrides})
 
 
 def converter(tag: str, model_type: str = "llama") -> models.Converter:

@@ -16,8 +16,9 @@ import yaml
 
 from tests.image_data import write_image_data
 from tests.upstream_files import upstream_path
-from trtllm_images import kserve, kserve_options, matrix
-from trtllm_images.errors import BuildError, UsageError
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.errors import Error, UsageError
+from trtllm_images import kserve, kserve_options, matrix, scaling
 from trtllm_images.plan import make_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,6 +28,19 @@ HUB_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
 DEPLOY_OPTIONS = kserve.KServeOptions(
     tag="25.01", registry="ghcr.io/your-org", model_id=HUB_MODEL, cache="pvc", warm_job=True
 )
+
+# docs/kserve.md's 2-node deployment: TP 16 over two 8-GPU nodes, the engine cache on ReadWriteMany storage.
+MULTINODE_OPTIONS = kserve.KServeOptions(
+    tag="25.01",
+    registry="ghcr.io/your-org",
+    model_id="meta-llama/Llama-3.1-405B-Instruct",
+    tp_size=16,
+    nodes=2,
+    cache="pvc",
+    pvc_access_mode="ReadWriteMany",
+    pvc_size="2Ti",
+)
+DEPLOY_EXAMPLES = {"kserve": DEPLOY_OPTIONS, "multinode": MULTINODE_OPTIONS}
 
 
 @pytest.fixture(scope="session")
@@ -54,6 +68,7 @@ def crd_validators():
     jsonschema = pytest.importorskip("jsonschema")
     files = sorted(upstream_path("kserve/crd").glob("*.yaml"))
     assert files, "the upstream layout's kserve/crd holds the CRDs"
+    files += [upstream_path(relpath) for relpath in SCALE_OUT_CRDS]
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     validators = {}
     for path in files:
@@ -81,6 +96,32 @@ def unknown_fields(instance, schema, path="") -> list[str]:
     if isinstance(instance, list) and "items" in schema:
         return [f for i, v in enumerate(instance) for f in unknown_fields(v, schema["items"], f"{path}[{i}]")]
     return []
+
+
+# LeaderWorkerSet, the Prometheus Operator's PodMonitor and KEDA's ScaledObject, pinned in upstream.lock.json.
+SCALE_OUT_CRDS = (
+    "lws/leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+    "prometheus-operator/monitoring.coreos.com_podmonitors.yaml",
+    "keda/keda.sh_scaledobjects.yaml",
+)
+KUBERNETES_VERSION = "1.30"  # built-in kinds are validated against this release's own OpenAPI schemas
+
+
+def builtin_errors(doc) -> list[str]:
+    """Kubernetes' own schema for a built-in kind (PodSpec inside Jobs included), unknown fields refused."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    try:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return [f"{'/'.join(map(str, exc.path))}: {exc.message}"]
+    return []
+
+
+def validation_errors(doc, crd_validators) -> list[str]:
+    """Every document against its schema: a CRD's own, or Kubernetes' for built-in kinds; unknown kinds fail."""
+    if (doc["apiVersion"], doc["kind"]) in crd_validators:
+        return schema_errors(doc, crd_validators)
+    return builtin_errors(doc)
 
 
 def schema_errors(doc, crd_validators) -> list[str]:
@@ -118,9 +159,40 @@ def grid():
         ("26.07", "pvc", False, 4),
     ):
         options = kserve.KServeOptions(
-            tag=tag, cache=cache, warm_job=warm, tp_size=tp, model_id=HUB_MODEL, frontend="openai"
+            tag=tag, cache=cache, warm_job=warm, tp_size=tp, model_id=HUB_MODEL, frontend="openai", max_replicas=1
         )
         yield pytest.param(options, id=f"openai-{tag}-{cache}-{'warm' if warm else 'nojob'}-tp{tp}")
+
+
+def scale_out_grid():
+    """Fixed and autoscaled services, and multi-node groups: every document they add is validated too."""
+    yield pytest.param(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, max_replicas=1), id="fixed-replicas")
+    yield pytest.param(
+        kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, min_replicas=2, max_replicas=10, scale_target=0.5),
+        id="autoscaled",
+    )
+    for nodes, tp, pp, cache, replicas in ((2, 16, 1, "pvc", 4), (2, 8, 2, "emptydir", 1), (4, 8, 4, "pvc", 3)):
+        options = kserve.KServeOptions(
+            tag="25.01", model_id=HUB_MODEL, nodes=nodes, tp_size=tp, pp_size=pp, cache=cache, max_replicas=replicas
+        )
+        yield pytest.param(options, id=f"nodes{nodes}-tp{tp}-pp{pp}-{cache}-max{replicas}")
+
+
+@pytest.mark.parametrize("options", list(scale_out_grid()))
+def test_every_scale_out_document_is_valid_and_sound(options, the_matrix, crd_validators):
+    docs = documents(options)
+    for doc in docs:
+        assert validation_errors(doc, crd_validators) == [], doc["kind"]
+    assert kserve.semantic_findings(docs, the_matrix) == []
+    kinds = {doc["kind"] for doc in docs}
+    assert "PodMonitor" in kinds
+    if options.nodes > 1:
+        assert {"LeaderWorkerSet", "Service", "NetworkPolicy"} <= kinds and "InferenceService" not in kinds
+        assert ("ScaledObject" in kinds) == options.autoscaled
+    else:
+        isvc = by_kind(docs, "InferenceService")
+        assert ("autoScaling" in isvc["spec"]["predictor"]) == options.autoscaled
+    assert list(yaml.safe_load_all(kserve.dump_yaml(docs))) == list(docs)
 
 
 @pytest.mark.parametrize("options", list(grid()))
@@ -131,8 +203,7 @@ def test_every_document_is_valid_and_sound(options, entry, the_matrix, crd_valid
     assert ("PersistentVolumeClaim" in kinds) == (options.cache == "pvc")
     assert ("Job" in kinds) == options.warm_job
     for doc in docs:
-        if doc["apiVersion"].startswith("serving.kserve.io/"):
-            assert schema_errors(doc, crd_validators) == [], doc["kind"]
+        assert validation_errors(doc, crd_validators) == [], doc["kind"]
     assert kserve.semantic_findings(docs, the_matrix) == []
     # What went through YAML comes back identical (no lossy scalars), and shared sub-objects did not become aliases.
     text = kserve.dump_yaml(docs)
@@ -190,7 +261,7 @@ def test_runtime_contract(entry):
 
 
 def test_openai_runtime_serves_and_probes_the_frontend_on_the_http_port(the_matrix):
-    docs = documents(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, frontend="openai"))
+    docs = documents(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, frontend="openai", max_replicas=1))
     runtime, service = by_kind(docs, "ClusterServingRuntime"), by_kind(docs, "InferenceService")
     assert runtime["metadata"]["name"] == "trtllm-25-01-openai" == service["spec"]["predictor"]["model"]["runtime"]
     (container,) = runtime["spec"]["containers"]
@@ -209,9 +280,15 @@ def test_openai_runtime_serves_and_probes_the_frontend_on_the_http_port(the_matr
     assert runtime["spec"]["protocolVersions"] == ["v1"] and "annotations" not in runtime["spec"]
     model = service["spec"]["predictor"]["model"]
     assert model["protocolVersion"] == "v1" and [p["containerPort"] for p in model["ports"]] == [8080]
+    assert "PodMonitor" not in {doc["kind"] for doc in docs}  # no Triton metrics port to scrape
     with pytest.raises(UsageError, match="image 24.11 has no Triton OpenAI frontend") as refused:
-        kserve.make_plan(the_matrix, kserve.KServeOptions(tag="24.11", model_id=HUB_MODEL, frontend="openai"))
+        kserve.make_plan(
+            the_matrix, kserve.KServeOptions(tag="24.11", model_id=HUB_MODEL, frontend="openai", max_replicas=1)
+        )
     assert "--tag 24.12" in refused.value.hint
+    for more, why in (({}, "fixed replica count"), ({"max_replicas": 1, "nodes": 2, "tp_size": 2}, "one node")):
+        with pytest.raises(UsageError, match=why):
+            kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, frontend="openai", **more)
 
 
 def test_inference_service_for_storage_uri_is_read_only_and_has_no_token(entry):
@@ -224,7 +301,7 @@ def test_inference_service_for_storage_uri_is_read_only_and_has_no_token(entry):
     assert model["modelFormat"] == {"name": "tensorrt-llm"} and model["protocolVersion"] == "v2"
     names = [e["name"] for e in model["env"]]
     assert "MODEL_ID" not in names and "HF_TOKEN" not in names
-    assert [p["name"] for p in model["ports"]] == ["http1", "grpc-v2"]
+    assert [p["name"] for p in model["ports"]] == ["http1", "grpc-v2", "metrics"]
     assert isvc["spec"]["predictor"]["volumes"] == [{"name": "trtllm-cache", "emptyDir": {}}]
     writable = kserve.KServeOptions(tag="25.01", storage_uri="s3://bucket/llama", storage_readonly=False)
     assert (
@@ -276,7 +353,13 @@ def test_pvc_and_warm_job_share_the_cache_and_the_engine_settings(entry):
         pvc_access_mode="ReadWriteMany",
     )
     docs = documents(options)
-    assert [d["kind"] for d in docs] == ["ClusterServingRuntime", "PersistentVolumeClaim", "InferenceService", "Job"]
+    assert [d["kind"] for d in docs] == [
+        "ClusterServingRuntime",
+        "PersistentVolumeClaim",
+        "InferenceService",
+        "PodMonitor",
+        "Job",
+    ]
     pvc = by_kind(docs, "PersistentVolumeClaim")
     assert pvc["apiVersion"] == "v1" and pvc["metadata"]["name"] == "llm-trtllm-cache"
     assert pvc["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "500Gi"}}}
@@ -365,13 +448,6 @@ def test_good_image_references_are_accepted(image):
     assert kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, image=image).image == image
 
 
-def test_parallelism_limits_agree_with_the_entrypoint():
-    from trtllm_entrypoint import settings
-
-    assert kserve_options.TP_SIZES == settings.POWERS_OF_TWO
-    assert kserve_options.MAX_PP_SIZE == 64 and 'PP_SIZE", 1, 1, 64)' in Path(settings.__file__).read_text()
-
-
 @pytest.mark.parametrize(
     "args", [["--tp-size", "3"], ["--name", "1abc"], ["--pvc-size", "0", "--cache", "pvc"], ["--image", "Bad Image"]]
 )
@@ -453,7 +529,7 @@ def test_a_plan_breaking_kserve_rules_is_refused(monkeypatch):
         "_shm_volume",
         lambda: {"name": "devshm", "emptyDir": {}, "env": [{"name": "API_KEY", "value": "literal"}]},
     )
-    with pytest.raises(BuildError, match="break KServe's rules: .*API_KEY has a literal value"):
+    with pytest.raises(Error, match="break KServe's rules: .*API_KEY has a literal value"):
         kserve.make_plan(_matrix(), kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL))
 
 
@@ -516,22 +592,25 @@ def test_write_files_leaves_no_temp_files(tmp_path, entry):
     assert all(p.read_text() == files[p.name] for p in written)
 
 
-def test_deploy_kserve_files_are_current(entry):
-    """deploy/kserve is generated; a change in kserve.py must come with regenerated files."""
-    expected = kserve.render_files(kserve.make_plan(_matrix(), DEPLOY_OPTIONS))
-    directory = DEPLOY / "kserve"
+@pytest.mark.parametrize("folder", sorted(DEPLOY_EXAMPLES))
+def test_deploy_files_are_current(entry, folder):
+    """deploy/kserve and deploy/multinode are generated; a change in kserve.py must come with regenerated files."""
+    options = DEPLOY_EXAMPLES[folder]
+    expected = kserve.render_files(kserve.make_plan(_matrix(), options))
+    directory = DEPLOY / folder
     actual = {p.name: p.read_text(encoding="utf-8") for p in directory.glob("*.yaml")} if directory.is_dir() else {}
     refresh = (
-        f"refresh with: {kserve.command_line(DEPLOY_OPTIONS)} --out deploy/kserve "
+        f"refresh with: {kserve.command_line(options)} --out deploy/{folder} "
         f"(or: python -c 'import tests.unit.test_kserve as t; t.refresh_deploy()')"
     )
     assert sorted(actual) == sorted(expected), refresh
     for name, text in expected.items():
-        assert actual[name] == text, f"deploy/kserve/{name} is stale; {refresh}"
+        assert actual[name] == text, f"deploy/{folder}/{name} is stale; {refresh}"
 
 
 def refresh_deploy() -> None:
-    kserve.write_files(DEPLOY / "kserve", kserve.render_files(kserve.make_plan(_matrix(), DEPLOY_OPTIONS)))
+    for folder, options in DEPLOY_EXAMPLES.items():
+        kserve.write_files(DEPLOY / folder, kserve.render_files(kserve.make_plan(_matrix(), options)))
 
 
 @pytest.fixture(scope="module")
@@ -550,13 +629,13 @@ def test_compose_file_serves_one_gpu_host(compose, entry):
     assert service["ports"] == ["8000:8000", "8001:8001", "8002:8002"]  # the image's (Triton's) default ports
     assert service["shm_size"] == "8gb" and service["ulimits"]["memlock"] == -1
     env = service["environment"]
-    assert env["MODEL_ID"].startswith("${MODEL_ID:-") and env["CACHE_DIR"] == kserve.CACHE_DIR
+    assert env["MODEL_ID"].startswith("${MODEL_ID:-") and env["CACHE_DIR"] == contract.DEFAULT_CACHE_DIR
     assert env["HF_TOKEN"] is None  # passed through from the caller's environment, never written down
     # The admin key comes from a secrets file the user creates (gitignored), read by the entrypoint from the file.
     assert service["secrets"] == ["triton-admin-key"]
     assert env["TRITON_ADMIN_KEY_FILE"] == "/run/secrets/triton-admin-key" and "TRITON_ADMIN_KEY" not in env
     assert data["secrets"]["triton-admin-key"]["file"].endswith("./triton-admin-key}")
-    assert service["volumes"] == [f"trtllm-cache:{kserve.CACHE_DIR}"] and "trtllm-cache" in data["volumes"]
+    assert service["volumes"] == [f"trtllm-cache:{contract.DEFAULT_CACHE_DIR}"] and "trtllm-cache" in data["volumes"]
     assert service["stop_grace_period"] == "60s" and service["restart"] == "unless-stopped"
 
 
@@ -576,8 +655,6 @@ def test_cli_reproduces_the_stamped_command(tmp_path, entry):
 
     from trtllm_images.cli import cli
 
-    if "kserve" not in cli.commands:
-        pytest.skip("the `kserve` click command is not in trtllm_images/cli.py yet")
     args = shlex.split(kserve.command_line(DEPLOY_OPTIONS))[2:]  # drop "python build.py"
     result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
@@ -634,3 +711,176 @@ def test_kserve_command_takes_a_users_own_image(tmp_path):
     assert result.exit_code == 0, result.output
     (runtime, *_) = yaml.safe_load_all(result.output)
     assert runtime["spec"]["containers"][0]["image"] == image
+
+
+def test_the_service_scales_on_the_queue_compute_ratio_of_its_stages(entry):
+    options = kserve.KServeOptions(
+        tag="25.01",
+        model_id=HUB_MODEL,
+        name="chat",
+        namespace="team-a",
+        min_replicas=2,
+        max_replicas=6,
+        scale_target=0.5,
+        scale_down_window=900,
+        prometheus_url="http://prom.obs.svc:9090",
+    )
+    docs = documents(options)
+    isvc = by_kind(docs, "InferenceService")
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] == "keda"
+    predictor = isvc["spec"]["predictor"]
+    assert (predictor["minReplicas"], predictor["maxReplicas"]) == (2, 6)
+    (metric,) = predictor["autoScaling"]["metrics"]
+    assert metric["type"] == "External"
+    external = metric["external"]
+    assert external["metric"]["backend"] == "prometheus"
+    assert external["metric"]["serverAddress"] == "http://prom.obs.svc:9090"
+    # The formula the real-server test applies to Triton's /metrics, over this service's pods.
+    assert external["metric"]["query"] == scaling.query(
+        scaling.ENGINE_STAGES, {"namespace": "team-a", "pod": "chat-predictor-.*"}
+    )
+    assert 'model=~"preprocessing|tensorrt_llm|postprocessing"' in external["metric"]["query"]
+    assert external["target"] == {"type": "Value", "value": "500m"}
+    assert predictor["autoScaling"]["behavior"] == {"scaleDown": {"stabilizationWindowSeconds": 900}}
+    # Prometheus scrapes Triton's metrics port of exactly these pods.
+    assert {"name": "metrics", "containerPort": 8002, "protocol": "TCP"} in predictor["model"]["ports"]
+    monitor = by_kind(docs, "PodMonitor")
+    assert monitor["metadata"]["namespace"] == "team-a"
+    assert monitor["spec"]["selector"] == {"matchLabels": {"serving.kserve.io/inferenceservice": "chat"}}
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
+
+
+def test_a_fixed_replica_count_renders_no_autoscaler(entry):
+    isvc = by_kind(
+        documents(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, min_replicas=3, max_replicas=3)),
+        "InferenceService",
+    )
+    predictor = isvc["spec"]["predictor"]
+    assert (predictor["minReplicas"], predictor["maxReplicas"]) == (3, 3) and "autoScaling" not in predictor
+    assert "serving.kserve.io/autoscalerClass" not in isvc["metadata"]["annotations"]
+
+
+def test_an_llmapi_image_scales_on_its_one_model(the_matrix):
+    """The LLM-API repository has one model, renamed after the service: the ratio is that model's."""
+    llmapi = [e for e in the_matrix.supported() if e.default_workflow == "llmapi"]
+    if not llmapi:
+        pytest.skip("no supported tag defaults to the LLM-API workflow")
+    isvc = by_kind(documents(kserve.KServeOptions(tag=llmapi[0].tag, model_id=HUB_MODEL)), "InferenceService")
+    query = isvc["spec"]["predictor"]["autoScaling"]["metrics"][0]["external"]["metric"]["query"]
+    assert 'model=~"llm"' in query
+
+
+def test_the_matrix_default_workflow_is_the_entrypoints(the_matrix, tmp_path):
+    from trtllm_entrypoint import facts
+
+    for entry in the_matrix.entries:
+        image = facts.ImageFacts(
+            tag=entry.tag,
+            tensorrt_llm="0",
+            tensorrt=None,
+            triton=None,
+            workflows=entry.workflows,
+            engine_deprecated=entry.engine_deprecated,
+            openai_frontend=False,
+            app_dir=tmp_path,
+        )
+        assert image.default_workflow == entry.default_workflow, entry.tag
+
+
+def test_a_two_node_group_is_a_leader_worker_set(entry):
+    docs = documents(MULTINODE_OPTIONS)
+    assert [d["kind"] for d in docs] == [
+        "PersistentVolumeClaim",
+        "LeaderWorkerSet",
+        "Service",
+        "NetworkPolicy",
+        "PodMonitor",
+        "ScaledObject",
+    ]
+    lws = by_kind(docs, "LeaderWorkerSet")
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2 and template["restartPolicy"] == "RecreateGroupOnPodRestart"
+    assert lws["spec"]["replicas"] == 1 and lws["spec"]["networkConfig"] == {"subdomainPolicy": "Shared"}
+    leader = template["leaderTemplate"]["spec"]["containers"][0]
+    worker = template["workerTemplate"]["spec"]["containers"][0]
+    for container in (leader, worker):
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["TP_SIZE"] == "16" and container["resources"]["limits"]["nvidia.com/gpu"] == "8"
+        assert {"name": "mpi-ssh", "mountPath": "/etc/trtllm-images/mpi-ssh", "readOnly": True} in container[
+            "volumeMounts"
+        ]
+        assert container["securityContext"]["runAsNonRoot"] is True
+    assert [p["containerPort"] for p in leader["ports"]] == [8000, 8001, 8002]
+    assert [p["containerPort"] for p in worker["ports"]] == [2222]
+    assert worker["readinessProbe"] == {"tcpSocket": {"port": 2222}, "periodSeconds": 10}
+    assert leader["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": 8000}
+    assert "TRITON_ADMIN_KEY" in {e["name"] for e in leader["env"]} - {e["name"] for e in worker["env"]}
+    volumes = {v["name"]: v for v in template["workerTemplate"]["spec"]["volumes"]}
+    assert volumes["mpi-ssh"]["secret"] == {"secretName": "llm-mpi-ssh", "defaultMode": 0o400}
+    assert volumes["trtllm-cache"]["persistentVolumeClaim"]["claimName"] == "llm-trtllm-cache"
+    assert by_kind(docs, "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteMany"]
+
+    service = by_kind(docs, "Service")
+    assert service["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": "llm", "role": "leader"}
+    assert [p["port"] for p in service["spec"]["ports"]] == [8000, 8001, 8002]
+    assert template["leaderTemplate"]["metadata"]["labels"]["role"] == "leader"
+
+    policy = by_kind(docs, "NetworkPolicy")["spec"]
+    assert policy["ingress"][0] == {
+        "from": [{"podSelector": {"matchLabels": {"leaderworkerset.sigs.k8s.io/name": "llm"}}}]
+    }
+    assert 2222 not in [p["port"] for p in policy["ingress"][1]["ports"]]
+
+    scaled = by_kind(docs, "ScaledObject")["spec"]
+    assert scaled["scaleTargetRef"] == {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "name": "llm",
+    }
+    (trigger,) = scaled["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "Value"
+    assert trigger["metadata"]["query"] == scaling.query(
+        scaling.ENGINE_STAGES, {"namespace": "default", "pod": "llm-[0-9]+"}
+    )
+    assert float(trigger["metadata"]["threshold"]) == 1.0
+    assert scaled["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"] == {
+        "stabilizationWindowSeconds": 600
+    }
+
+
+def test_a_group_whose_pods_cannot_hold_its_ranks_is_a_finding(entry):
+    docs = copy.deepcopy(list(documents(MULTINODE_OPTIONS)))
+    lws = by_kind(docs, "LeaderWorkerSet")
+    lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["resources"]["limits"][
+        "nvidia.com/gpu"
+    ] = "4"
+    lws["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "None"
+    findings = " ".join(kserve.semantic_findings(docs))
+    assert "workerTemplate: 2 pods x 4 GPUs do not hold TP_SIZE*PP_SIZE = 16 ranks" in findings
+    assert "RecreateGroupOnPodRestart" in findings
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"max_replicas": 0}, "max_replicas must be an integer of at least 1"),
+        ({"min_replicas": 3, "max_replicas": 2}, "max_replicas 2 is below min_replicas 3"),
+        ({"scale_target": 0}, "scale_target must be a ratio"),
+        ({"scale_down_window": -1}, "scale_down_window must be an integer of at least 0"),
+        ({"prometheus_url": "prometheus:9090"}, "is not an http(s) URL"),
+        ({"nodes": 0}, "nodes must be an integer of at least 1"),
+        ({"nodes": 3, "tp_size": 8}, "cannot be split evenly over 3 nodes"),
+        ({"nodes": 2, "tp_size": 8, "ssh_secret": "Bad_Name"}, "ssh secret 'Bad_Name'"),
+    ],
+)
+def test_bad_scale_out_options_are_usage_errors(kwargs, message):
+    with pytest.raises(UsageError) as info:
+        kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, **kwargs)
+    assert message in info.value.message and info.value.exit_code == 2
+
+
+def test_a_group_reads_its_model_by_id_and_has_no_warm_job():
+    with pytest.raises(UsageError, match="multi-node group reads its model by model_id"):
+        kserve.KServeOptions(tag="25.01", storage_uri="s3://b/m", nodes=2, tp_size=8)
+    with pytest.raises(UsageError, match="warm_job is for single-node"):
+        kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, nodes=2, tp_size=8, cache="pvc", warm_job=True)

@@ -924,6 +924,9 @@ def test_a_prebuilt_engine_is_served_with_the_limits_it_was_built_with(image):
     for model in ("tensorrt_llm", "ensemble", "preprocessing"):
         assert "max_batch_size: 8\n" in (image.repo / model / "config.pbtxt").read_text(), model
     assert "serving the limits the engine was built with max_batch_size=8" in result.stderr
+    printed = json.loads(result.stdout)["plan"]  # the final plan: what is served, not what was asked
+    assert printed["engine_spec"]["max_batch_size"] == 8 and printed["taken_from_engine"] == {"max_batch_size": 8}
+    assert printed["engine_dir"] == str(engine) and printed["repository"] == str(image.repo)
 
 
 @pytest.mark.parametrize("with_checkpoint", [False, True], ids=["engine alone", "engine and MODEL_ID"])

@@ -8,8 +8,8 @@ from types import MappingProxyType
 
 import pytest
 
+from trtllm_entrypoint.errors import UsageError
 from trtllm_images.checks import REQUIRED_LABELS
-from trtllm_images.errors import UsageError
 from trtllm_images.matrix import Backend, MatrixEntry
 from trtllm_images.plan import make_plan
 

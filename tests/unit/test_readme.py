@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests import update_golden
+from trtllm_entrypoint import variables
 from trtllm_images import matrix
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,8 +37,20 @@ def test_matrix_table_is_the_generated_one():
     )
 
 
-def test_every_setting_the_entrypoint_reads_is_documented():
-    settings_source = (REPO / "entrypoints" / "trtllm_entrypoint" / "settings.py").read_text()
-    read = set(re.findall(r'"([A-Z][A-Z0-9_]{2,})"', settings_source))
-    documented = set(re.findall(r"^\| `([A-Z][A-Z0-9_]+)` \|", README, re.M))
-    assert read and read <= documented, f"undocumented: {sorted(read - documented)}"
+def test_environment_tables_are_the_generated_ones():
+    _, tables, _ = update_golden.split_readme(README)
+    assert tables == update_golden.environment_tables(), (
+        f"refresh the README's tables with `{update_golden.REGENERATE}`"
+    )
+
+
+def test_every_variable_the_entrypoint_reads_is_in_the_table():
+    package = REPO / "entrypoints" / "trtllm_entrypoint"
+    read = {
+        name
+        for module in ("settings.py", "facts.py", "main.py")
+        for name in re.findall(r'"([A-Z][A-Z0-9_]{2,})"', (package / module).read_text())
+    }
+    base_image_own = {"PATH", "TRITON_SERVER_VERSION"}  # facts.py reads what the NGC image sets for itself
+    missing = read - base_image_own - set(variables.VARIABLES)
+    assert read and not missing, f"not in variables.TABLE: {sorted(missing)}"

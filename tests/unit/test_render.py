@@ -11,10 +11,9 @@ import pytest
 
 from tests.update_golden import GOLDEN_DIR, REGENERATE, golden_tags, render_tag
 from trtllm_entrypoint import contract
+from trtllm_entrypoint.errors import Error
 from trtllm_images import context, matrix, render, support
-from trtllm_images import contract as host
 from trtllm_images.checks import instructions
-from trtllm_images.errors import BuildError
 from trtllm_images.plan import make_plan
 
 MODELS_JSON = support.models_json(support.load_models(), matrix.load(), support.load_capabilities())
@@ -43,22 +42,6 @@ def test_golden_dockerfiles(tag):
 def test_golden_directories_are_exactly_the_supported_tags():
     present = sorted(p.name for p in GOLDEN_DIR.iterdir() if p.is_dir())
     assert present == sorted(golden_tags()), f"run `{REGENERATE}` to add missing tags and drop unsupported ones"
-
-
-def test_host_contract_agrees_with_the_container_contract():
-    """Dockerfiles and KServe manifests take these values from trtllm_images.contract; the image from its own module."""
-    assert host.MODELS_FILE == contract.MODELS_FILE
-    assert (host.MATRIX_FILE, host.BUNDLED_APP_DIR, host.CACHE_DIR, host.KSERVE_MODEL_DIR) == (
-        contract.MATRIX_FILE,
-        contract.BUNDLED_APP_DIR,
-        contract.DEFAULT_CACHE_DIR,
-        contract.KSERVE_MODEL_DIR,
-    )
-    assert (host.HTTP_PORT, host.GRPC_PORT, host.METRICS_PORT) == (
-        contract.DEFAULT_HTTP_PORT,
-        contract.DEFAULT_GRPC_PORT,
-        contract.DEFAULT_METRICS_PORT,
-    )
 
 
 def test_server_dockerfile_runtime_contract(real_matrix):
@@ -217,22 +200,22 @@ def test_failed_write_keeps_the_old_context_and_leaves_no_temp_dirs(real_matrix,
 
 
 def test_missing_assets_for_a_tag_without_app_is_an_error_and_writes_nothing(real_matrix, tmp_path, wheel):
-    with pytest.raises(BuildError, match="all_models") as info:
+    with pytest.raises(Error, match="all_models") as info:
         write(real_matrix, "24.08", tmp_path, wheel, None)
     assert "--backend-dir" in info.value.hint
     assert not (tmp_path / "out").exists()
 
 
 def test_assets_for_a_tag_with_app_are_refused(real_matrix, tmp_path, wheel, assets):
-    with pytest.raises(BuildError, match="/app"):
+    with pytest.raises(Error, match="/app"):
         write(real_matrix, "25.01", tmp_path, wheel, assets)
 
 
 def test_matrix_json_must_contain_the_tag(real_matrix, tmp_path, wheel):
     plan = make_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
-    with pytest.raises(BuildError, match="no entry for tag 25.01"):
+    with pytest.raises(Error, match="no entry for tag 25.01"):
         context.write_context(plan, render.render(plan), wheel, json.dumps([{"tag": "24.08"}]), None, MODELS_JSON)
-    with pytest.raises(BuildError, match="not a list of entries"):
+    with pytest.raises(Error, match="not a list of entries"):
         context.write_context(plan, render.render(plan), wheel, "{not json", None, MODELS_JSON)
 
 
@@ -240,5 +223,5 @@ def test_wheel_must_be_the_entrypoint_wheel(real_matrix, tmp_path):
     other = tmp_path / "something-1.0-py3-none-any.whl"
     other.write_bytes(b"")
     plan = make_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
-    with pytest.raises(BuildError, match="trtllm_entrypoint"):
+    with pytest.raises(Error, match="trtllm_entrypoint"):
         context.write_context(plan, render.render(plan), other, real_matrix.to_json(), None, MODELS_JSON)

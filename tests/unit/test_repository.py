@@ -11,8 +11,8 @@ import yaml
 
 from tests.image_data import FACTS
 from tests.upstream_files import upstream_path
+from trtllm_entrypoint import contract, repository, repository_check
 from trtllm_entrypoint import fill as filling
-from trtllm_entrypoint import repository, repository_check
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.fill import UNSET
 from trtllm_entrypoint.log import Log
@@ -85,7 +85,7 @@ def test_effective_values_cover_every_optional_parameter(root, tmp_path):
             filling.placeholders(t)
             for t in (
                 (root / "inflight_batcher_llm" / m / "config.pbtxt").read_text()
-                for m in filling.ENGINE_MODELS
+                for m in contract.ENGINE_MODELS
                 if (root / "inflight_batcher_llm" / m / "config.pbtxt").exists()
             )
         )

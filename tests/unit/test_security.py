@@ -10,6 +10,7 @@ from trtllm_entrypoint import contract, launch, security
 from trtllm_entrypoint import settings as settings_mod
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.settings import Settings
+from trtllm_entrypoint.variables import VARIABLES
 
 FACTS = replace(image_data.FACTS, restricted_apis=True)
 KEY = "k3y-0123456789abcdef"
@@ -30,7 +31,7 @@ def load(facts=FACTS, **env):
 
 def test_by_default_the_admin_apis_are_closed_with_a_random_key_per_start():
     first, second = load(), load()
-    assert first.restricted_apis == security.DEFAULT_APIS
+    assert first.restricted_apis == VARIABLES["RESTRICTED_APIS"].default
     assert first.admin_key_generated and len(first.admin_key) >= 32
     assert first.admin_key != second.admin_key
     assert security.restriction(first, FACTS).argv() == [flag.replace(KEY, first.admin_key) for flag in DEFAULT_FLAGS]
@@ -100,7 +101,8 @@ def test_restricted_apis_changes_the_list():
 @pytest.mark.parametrize("value", ["health", "logging,bogus", "none,logging", ""])
 def test_unknown_api_names_are_one_line_naming_the_allowed_ones(value):
     if not value:
-        assert load(RESTRICTED_APIS=value).restricted_apis == security.DEFAULT_APIS  # empty counts as unset
+        # empty counts as unset
+        assert load(RESTRICTED_APIS=value).restricted_apis == VARIABLES["RESTRICTED_APIS"].default
         return
     with pytest.raises(UsageError) as error:
         load(RESTRICTED_APIS=value)

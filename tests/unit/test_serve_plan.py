@@ -8,7 +8,7 @@ import pytest
 
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
-from trtllm_entrypoint.serve_plan import decide, launch_argv
+from trtllm_entrypoint.serve_plan import LaunchPlan, decide, launch_argv
 from trtllm_entrypoint.settings import CommandLine, Settings
 from trtllm_entrypoint.sources import ModelSource
 
@@ -79,7 +79,16 @@ def test_a_typed_tritonserver_command_keeps_its_arguments_with_only_the_reposito
     assert (chosen.frontend, plan.health_port) == ("triton", 8080), (
         "typed ports win; a typed tritonserver has no OpenAI frontend"
     )
-    argv = launch_argv(plan, plan.settings, FACTS, Path("/repo"), 1, None)
+    final = LaunchPlan(
+        plan=plan,
+        settings=plan.settings,
+        facts=FACTS,
+        repository=Path("/repo"),
+        engine_dir=Path("/mnt/models"),
+        world_size=1,
+        tokenizer=None,
+    )
+    argv = launch_argv(final)
     assert argv[:4] == ["tritonserver", "--model-store=/repo", "--http-port=8080", "--allow-grpc=true"]
     assert [arg.split("=", 1)[0] for arg in argv[4:]] == ["--http-restricted-api", "--grpc-restricted-protocol"]
 

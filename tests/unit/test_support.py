@@ -8,8 +8,8 @@ import json
 import pytest
 import yaml
 
+from trtllm_entrypoint.errors import UsageError
 from trtllm_images import matrix, support
-from trtllm_images.errors import UsageError
 
 
 @pytest.fixture(scope="module")

@@ -1,36 +1,53 @@
-"""upstream: pinned archives downloaded from a real HTTP server on 127.0.0.1, verified before they reach the cache.
+"""upstream: sources downloaded from a real HTTP server on 127.0.0.1, extracted safely and verified by content before
+they reach the cache; trust on first use for sources the lock does not pin; the lock itself.
 
-Good, tampered, truncated and cut-off downloads and a refused connection; after each failure the cache holds nothing
-(no archive, no temp file), so no later run can pick up an unverified archive.
+After each failure the cache holds nothing (no source tree, no temp file), so no later run can pick up an unverified
+tree; and no hostile archive writes anything outside its extraction directory.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
+import shutil
+import tarfile
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
 import pytest
 
-from tests.archive_server import ArchiveServer, refused_url, sha256, tarball
-from trtllm_images import backend_assets, matrix, upstream
-from trtllm_images.errors import BuildError, UsageError
+from tests.archive_server import ArchiveServer, link, refused_url, regular, tarball
+from trtllm_entrypoint.errors import Error, UsageError
+from trtllm_images import backend_assets, matrix, source_tree, upstream
 from trtllm_images.upstream import Lock, Pin
 
-GOOD = tarball(
-    "kserve-0.20.0",
-    {
-        "config/crd/full/serving.kserve.io_servingruntimes.yaml": b"kind: CustomResourceDefinition\n",
-        "config/crd/full/kustomization.yaml": b"not kept\n",
-        "tools/run.sh": b"#!/bin/sh\n",
-        "README.md": b"not kept\n",
-    },
-    symlinks={"tools/inside": "run.sh", "tools/outside": "../../../etc/passwd", "tools/absolute": "/etc/passwd"},
-)
-LAYOUT = MappingProxyType(
-    {"config/crd/full/serving.kserve.io_servingruntimes.yaml": "kserve/crd/serving.kserve.io_servingruntimes.yaml"}
-)
+COMMIT = "1fb781055dd1567164358233e1125142ca6ef1fe"
+CRD = "config/crd/full/serving.kserve.io_servingruntimes.yaml"
+FILES = {
+    CRD: b"kind: CustomResourceDefinition\n",
+    "config/crd/full/kustomization.yaml": b"kept: under a pinned path\n",
+    "tools/run.sh": b"#!/bin/sh\n",
+    "README.md": b"not kept\n",
+}
+LINKS = {"tools/inside": "run.sh", "tools/via": "inside"}
+GOOD = tarball("kserve-0.20.0", FILES, LINKS, commit=COMMIT)
+PATHS = ("config/crd/full", "tools")
+LAYOUT = MappingProxyType({CRD: "kserve/crd/serving.kserve.io_servingruntimes.yaml"})
+
+
+def digest_of(files: dict[str, bytes], links: dict[str, str], paths=PATHS) -> str:
+    entries = [
+        source_tree.entry(p, source_tree.EXECUTABLE if p.endswith(".sh") else source_tree.REGULAR, data)
+        for p, data in files.items()
+        if source_tree.under(p, paths)
+    ]
+    entries += [source_tree.entry(p, source_tree.SYMLINK, t.encode()) for p, t in links.items()]
+    return source_tree.digest(entries)
+
+
+DIGEST = digest_of(FILES, LINKS)
 
 
 def quiet(message: str) -> None:
@@ -44,193 +61,342 @@ def server():
         yield running
 
 
-def pin_for(server: ArchiveServer, sha: str | None = sha256(GOOD), path: str = "/kserve.tar.gz") -> Pin:
-    return Pin("kserve/kserve", "v0.20.0", server.url(path), sha, "" if sha else upstream.NOT_RECORDED, LAYOUT)
+def pin_for(server: ArchiveServer, digest: str | None = DIGEST, path: str = "/kserve.tar.gz", commit=COMMIT) -> Pin:
+    uncertain = "" if digest else upstream.NOT_RECORDED
+    return Pin(
+        "kserve/kserve", "v0.20.0", server.url(path), PATHS, commit if digest else None, digest, uncertain, LAYOUT
+    )
 
 
 def fetch(pin: Pin, cache: Path, **kw) -> Path:
-    return upstream.fetch(pin, cache, local_copy="--backend-dir DIR", log=quiet, **kw)
+    return upstream.source(pin, cache, local_copy="--backend-dir DIR", log=kw.pop("log", quiet), **kw)
 
 
 def cache_files(cache: Path) -> list[str]:
-    return sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*") if p.is_file())
+    return sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*") if not p.is_dir())
 
 
-def test_good_archive_is_published_under_its_digest_and_reused(server, tmp_path):
-    archive = fetch(pin_for(server), tmp_path)
-    assert archive == tmp_path / "archives" / f"{sha256(GOOD)}.tar.gz"
-    assert archive.read_bytes() == GOOD
-    assert fetch(pin_for(server), tmp_path) == archive
+def tree_files(root: Path) -> dict[str, str]:
+    return {
+        p.relative_to(root).as_posix(): (f"-> {os.readlink(p)}" if p.is_symlink() else p.read_text())
+        for p in sorted(root.rglob("*"))
+        if not p.is_dir() or p.is_symlink()
+    }
+
+
+# --- verified by content ---------------------------------------------------------------------------------------
+
+
+def test_good_source_is_published_under_its_digest_and_reused_without_a_request(server, tmp_path):
+    tree = fetch(pin_for(server), tmp_path)
+    assert tree == tmp_path / "sources" / DIGEST.removeprefix("tree1:")
+    assert tree_files(tree) == {
+        "config/crd/full/kustomization.yaml": "kept: under a pinned path\n",
+        CRD: "kind: CustomResourceDefinition\n",
+        "tools/inside": "-> run.sh",
+        "tools/run.sh": "#!/bin/sh\n",
+        "tools/via": "-> inside",
+    }
+    assert (tree / "tools/run.sh").stat().st_mode & 0o777 == 0o755
+    assert (tree / CRD).stat().st_mode & 0o777 == 0o644
+    assert fetch(pin_for(server), tmp_path) == tree
     assert server.requests == ["/kserve.tar.gz"]
-    assert cache_files(tmp_path) == [f"archives/{sha256(GOOD)}.tar.gz"]
 
 
-def test_tampered_archive_names_archive_expected_and_actual_digest_and_caches_nothing(server, tmp_path):
-    tampered = tarball("kserve-0.20.0", {"config/crd/full/serving.kserve.io_servingruntimes.yaml": b"evil\n"})
-    server.served["/kserve.tar.gz"] = tampered
-    with pytest.raises(BuildError) as info:
+@pytest.mark.parametrize("compression", ["gz", "bz2", "xz", ""])
+def test_any_compression_gives_the_same_digest(server, tmp_path, compression):
+    server.served["/kserve.tar.gz"] = tarball("other-top", FILES, LINKS, compression=compression, commit=COMMIT)
+    assert fetch(pin_for(server), tmp_path).name == DIGEST.removeprefix("tree1:")
+
+
+def test_tampered_content_names_source_expected_and_actual_digest_and_keeps_nothing(server, tmp_path):
+    tampered = {**FILES, CRD: b"evil\n"}
+    server.served["/kserve.tar.gz"] = tarball("kserve-0.20.0", tampered, LINKS, commit=COMMIT)
+    with pytest.raises(Error) as info:
         fetch(pin_for(server), tmp_path)
     message = info.value.message
-    assert "kserve/kserve@v0.20.0" in message and sha256(GOOD) in message and sha256(tampered) in message
-    assert "\n" not in message
+    assert "kserve/kserve@v0.20.0" in message and DIGEST in message and digest_of(tampered, LINKS) in message
+    assert "\n" not in message and "--repin" in info.value.hint
     assert cache_files(tmp_path) == []
 
 
-def test_truncated_archive_fails_the_digest_and_unpinned_fails_the_integrity_pass(server, tmp_path):
-    server.served["/kserve.tar.gz"] = GOOD[: len(GOOD) // 2]
-    with pytest.raises(BuildError, match="sha256 mismatch"):
+@pytest.mark.parametrize("change", ["exec bit", "link target", "extra file", "missing file"])
+def test_every_part_of_the_content_counts(server, tmp_path, change):
+    files, links = dict(FILES), dict(LINKS)
+    if change == "exec bit":
+        files["tools/run"] = files.pop("tools/run.sh")
+    elif change == "link target":
+        links["tools/via"] = "run.sh"
+    elif change == "extra file":
+        files["tools/new.py"] = b""
+    else:
+        del files["config/crd/full/kustomization.yaml"]
+    server.served["/kserve.tar.gz"] = tarball("kserve-0.20.0", files, links, commit=COMMIT)
+    with pytest.raises(Error, match="content of config/crd/full, tools differs"):
         fetch(pin_for(server), tmp_path)
-    with pytest.raises(BuildError, match="not a complete .tar.gz"):
-        fetch(pin_for(server, sha=None), tmp_path, allow_unpinned=True)
-    assert cache_files(tmp_path) == []
 
 
-def test_interrupted_download_is_an_error_and_leaves_no_partial_file(server, tmp_path):
-    server.cut["/kserve.tar.gz"] = len(GOOD) // 3
-    for sha in (sha256(GOOD), None):
-        with pytest.raises(BuildError, match=f"closed after {len(GOOD) // 3} of {len(GOOD)} bytes"):
-            fetch(pin_for(server, sha=sha), tmp_path, allow_unpinned=True)
-    assert cache_files(tmp_path) == []
-
-
-def test_cut_off_body_without_content_length_is_caught_by_digest_or_integrity_pass(server, tmp_path):
-    server.unsized.add("/kserve.tar.gz")
-    server.cut["/kserve.tar.gz"] = len(GOOD) // 2
-    with pytest.raises(BuildError, match="sha256 mismatch"):
+def test_a_moved_tag_with_the_same_content_is_still_refused(server, tmp_path):
+    server.served["/kserve.tar.gz"] = tarball("kserve-0.20.0", FILES, LINKS, commit="a" * 40)
+    with pytest.raises(Error, match=f"the commit differs from upstream.lock.json: expected {COMMIT}"):
         fetch(pin_for(server), tmp_path)
-    with pytest.raises(BuildError, match="not a complete .tar.gz"):
-        fetch(pin_for(server, sha=None), tmp_path, allow_unpinned=True)
+
+
+def test_a_cached_tree_changed_on_disk_is_fetched_again(server, tmp_path):
+    tree = fetch(pin_for(server), tmp_path)
+    (tree / CRD).write_text("changed on disk\n")
+    messages: list[str] = []
+    assert fetch(pin_for(server), tmp_path, log=messages.append) == tree
+    assert (tree / CRD).read_text() == "kind: CustomResourceDefinition\n"
+    assert any("no longer matches" in m for m in messages) and len(server.requests) == 2
+
+
+@pytest.mark.parametrize("damage", ["truncated", "cut", "cut without length", "not an archive"])
+def test_a_damaged_download_is_one_error_and_leaves_nothing(server, tmp_path, damage):
+    if damage == "truncated":
+        server.served["/kserve.tar.gz"] = GOOD[: len(GOOD) - 20]
+    elif damage == "not an archive":
+        server.served["/kserve.tar.gz"] = b"<html>rate limited</html>" * 40
+    else:
+        server.cut["/kserve.tar.gz"] = len(GOOD) // 2
+        if damage == "cut without length":
+            server.unsized.add("/kserve.tar.gz")
+    for pin in (pin_for(server), pin_for(server, digest=None)):
+        with pytest.raises(Error, match="not a complete tar archive|closed after") as info:
+            fetch(pin, tmp_path)
+        assert "\n" not in info.value.message
     assert cache_files(tmp_path) == []
 
 
-def test_offline_names_the_local_copy_to_supply(tmp_path):
-    pin = Pin("kserve/kserve", "v0.20.0", refused_url(), sha256(GOOD))
-    with pytest.raises(BuildError, match="offline") as info:
+def test_offline_is_one_line_naming_the_local_copy_to_supply(tmp_path):
+    pin = Pin("kserve/kserve", "v0.20.0", refused_url(), PATHS, COMMIT, DIGEST)
+    with pytest.raises(Error, match="offline") as info:
         fetch(pin, tmp_path)
-    assert "--backend-dir DIR" in info.value.hint
+    assert "\n" not in str(info.value) and "--backend-dir DIR" in info.value.hint
     assert cache_files(tmp_path) == []
 
 
 def test_http_error_is_one_line_naming_the_url(server, tmp_path):
-    with pytest.raises(BuildError, match="HTTP 404") as info:
+    with pytest.raises(Error, match="HTTP 404") as info:
         fetch(pin_for(server, path="/missing.tar.gz"), tmp_path)
     assert server.url("/missing.tar.gz") in info.value.message
 
 
-def test_unpinned_archive_is_refused_without_any_request_unless_allowed(server, tmp_path):
-    messages = []
-    with pytest.raises(BuildError, match="kserve/kserve@v0.20.0 is not pinned") as info:
-        fetch(pin_for(server, sha=None), tmp_path)
-    assert upstream.REFRESH in info.value.hint and upstream.ALLOW_UNPINNED_FLAG in info.value.hint
-    assert "--backend-dir DIR" in info.value.hint
-    assert server.requests == []
-    archive = upstream.fetch(
-        pin_for(server, sha=None), tmp_path, local_copy="x", log=messages.append, allow_unpinned=True
-    )
-    assert archive.read_bytes() == GOOD
-    assert any("unverified" in m for m in messages)
-
-
-def test_archive_changed_in_the_cache_is_downloaded_again(server, tmp_path):
-    archive = fetch(pin_for(server), tmp_path)
-    archive.write_bytes(b"changed on disk")
-    assert fetch(pin_for(server), tmp_path).read_bytes() == GOOD
-    assert len(server.requests) == 2
-
-
-@pytest.mark.parametrize("name", ["/etc/cron.d/evil", "../escape.txt"])
-def test_unsafe_member_path_refuses_the_whole_archive(server, tmp_path, name):
-    evil = tarball("top", {"README.md": b"", name: b"x"})
-    server.served["/kserve.tar.gz"] = evil
-    with pytest.raises(BuildError, match="unsafe path"):
-        fetch(pin_for(server, sha=sha256(evil)), tmp_path)
-    assert cache_files(tmp_path) == []
-
-
-def test_size_limit_stops_the_download(server, tmp_path, monkeypatch):
+def test_size_limits_stop_the_download_and_the_extraction(server, tmp_path, monkeypatch):
     monkeypatch.setattr(upstream, "MAX_ARCHIVE_BYTES", len(GOOD) - 1)
     monkeypatch.setattr(upstream, "CHUNK", 64)
-    with pytest.raises(BuildError, match="larger than"):
+    with pytest.raises(Error, match="larger than"):
         fetch(pin_for(server), tmp_path)
-    assert cache_files(tmp_path) == []
-
-
-def test_unpacked_size_limit_refuses_the_archive(server, tmp_path, monkeypatch):
+    monkeypatch.setattr(upstream, "MAX_ARCHIVE_BYTES", 1 << 20)
     monkeypatch.setattr(upstream, "MAX_UNPACKED_BYTES", 8)
-    with pytest.raises(BuildError, match="unpacks to more than"):
+    with pytest.raises(Error, match="unpacks to more than"):
         fetch(pin_for(server), tmp_path)
     assert cache_files(tmp_path) == []
 
 
-def test_extract_keeps_the_members_asked_for_and_only_links_that_stay_inside(server, tmp_path):
-    archive = fetch(pin_for(server), tmp_path / "cache")
-    upstream.extract(archive, "kserve", {"tools": "bin", **LAYOUT}, tmp_path / "out")
-    got = sorted(
-        p.relative_to(tmp_path / "out").as_posix()
-        for p in (tmp_path / "out").rglob("*")
-        if p.is_file() or p.is_symlink()
+# --- trust on first use ----------------------------------------------------------------------------------------
+
+
+def test_an_unpinned_source_is_trusted_on_first_use_with_one_line_and_must_match_later(server, tmp_path):
+    messages: list[str] = []
+    tree = fetch(pin_for(server, digest=None), tmp_path, log=messages.append)
+    (line,) = [m for m in messages if "trust on first use" in m]
+    assert "kserve/kserve@v0.20.0" in line and COMMIT in line and DIGEST in line and "\n" not in line
+    trusted = json.loads((tmp_path / upstream.TRUST_FILE).read_text())
+    assert trusted["kserve/kserve@v0.20.0"]["digest"] == DIGEST
+    assert fetch(pin_for(server, digest=None), tmp_path) == tree
+    server.served["/kserve.tar.gz"] = tarball("kserve-0.20.0", {**FILES, CRD: b"evil\n"}, LINKS, commit=COMMIT)
+    shutil.rmtree(tree)  # the next fetch downloads again
+    with pytest.raises(Error, match="content of config/crd/full, tools differs from .*trusted.json") as info:
+        fetch(pin_for(server, digest=None), tmp_path)
+    assert str(tmp_path / upstream.TRUST_FILE) in info.value.message
+    assert json.loads((tmp_path / upstream.TRUST_FILE).read_text()) == trusted
+
+
+@pytest.mark.parametrize("content", ["not json", "[]", '{"kserve/kserve@v0.20.0": {"commit": null}}'])
+def test_a_damaged_trust_file_is_an_error_never_an_empty_trust_store(server, tmp_path, content):
+    (tmp_path / upstream.TRUST_FILE).write_text(content)
+    with pytest.raises(Error, match="trusted.json is malformed") as info:
+        fetch(pin_for(server, digest=None), tmp_path)
+    assert "delete it" in info.value.hint and server.requests == []
+    assert (tmp_path / upstream.TRUST_FILE).read_text() == content
+
+
+def test_require_pinned_refuses_an_unpinned_source_without_any_request(server, tmp_path):
+    with pytest.raises(Error, match="kserve/kserve@v0.20.0 is not pinned in upstream.lock.json") as info:
+        fetch(pin_for(server, digest=None), tmp_path, require_pinned=True)
+    assert "--from-git" in info.value.hint and server.requests == []
+    assert fetch(pin_for(server), tmp_path, require_pinned=True).is_dir()
+
+
+# --- safe extraction (issue 23: links already written are followed by the OS) ---------------------------------
+
+
+def extract_members(tmp_path: Path, members: list[tarfile.TarInfo], files: dict[str, bytes] | None = None) -> Path:
+    archive = tmp_path / "evil.tar.gz"
+    archive.write_bytes(tarball("top", files or {"src/ok.txt": b"ok\n"}, members=members))
+    dest = tmp_path / "deep" / "er" / "root"
+    dest.parent.mkdir(parents=True)
+    upstream.extract(archive, "evil", ["src"], dest)
+    return dest
+
+
+def written_outside(tmp_path: Path) -> list[str]:
+    expected = {"evil.tar.gz", "deep", "deep/er", "deep/er/root"}
+    return [
+        p.relative_to(tmp_path).as_posix()
+        for p in tmp_path.rglob("*")
+        if p.relative_to(tmp_path).as_posix() not in expected and "deep/er/root/" not in p.as_posix()
+    ]
+
+
+HOSTILE = {
+    "the issue's chain": [
+        link("top/src/x/y", ".."),
+        link("top/src/q", "x/y/.."),
+        link("top/src/q/z", ".."),
+        regular("top/src/q/z/escaped"),
+    ],
+    # Lexically inside (src/q -> src/x/../.. = the root) when written; outside once x/y is a link.
+    "the chain, links written in another order": [link("top/src/q", "x/y/../.."), link("top/src/x/y", "..")],
+    "a link to a link that leaves": [link("top/src/a", "b"), link("top/src/b", "../../outside")],
+    "a link to a link, reversed": [link("top/src/b", "../../outside"), link("top/src/a", "b")],
+    "a file through a directory link": [link("top/src/d", "../.."), regular("top/src/d/escaped")],
+    "a file through an inside link to a leaving link": [
+        link("top/src/up", "../.."),
+        link("top/src/d", "up"),
+        regular("top/src/d/escaped"),
+    ],
+    "a link replaced by a file": [link("top/src/f", "../../../escaped"), regular("top/src/f")],
+    "a directory replaced by a link": [tarfile.TarInfo("top/src/dir"), link("top/src/dir", "../..")],
+    "a link over a directory made for a file": [regular("top/src/made/file"), link("top/src/made", "../..")],
+    "an absolute link": [link("top/src/abs", "/etc")],
+    "a hard link": [link("top/src/hard", "top/src/ok.txt", tarfile.LNKTYPE)],
+    "a member outside the top directory": [regular("elsewhere/src/x")],
+    "a dotdot path": [regular("top/src/../../escaped")],
+}
+
+
+@pytest.mark.parametrize("members", HOSTILE.values(), ids=HOSTILE.keys())
+def test_hostile_archives_are_refused_and_nothing_lands_outside(tmp_path, members):
+    with pytest.raises(Error, match="in the archive") as info:
+        extract_members(tmp_path, members)
+    assert "\n" not in info.value.message and "nothing was kept" in info.value.hint
+    assert written_outside(tmp_path) == []
+
+
+def test_random_link_chains_never_write_outside(tmp_path):
+    """Held-out variants of the class: 300 archives of links and files drawn from names and targets that combine
+    into chains (seeded, so a failure reproduces). Each is refused, or extracted with every link resolving inside."""
+    rng = random.Random(23)
+    names = ["src/a", "src/b", "src/x/y", "src/q", "src/q/z", "src/a/c", "src/b/d/e"]
+    targets = ["..", "../..", "a", "b", "x/y/..", "q/z", "../a", "y/../..", "c/../../..", "."]
+    for case in range(300):
+        root = tmp_path / str(case)
+        (root / "sub").mkdir(parents=True)
+        members = [
+            link(f"top/{rng.choice(names)}", rng.choice(targets))
+            if rng.random() < 0.7
+            else regular(f"top/{rng.choice(names)}/f")
+            for _ in range(rng.randint(1, 6))
+        ]
+        (root / "a.tar").write_bytes(tarball("top", {"src/ok.txt": b"ok\n"}, members=members, compression=""))
+        try:
+            upstream.extract(root / "a.tar", "random", ["src"], root / "sub" / "dest")
+        except Error:
+            pass
+        else:
+            for path in (root / "sub" / "dest").rglob("*"):
+                assert os.path.realpath(path).startswith(str(root / "sub" / "dest")), (case, members)
+        assert sorted(p.name for p in root.iterdir()) == ["a.tar", "sub"], case
+        assert [p.name for p in (root / "sub").iterdir()] == ["dest"], case
+
+
+def test_links_that_stay_inside_are_kept_chains_included(tmp_path):
+    dest = extract_members(
+        tmp_path,
+        [
+            link("top/src/x/y", ".."),
+            link("top/src/q", "x/y/ok.txt"),
+            link("top/src/chain", "q"),
+            link("top/src/dangling", "missing/inside"),
+        ],
     )
-    assert got == ["bin/inside", "bin/run.sh", "kserve/crd/serving.kserve.io_servingruntimes.yaml"]
-    assert (tmp_path / "out/bin/run.sh").stat().st_mode & 0o111
+    assert (dest / "src/chain").read_text() == "ok\n"
+    assert os.readlink(dest / "src/dangling") == "missing/inside"
+    assert written_outside(tmp_path) == []
 
 
-def test_materialize_layout_builds_the_upstream_dir_once_per_lock(server, tmp_path):
+def test_copy_members_leaves_out_links_that_leave_their_member(server, tmp_path):
+    files = {"tools/a.py": b"a", "docs/secret.md": b"s"}
+    links = {"tools/up": "../docs/secret.md", "tools/same": "a.py"}
+    archive = tmp_path / "a.tar.gz"
+    archive.write_bytes(tarball("top", files, links))
+    upstream.extract(archive, "x", ["tools", "docs"], tmp_path / "tree")
+    messages: list[str] = []
+    upstream.copy_members(tmp_path / "tree", {"tools": "bin"}, tmp_path / "out", "x", messages.append)
+    assert tree_files(tmp_path / "out") == {"bin/a.py": "a", "bin/same": "-> a.py"}
+    assert any("bin" not in m and "tools/up" in m for m in messages)
+
+
+# --- the tests' upstream files ---------------------------------------------------------------------------------
+
+
+def test_materialize_layout_builds_the_upstream_dir_once_per_content(server, tmp_path):
     lock = Lock((pin_for(server),))
     root = upstream.materialize_layout(lock, tmp_path, local_copy="x", log=quiet)
-    assert (
-        root / "kserve/crd/serving.kserve.io_servingruntimes.yaml"
-    ).read_bytes() == b"kind: CustomResourceDefinition\n"
+    assert tree_files(root) == {"kserve/crd/serving.kserve.io_servingruntimes.yaml": FILES[CRD].decode()}
     assert upstream.materialize_layout(lock, tmp_path, local_copy="x", log=quiet) == root
     other = Lock((replace(pin_for(server), layout=MappingProxyType({"tools": "tools"})),))
     assert upstream.materialize_layout(other, tmp_path, local_copy="x", log=quiet) != root
 
 
-def test_materialize_layout_with_an_unpinned_archive_writes_nothing(server, tmp_path):
-    with pytest.raises(BuildError, match="not pinned"):
-        upstream.materialize_layout(Lock((pin_for(server, sha=None),)), tmp_path, local_copy="x", log=quiet)
-    assert not (tmp_path / "layout").exists()
+def test_materialize_layout_with_a_tampered_source_writes_nothing(server, tmp_path):
+    server.served["/kserve.tar.gz"] = tarball("kserve-0.20.0", {**FILES, CRD: b"evil\n"}, LINKS, commit=COMMIT)
+    with pytest.raises(Error, match="differs"):
+        upstream.materialize_layout(Lock((pin_for(server),)), tmp_path, local_copy="x", log=quiet)
+    assert not (tmp_path / "layout").exists() and cache_files(tmp_path) == []
 
 
-# --- the lock ---------------------------------------------------------------------------------------------------
+# --- the lock --------------------------------------------------------------------------------------------------
 
 
-def test_refresh_records_missing_digests_keeps_test_archives_and_drops_stale_ones(server, tmp_path):
-    server.served["/b.tar.gz"] = b"backend bytes"
-    wanted = Pin("o/backend", "v1.0.0", server.url("/b.tar.gz"), None, upstream.NOT_RECORDED)
-    stale = Pin("o/backend", "v0.1.0", server.url("/b.tar.gz"), "0" * 64)
-    lock = Lock((pin_for(server, sha=None), wanted, stale), tmp_path / "lock.json")
-    fresh = upstream.refresh(lock, [("o/backend", "v1.0.0")], log=quiet)
-    assert {p.name: p.sha256 for p in fresh.pins} == {
-        "kserve/kserve@v0.20.0": sha256(GOOD),
-        "o/backend@v1.0.0": sha256(b"backend bytes"),
-    }
-    assert all(p.uncertain == "" for p in fresh.pins)
-    assert fresh.pins[0].layout == LAYOUT
+def test_merge_adds_what_the_matrix_needs_keeps_test_sources_drops_stale_ones_and_resets_changed_paths(server):
+    stale = Pin("o/backend", "v0.1.0", "u", ("tools",), "b" * 40, DIGEST)
+    moved = Pin("o/backend", "v1.0.0", "u", ("tools",), "b" * 40, DIGEST)
+    tests_only = replace(pin_for(server), paths=(CRD,))  # its paths are its layout's
+    lock = upstream.merge(Lock((tests_only, stale, moved)), {("o/backend", "v1.0.0"): ["tools", "examples"]})
+    assert [p.name for p in lock.pins] == ["kserve/kserve@v0.20.0", "o/backend@v1.0.0"]
+    assert lock.pins[0] == tests_only
+    assert lock.pins[1].paths == ("examples", "tools") and lock.pins[1].digest is None and lock.pins[1].uncertain
 
 
-def test_refresh_refuses_a_changed_digest_unless_repinned(server, tmp_path):
-    lock = Lock((pin_for(server, sha="f" * 64),), tmp_path / "lock.json")
-    with pytest.raises(BuildError, match=f"expected {'f' * 64}, got {sha256(GOOD)}") as info:
-        upstream.refresh(lock, [], log=quiet)
+def test_refresh_records_commit_and_digest_and_refuses_a_change_unless_repinned(server, tmp_path):
+    fresh = upstream.refresh(Lock((pin_for(server, digest=None),), tmp_path / "lock.json"), log=quiet)
+    assert (fresh.pins[0].commit, fresh.pins[0].digest, fresh.pins[0].uncertain) == (COMMIT, DIGEST, "")
+    wrong = Lock((pin_for(server, digest="tree1:" + "f" * 64),), tmp_path / "lock.json")
+    with pytest.raises(Error, match=f"expected {COMMIT} tree1:f+, got {COMMIT} {DIGEST}") as info:
+        upstream.refresh(wrong, log=quiet)
     assert "--repin" in info.value.hint
-    fresh = upstream.refresh(lock, [], repin=["kserve/kserve@v0.20.0"], log=quiet)
-    assert fresh.pins[0].sha256 == sha256(GOOD)
-    with pytest.raises(UsageError, match="no archive"):
-        upstream.refresh(lock, [], repin=["nope@v1"], log=quiet)
+    assert upstream.refresh(wrong, repin=["kserve/kserve@v0.20.0"], log=quiet).pins[0].digest == DIGEST
+    with pytest.raises(UsageError, match="no source"):
+        upstream.refresh(wrong, repin=["nope@v1"], log=quiet)
 
 
-def test_refresh_records_a_ref_that_does_not_exist_and_stops_when_offline(server, tmp_path):
-    gone = Pin("o/r", "v9", server.url("/gone.tar.gz"), None, upstream.NOT_RECORDED, LAYOUT)
-    (fresh,) = upstream.refresh(Lock((gone,)), [], log=quiet).pins
-    assert fresh.sha256 is None and "HTTP 404" in fresh.uncertain
-    offline = Pin("o/r", "v9", refused_url(), None, upstream.NOT_RECORDED, LAYOUT)
-    with pytest.raises(BuildError, match="offline"):
-        upstream.refresh(Lock((offline,)), [], log=quiet)
+def test_refresh_records_a_ref_that_does_not_exist_and_stops_when_offline(server):
+    gone = Pin("o/r", "v9", server.url("/gone.tar.gz"), PATHS, uncertain=upstream.NOT_RECORDED)
+    (fresh,) = upstream.refresh(Lock((gone,)), log=quiet).pins
+    assert fresh.digest is None and "HTTP 404" in fresh.uncertain
+    offline = replace(gone, url=refused_url())
+    with pytest.raises(Error, match="offline"):
+        upstream.refresh(Lock((offline,)), log=quiet)
 
 
 def test_lock_round_trips(tmp_path):
-    pinned = Pin("o/r", "v1", "https://x/a.tar.gz", "a" * 64, "", LAYOUT)
-    lock = Lock((pinned, Pin("o/r", "v2", "https://x/b.tar.gz", None, upstream.NOT_RECORDED)), tmp_path / "lock.json")
+    pinned = Pin("o/r", "v1", "https://x/a.tar.gz", PATHS, COMMIT, DIGEST, "", LAYOUT)
+    lock = Lock(
+        (pinned, Pin("o/r", "v2", "https://x/b.tar.gz", PATHS, uncertain=upstream.NOT_RECORDED)), tmp_path / "l"
+    )
     upstream.write_lock(lock)
     assert upstream.load_lock(lock.path) == lock
 
@@ -238,28 +404,32 @@ def test_lock_round_trips(tmp_path):
 @pytest.mark.parametrize(
     "change, words",
     [
-        ({"sha256": None}, "needs an `uncertain` reason"),
-        ({"sha256": "ABC"}, "not 64 lowercase hex"),
-        ({"layout": {"../x": "y"}}, "relative"),
+        ({"digest": None}, "needs an `uncertain` reason"),
+        ({"digest": "a" * 64}, "is not tree1:"),
+        ({"commit": "abc"}, "not 40 lowercase hex"),
+        ({"paths": []}, "relative"),
+        ({"paths": ["../x"]}, "relative"),
         ({"layout": {"x": "/etc"}}, "relative"),
+        ({"layout": {"docs/x": "y"}}, "under one of its `paths`"),
     ],
 )
 def test_lock_rejects_what_it_cannot_trust(tmp_path, change, words):
-    record = {"repo": "o/r", "ref": "v1", "url": "https://x/a.tar.gz", "sha256": "a" * 64, **change}
+    record = {"repo": "o/r", "ref": "v1", "url": "u", "paths": ["tools"], "commit": COMMIT, "digest": DIGEST}
     path = tmp_path / "lock.json"
-    path.write_text(json.dumps({"archives": [record]}))
+    path.write_text(json.dumps({"sources": [{**record, **change}]}))
     with pytest.raises(UsageError, match=words):
         upstream.load_lock(path)
 
 
-def test_the_repository_lock_pins_every_archive_the_matrix_needs():
+def test_the_repository_lock_pins_every_mirrorable_source_the_matrix_needs():
     lock = upstream.load_lock()
-    names = {pin.name for pin in lock.pins}
-    missing = [f"{repo}@{ref}" for repo, ref in backend_assets.lock_keys(matrix.load()) if f"{repo}@{ref}" not in names]
-    assert not missing, f"run `{upstream.REFRESH}`: the lock lacks {missing}"
-    assert all(pin.sha256 or pin.uncertain for pin in lock.pins)
+    assert upstream.merge(lock, backend_assets.lock_paths(matrix.load())) == lock, f"run `{upstream.REFRESH}`"
+    for pin in lock.pins:
+        if pin.repo != "NVIDIA/TensorRT-LLM":  # too big to mirror here: trusted on first use until recorded
+            assert pin.digest and pin.commit, f"{pin.name} is not pinned"
     layout = {target.split("/")[0] for pin in lock.pins for target in pin.layout.values()}
-    assert layout == {"tensorrtllm_backend", "tensorrt_llm", "kserve"}
+    # Templates, KServe's CRDs, and the scale-out CRDs (LeaderWorkerSet, PodMonitor, KEDA ScaledObject).
+    assert layout == {"tensorrtllm_backend", "tensorrt_llm", "kserve", "lws", "prometheus-operator", "keda"}
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from types import MappingProxyType
 import pytest
 
 from tests import upstream_files
+from tests.archive_server import refused_url
 from trtllm_images import upstream
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,13 +49,13 @@ def test_a_path_missing_from_the_chosen_copy_names_it(fresh, monkeypatch):
 
 
 def test_without_any_source_the_cache_is_tried_and_the_message_says_how_to_get_the_files(fresh, monkeypatch):
-    pin = upstream.new_pin("kserve/kserve", "v0.20.0")
-    unpinned = upstream.Lock((replace(pin, layout=MappingProxyType({"config/crd/full": "kserve/crd"})),))
-    monkeypatch.setattr(upstream, "load_lock", lambda: unpinned)
+    pin = upstream.new_pin("kserve/kserve", "v0.20.0", ["config/crd/full"])
+    offline = replace(pin, url=refused_url(), layout=MappingProxyType({"config/crd/full": "kserve/crd"}))
+    monkeypatch.setattr(upstream, "load_lock", lambda: upstream.Lock((offline,)))
     with pytest.raises(upstream_files.UpstreamMissing) as info:
         upstream_files.find("kserve/crd")
     message = str(info.value)
-    assert "kserve/kserve@v0.20.0 is not pinned" in message
+    assert "cannot download kserve/kserve@v0.20.0" in message and "offline" in message
     assert upstream_files.ENV in message and "python build.py upstream fetch" in message
     assert "\n" not in message
     assert not (fresh / "xdg/trtllm-images/layout").exists()

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field, replace
 import pytest
 from docker.errors import APIError
 
+from trtllm_entrypoint.errors import Error
 from trtllm_images import verify
-from trtllm_images.errors import BuildError
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def test_errors_fail_the_build_listing_each_mismatch_but_warnings_do_not():
     probe = good_probe(tensorrt_llm="0.18.0", python="3.10.12", openai_frontend=False)
     result = verify.Verification("server", "img:1", probe, tuple(verify.compare(entry, probe)))
     assert [m.field for m in result.warnings] == ["python"]
-    with pytest.raises(BuildError) as caught:
+    with pytest.raises(Error) as caught:
         result.raise_for_errors()
     message = caught.value.message
     assert "tensorrt_llm: expected 0.17.0, found 0.18.0" in message
@@ -220,7 +220,7 @@ def test_run_probe_skips_banner_lines_before_the_json():
 
 def test_a_failing_probe_is_a_build_error_with_its_stderr():
     container = FakeContainer(status=1, stderr=b"Traceback\nModuleNotFoundError: trtllm_entrypoint\n")
-    with pytest.raises(BuildError, match="exited with 1.*ModuleNotFoundError") as caught:
+    with pytest.raises(Error, match="exited with 1.*ModuleNotFoundError") as caught:
         verify.run_probe(FakeClient(container=container), "img:1")
     assert "img:1" in caught.value.message
     assert container.removed
@@ -228,19 +228,19 @@ def test_a_failing_probe_is_a_build_error_with_its_stderr():
 
 def test_probe_output_without_json_is_a_build_error():
     container = FakeContainer(stdout=b"hello\n")
-    with pytest.raises(BuildError, match="printed no JSON object: hello"):
+    with pytest.raises(Error, match="printed no JSON object: hello"):
         verify.run_probe(FakeClient(container=container), "img:1")
 
 
 def test_a_probe_that_cannot_start_is_a_build_error():
     client = FakeClient(create_error=APIError("no such image"))
-    with pytest.raises(BuildError, match="cannot start `trtllm-entrypoint probe` in img:1"):
+    with pytest.raises(Error, match="cannot start `trtllm-entrypoint probe` in img:1"):
         verify.run_probe(client, "img:1")
 
 
 def test_a_probe_that_hangs_is_removed_and_reported():
     container = FakeContainer(wait_error=TimeoutError("read timed out"))
-    with pytest.raises(BuildError, match="did not finish"):
+    with pytest.raises(Error, match="did not finish"):
         verify.run_probe(FakeClient(container=container), "img:1")
     assert container.removed
 
@@ -304,7 +304,7 @@ def test_a_flag_the_program_lacks_fails_the_build_naming_program_flag_and_tag():
         by_command={"flags": FakeContainer(stdout=json.dumps(report).encode())},
     )
     result = verify.verify_image(client, Entry(tag="24.08"), "server", "trtllm-serve:24.08-trtllm-0.12.0")
-    with pytest.raises(BuildError) as caught:
+    with pytest.raises(Error) as caught:
         result.raise_for_errors()
     assert (
         "flags.trtllm-build: expected --kv_cache_type (our plans pass it), found no --kv_cache_type in its "

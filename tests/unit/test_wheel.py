@@ -14,7 +14,7 @@ import zipfile
 
 import pytest
 
-from trtllm_images.errors import BuildError
+from trtllm_entrypoint.errors import Error
 from trtllm_images.wheel import ENTRYPOINTS_DIR, build_wheel
 
 PYPROJECT = """\
@@ -138,12 +138,12 @@ def test_the_real_entrypoints_project_builds(tmp_path):
 def test_pyproject_without_version_is_a_build_error(project, tmp_path):
     path = project / "pyproject.toml"
     path.write_text(PYPROJECT.replace('version = "1.2.3"\n', ""))
-    with pytest.raises(BuildError, match="version"):
+    with pytest.raises(Error, match="version"):
         build_wheel(project, dest=tmp_path / "dist")
     assert not (tmp_path / "dist").exists()
 
 
 def test_missing_package_is_a_build_error(project, tmp_path):
     shutil.rmtree(project / "trtllm_entrypoint")
-    with pytest.raises(BuildError, match="package trtllm_entrypoint not found"):
+    with pytest.raises(Error, match="package trtllm_entrypoint not found"):
         build_wheel(project, dest=tmp_path / "dist")

@@ -65,14 +65,26 @@ def test_every_action_is_pinned_to_a_commit_with_its_version(path):
     assert [line for line in lines if not PINNED.match(line)] == []
 
 
+# Write permissions beyond reading the repository, each allowed only in a job that needs it (the step that uses it).
+WRITES = {
+    ("packages", "write"): lambda step: _pushes(step),
+    ("id-token", "write"): lambda step: "cosign sign" in step.get("run", ""),
+    ("attestations", "write"): lambda step: step.get("uses", "").startswith("actions/attest-"),
+    ("contents", "write"): lambda step: "git push" in step.get("run", ""),
+    ("pull-requests", "write"): lambda step: "gh pr create" in step.get("run", ""),
+}
+
+
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_least_privilege(path):
     workflow = load(path)
-    assert workflow["permissions"] == {"contents": "read"}
+    assert workflow["permissions"] in ({"contents": "read"}, {})
     assert "concurrency" in workflow
     for job_name, job in workflow["jobs"].items():
         permissions = job.get("permissions", {})
-        assert set(permissions.items()) <= {("contents", "read"), ("packages", "write")}, job_name
+        assert set(permissions.items()) <= {("contents", "read"), *WRITES}, job_name
+        for grant in set(permissions.items()) & set(WRITES):
+            assert any(WRITES[grant](step) for step in job["steps"]), f"{job_name} has {grant} but never uses it"
     for job_name, _, step in steps(workflow):
         if step.get("uses", "").startswith("actions/checkout@"):
             assert step.get("with", {}).get("persist-credentials") is False, job_name
@@ -94,9 +106,32 @@ def test_only_main_and_release_tags_push(path):
             condition = job["env"]["PUSH"]
         assert "github.event_name == 'push'" in condition, (job_name, step.get("name"))
         assert "refs/heads/main" in condition and "startsWith(github.ref, 'refs/tags/v')" in condition
-    for job_name, job in workflow["jobs"].items():
-        if job.get("permissions", {}).get("packages") == "write":
-            assert any(_pushes(step) for step in job["steps"]), f"{job_name} may write packages but never pushes"
+
+
+def test_every_pushed_image_is_scanned_before_it_is_signed_and_attested_and_releases_take_only_pinned_sources():
+    workflow = load(WORKFLOWS / "images.yml")
+    build = workflow["jobs"]["build"]
+    names = [step.get("name", step.get("uses", "")) for step in build["steps"]]
+    for kind in ("server", "builder"):
+        order = [names.index(f"{what} ({kind})") for what in ("SBOM", "Vulnerability scan", "Provenance")]
+        assert order == sorted(order) and names.index("Sign") > order[1], kind
+        assert f"Attest SBOM ({kind})" in names
+    scans = [step for step in build["steps"] if step.get("uses", "").startswith("anchore/scan-action@")]
+    assert {(s["with"]["severity-cutoff"], s["with"].get("fail-build", True)) for s in scans} == {("critical", True)}
+    pushing = [step for step in build["steps"] if "--push" in step.get("run", "")]
+    release = [
+        step for step in pushing if "startsWith(github.ref, 'refs/tags/v')" in step["if"] and "!" not in step["if"]
+    ]
+    assert len(release) == 1 and "--require-pinned" in release[0]["run"]
+    assert all("--require-pinned" not in step["run"] for step in pushing if step not in release)
+
+
+def test_ci_checks_the_workflows_with_actionlint_and_zizmor():
+    lint = load(WORKFLOWS / "ci.yml")["jobs"]["lint"]
+    run = "\n".join(step.get("run", "") for step in lint["steps"])
+    ci_run = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    for tool in ("actionlint", "zizmor --offline"):
+        assert tool in run and tool in ci_run
 
 
 def test_image_matrix_comes_from_build_py_list():

@@ -91,19 +91,20 @@ def _pybind11_includes() -> list[str]:
     return done.stdout.split()
 
 
-def _library(layout: realtriton.Layout) -> Path:
-    found = sorted((layout.home / "lib").glob("libtritonserver*.so"))
+def _library(home: Path) -> Path:
+    found = sorted((home / "lib").glob("libtritonserver*.so"))
     if not found:
-        raise FrontendUnavailable(f"no libtritonserver*.so in {layout.home / 'lib'}")
+        raise FrontendUnavailable(f"no libtritonserver*.so in {home / 'lib'}")
     return found[0]
 
 
-def tritonserver_package(layout: realtriton.Layout) -> Path:
-    """The directory holding the built `tritonserver` package (put it on PYTHONPATH or copy it to site-packages)."""
+def tritonserver_package(home: Path) -> Path:
+    """The directory holding the built `tritonserver` package (put it on PYTHONPATH or copy it to site-packages),
+    compiled for this host's Python against the libtritonserver of the server laid out at `home`."""
     core = sources() / CORE
     package_src = core / "python" / "tritonserver"
     files = [p for p in package_src.rglob("*") if p.is_file()] + [core / "include/triton/core/tritonserver.h"]
-    library = _library(layout)
+    library = _library(home)
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     key = _digest(files, f"{realtriton.python_version()} {library.name} {' '.join(COMPILE_FLAGS)} {suffix}")
     root = realtriton.cache_root() / f"tritonserver-python-{realtriton.TRITON_VERSION}-py{realtriton.python_version()}"
@@ -218,7 +219,7 @@ class HostFrontend:
 
 
 def host_frontend(layout: realtriton.Layout) -> HostFrontend:
-    return HostFrontend(layout, tritonserver_package(layout), frontend_venv(layout))
+    return HostFrontend(layout, tritonserver_package(layout.home), frontend_venv(layout))
 
 
 def _flag_value(args: Sequence[str], flag: str) -> str | None:
@@ -227,7 +228,7 @@ def _flag_value(args: Sequence[str], flag: str) -> str | None:
 
 # The in-process server's Options default to the image's /opt/tritonserver/{backends,caches,repoagents} and main.py
 # takes no flag for them: on this host they point into the unpacked layout instead (main.py itself runs unchanged).
-_HOST_BOOTSTRAP = """
+HOST_BOOTSTRAP = """
 import os, runpy, sys, tritonserver
 home, init = os.environ["REALOPENAI_TRITON_HOME"], tritonserver.Server.__init__
 def host_init(self, options=None, **kwargs):
@@ -248,7 +249,7 @@ def host_argv(frontend: HostFrontend, argv: Sequence[str]) -> list[str]:
     if len(args) < 2 or not args[1].endswith("openai_frontend/main.py"):
         raise ValueError(f"not an OpenAI frontend command line: {args[:2]}")
     main = frontend_dir() / "openai_frontend" / "main.py"
-    return [str(frontend.venv / "bin" / "python3"), "-c", _HOST_BOOTSTRAP, str(main), *args[2:]]
+    return [str(frontend.venv / "bin" / "python3"), "-c", HOST_BOOTSTRAP, str(main), *args[2:]]
 
 
 @dataclass

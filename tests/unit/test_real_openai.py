@@ -6,6 +6,7 @@ repository and command line. Doubles: the engine (tests/doubles) and what the st
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -145,9 +146,11 @@ def test_tp_size_2_serves_in_orchestrator_mode_from_one_process(tmp_path, real_o
     argv, out = prepared(img, TP_SIZE="2")
     # One frontend process with Triton in-process; TensorRT-LLM spawns its own workers (orchestrator mode).
     assert argv[0] == "python3" and "mpirun" not in argv and out["env"] == {"TRTLLM_ORCHESTRATOR": "1"}
-    with realopenai.start(real_openai, argv, env=out["env"], log_dir=tmp_path) as frontend:
+    with realopenai.start(real_openai, argv, env={**os.environ, **out["env"]}, log_dir=tmp_path) as frontend:
         completion = client(frontend).completions.create(model="ensemble", prompt=PROMPT, max_tokens=MAX_TOKENS)
+        log = frontend.log()
     assert set(words_of(completion.choices[0].text)) <= set(PROMPT_WORDS)
+    assert "orchestrator for 2 workers" in log  # the engine (double) was loaded once, in orchestrator mode
 
 
 def test_the_real_frontends_help_takes_our_plans_flags_and_catches_a_newer_tags(tmp_path, real_openai):

@@ -268,5 +268,45 @@ def profile(work: Path, measure_s: float, out: Path, say: Say) -> Path:
         proc.send_signal(2)  # SIGINT: the frontend's own handler shuts down and cProfile writes its stats
         proc.wait(60)
     with open(out, "w") as text:
-        pstats.Stats(str(stats_file), stream=text).sort_stats("cumulative").print_stats(40)
+        # Own time first (where the process's CPU goes while it streams), then cumulative (start-up included).
+        for order in ("tottime", "cumulative"):
+            text.write(f"=== sorted by {order}\n")
+            pstats.Stats(str(stats_file), stream=text).sort_stats(order).print_stats(40)
     return out
+
+
+def write_plot(rows: list[Metric], path: Path, subtitle: str) -> str | None:
+    """Tokens/s and p50 inter-token latency of both APIs at each concurrency; None when written, else why not."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install -e '.[bench]')"
+    added = [m for m in rows if m.name.endswith("p50 ITL added") and m.details]
+    if not added:
+        return "no results to plot"
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120)
+    width = 0.38
+    for offset, (api, colour) in enumerate(((TRITON.name, "tab:gray"), (OPENAI.name, "tab:blue"))):
+        xs = [i + (offset - 0.5) * width for i in range(len(added))]
+        left.bar(xs, [m.details[api]["tokens_per_s"] for m in added], width, color=colour, label=api)
+        right.bar(xs, [m.details[api]["itl_p50_ms"] for m in added], width, color=colour, label=api)
+    labels = [m.name.split(" c=")[1].split(":")[0] for m in added]
+    for axis, title, unit in ((left, "Streamed tokens/s", "tokens/s"), (right, "p50 inter-token latency", "ms")):
+        axis.set_xticks(range(len(added)), [f"c={c}" for c in labels])
+        axis.set_ylabel(unit)
+        axis.set_title(title)
+        axis.grid(True, axis="y", alpha=0.3)
+    left.legend(loc="upper left", fontsize=8)
+    figure.suptitle(
+        "Triton's OpenAI frontend (r24.12) vs generate_stream, same repository, engine double at "
+        f"{TOKEN_DELAY_S * 1e3:g} ms/token\n{subtitle}",
+        fontsize=10,
+    )
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+    return None

@@ -41,6 +41,7 @@ REPEATS = {
 SERVING_SECONDS = (5.0, 2.0)
 DEFAULT_JSON = REPO / "out" / "benchmarks.json"  # out/ is not tracked; docs/benchmarks.md keeps the numbers
 DEFAULT_PLOT = REPO / "out" / "serving-throughput.png"  # docs/serving-throughput.png is the committed one
+DEFAULT_OPENAI_PLOT = REPO / "out" / "openai-vs-generate-stream.png"  # docs/ keeps the committed one
 DEFAULT_PROFILE = REPO / "out" / "openai-frontend-profile.txt"  # written only when an openai target is missed
 
 
@@ -174,6 +175,10 @@ def run_openai_suite(rounds: int, measure_s: float, work: Path, say) -> list[Met
 
     try:
         metrics = openai_bench.metrics(openai_bench.measure(work / "openai", measure_s / 5, measure_s, rounds, say))
+        info = machine(None)
+        subtitle = f"{info['nproc']} CPUs, load average {info['load_average_at_end'][0]:.1f}, {measure_s:g} s per point"
+        reason = openai_bench.write_plot(metrics, DEFAULT_OPENAI_PLOT, subtitle)
+        say(f"plot: {reason}" if reason else f"plot written to {DEFAULT_OPENAI_PLOT}")
         if any(m.status == "fail" for m in metrics):
             out = openai_bench.profile(work / "openai-profile", measure_s, DEFAULT_PROFILE, say)
             say(f"a target is missed: the frontend's profile is in {out}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -132,39 +133,22 @@ def prepare(work: Path) -> Servers:
     return Servers(triton_argv, openai_argv, frontend.environ(env), int(env["HTTP_PORT"]), openai_port, frontend)
 
 
-def ready_url(servers: Servers, api: Api) -> str:
+def ready_at(servers: Servers, api: Api) -> tuple[str, str]:
+    """(base URL, readiness route) of the server for `api`."""
     if api is OPENAI:
-        return f"http://127.0.0.1:{servers.openai_port}/health/ready"
-    return f"http://127.0.0.1:{servers.http_port}/v2/health/ready"
+        return f"http://127.0.0.1:{servers.openai_port}", "/health/ready"
+    return f"http://127.0.0.1:{servers.http_port}", "/v2/health/ready"
 
 
-def started(servers: Servers, api: Api, log: Path) -> tuple[object, float, int]:
+def started(servers: Servers, api: Api, log: Path) -> tuple[subprocess.Popen, float, int]:
     """Start the server for `api`; (the process, seconds to ready, the port to stream from)."""
     argv = servers.openai_argv if api is OPENAI else servers.triton_argv
     began = time.time()
     proc = serving_bench.start_server(argv, servers.env, log)
-    url = ready_url(servers, api)
-    ready = _wait(url, proc)
+    url, route = ready_at(servers, api)
+    ready = serving_bench.wait_ready(url, proc, route=route)
     port = servers.openai_port if api is OPENAI else servers.http_port
     return proc, ready - began, port
-
-
-def _wait(url: str, proc, timeout_s: float = 300) -> float:
-    import urllib.error  # noqa: PLC0415
-    import urllib.request  # noqa: PLC0415
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode} before ready")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return time.time()
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.01)
-    raise RuntimeError(f"{url} not ready within {timeout_s} s")
 
 
 def measure(work: Path, warmup_s: float, measure_s: float, rounds: int, say: Say) -> dict:
@@ -183,7 +167,7 @@ def measure(work: Path, warmup_s: float, measure_s: float, rounds: int, say: Say
                         load(port, api, concurrency, warmup_s, measure_s)
                     )
             finally:
-                serving_bench.stop(proc)  # type: ignore[arg-type]
+                serving_bench.stop(proc)
     return {"runs": runs, "ready": ready}
 
 
@@ -261,7 +245,8 @@ def profile(work: Path, measure_s: float, out: Path, say: Say) -> Path:
     argv = [python, "-m", "cProfile", "-o", str(stats_file), str(bootstrap), *rest]
     proc = serving_bench.start_server(argv, servers.env, work / "profile.log")
     try:
-        _wait(ready_url(servers, OPENAI), proc)
+        url, route = ready_at(servers, OPENAI)
+        serving_bench.wait_ready(url, proc, route=route)
         say("openai bench: profiling the frontend at c=16")
         load(servers.openai_port, OPENAI, max(CONCURRENCY), 1.0, measure_s)
     finally:

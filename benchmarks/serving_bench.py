@@ -323,14 +323,14 @@ class Bench:
         return argv
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 300) -> float:
-    """Poll /v2/health/ready every 10 ms until 200; the time.time() it answered."""
+def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 300, route: str = "/v2/health/ready") -> float:
+    """Poll `route` (Triton's readiness by default) every 10 ms until 200; the time.time() it answered."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the server exited {proc.returncode} before it was ready")
         try:
-            with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=1) as response:
+            with urllib.request.urlopen(f"{url}{route}", timeout=1) as response:
                 if response.status == 200:
                     return time.time()
         except (urllib.error.URLError, OSError):

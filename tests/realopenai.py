@@ -17,21 +17,16 @@ Everything built or downloaded is cached under $XDG_CACHE_HOME/trtllm-images, li
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: make `tests.` importable
@@ -252,44 +247,19 @@ def host_argv(frontend: HostFrontend, argv: Sequence[str]) -> list[str]:
     return [str(frontend.venv / "bin" / "python3"), "-c", HOST_BOOTSTRAP, str(main), *args[2:]]
 
 
-@dataclass
-class RunningFrontend:
-    process: subprocess.Popen
-    argv: list[str]
-    port: int
-    log_path: Path
-    log_file: IO[bytes] | None = field(repr=False, default=None)
+class RunningFrontend(realtriton.RunningServer):
+    """The frontend's process: its one port is OPENAI_PORT (as http_port), ready at its own /health/ready."""
+
+    READY_ROUTE = "/health/ready"
+    NAME = "the OpenAI frontend"
+
+    @property
+    def port(self) -> int:
+        return self.http_port
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/health/ready", timeout=2) as response:
-                return response.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
-
-    def wait_ready(self, timeout_s: float = 180) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the frontend exited with {self.process.returncode}:\n{self.log()[-6000:]}")
-            if self.ready():
-                return
-            time.sleep(0.3)
-        raise RuntimeError(f"the frontend was not ready within {timeout_s}s:\n{self.log()[-6000:]}")
-
-    def stop(self, timeout_s: float = 60) -> int:
-        return realtriton.RunningServer.stop(self, timeout_s)  # type: ignore[arg-type]
-
-    def models(self) -> list[str]:
-        with urllib.request.urlopen(f"{self.url}/v1/models", timeout=10) as response:
-            return sorted(m["id"] for m in json.loads(response.read())["data"])
+        return self.http_url
 
 
 @contextmanager
@@ -299,7 +269,7 @@ def start(
     *,
     env: dict[str, str] | None = None,
     log_dir: Path | None = None,
-    ready_timeout_s: float = 180,
+    ready_timeout_s: float = 300,
     wait: bool = True,
 ) -> Iterator[RunningFrontend]:
     """Run the entrypoint's OpenAI command line `argv` here until the block ends (then SIGTERM)."""
@@ -315,13 +285,13 @@ def start(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    running = RunningFrontend(process, command, port, log_path, log)
+    running = RunningFrontend(process, command, port, 0, log_path, log)
     try:
         if wait:
             running.wait_ready(ready_timeout_s)
         yield running
     finally:
-        running.stop()
+        running.stop(timeout_s=60)
 
 
 if __name__ == "__main__":  # `python tests/realopenai.py`: build and fetch once, print where they are

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from tests import realopenai, realtriton
+from tests.ci_skips import pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401  (hooks: CI's allowed skips)
 
 
 @pytest.fixture(scope="session")

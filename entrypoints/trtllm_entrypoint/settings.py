@@ -581,7 +581,8 @@ def group_from_env(env: Mapping[str, str]) -> Group | None:
             "LeaderWorkerSet sets all three; set all of them or none",
         )
     numbers = {}
-    given["WORKER_TIMEOUT_SECS"] = (env.get("WORKER_TIMEOUT_SECS") or "3600").strip()
+    timeout_variable = VARIABLES["WORKER_TIMEOUT_SECS"]
+    given["WORKER_TIMEOUT_SECS"] = (env.get("WORKER_TIMEOUT_SECS") or str(timeout_variable.default)).strip()
     for name in ("LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "WORKER_TIMEOUT_SECS"):
         value = given[name]
         if not (value.isascii() and value.isdigit()):
@@ -596,7 +597,8 @@ def group_from_env(env: Mapping[str, str]) -> Group | None:
     if any(not label or len(label) > 63 for label in address.split(".")) or " " in address:
         raise UsageError(f"LWS_LEADER_ADDRESS={address!r} is not a DNS name", "LeaderWorkerSet sets it")
     timeout = numbers["WORKER_TIMEOUT_SECS"]
-    if not 1 <= timeout <= 86400:
-        raise UsageError(f"WORKER_TIMEOUT_SECS={timeout} is out of range", "a number of seconds from 1 to 86400")
+    low, high = cast(int, timeout_variable.low), cast(int, timeout_variable.high)
+    if not low <= timeout <= high:
+        raise UsageError(f"WORKER_TIMEOUT_SECS={timeout} is out of range", f"a number of seconds from {low} to {high}")
     ssh_dir = Path(env.get("MPI_SSH_DIR") or contract.MPI_SSH_DIR)
     return None if size == 1 else Group(address, size, index, timeout, ssh_dir)

@@ -489,10 +489,11 @@ TABLE: tuple[Variable, ...] = (
     Variable(
         "WORKER_TIMEOUT_SECS",
         GPUS,
-        "special",
+        "integer",
         "How long the leader waits for every worker's sshd; then it exits naming the missing ones.",
-        shown_default="3600",
-        shown_allowed="1 to 86400",
+        default=3600,
+        low=1,
+        high=86400,
     ),
     Variable(
         "MPI_SSH_DIR",

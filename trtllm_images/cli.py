@@ -624,6 +624,13 @@ _KSERVE = {f.name: f.default for f in dataclasses.fields(kserve_options.KServeOp
 )
 @click.option("--no-admin-key", is_flag=True, help="Reference no admin-key Secret.")
 @click.option("--storage-writable", is_flag=True, help="Mount /mnt/models read-write (default: read-only).")
+@click.option(
+    "--frontend",
+    type=click.Choice(kserve_options.FRONTENDS),
+    default="triton",
+    show_default=True,
+    help="openai: Triton's OpenAI-compatible frontend on the HTTP port, probed at /health/ready (tags from 24.12).",
+)
 @click.option("--min-replicas", type=int, default=1, show_default=True, help="Replicas (groups with --nodes) at least.")
 @click.option(
     "--max-replicas",

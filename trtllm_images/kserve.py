@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from trtllm_entrypoint import contract
 from trtllm_entrypoint.contract import DEFAULT_CACHE_DIR, DEFAULT_METRICS_PORT, KSERVE_MODEL_DIR, UID
-from trtllm_entrypoint.errors import Error
+from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import multinode, scaling
 from trtllm_images.files import write_atomic
 from trtllm_images.kserve_options import KServeOptions
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 CONTAINER = "kserve-container"  # KServe refuses a runtime without a container of this name
 MODEL_FORMAT = "tensorrt-llm"  # our own format, so auto-selection never competes with kserve-tritonserver
 PROTOCOLS = ("v2", "grpc-v2")
+OPENAI_PROTOCOL = "v1"  # what --frontend openai declares: plain HTTP (KServe's default protocol)
 KNOWN_PROTOCOLS = {"v1", "v2", "grpc-v1", "grpc-v2"}
 HTTP_PORT, GRPC_PORT = 8080, 9000  # KServe's HTTP default; gRPC as its stock Triton runtime
 GPU = "nvidia.com/gpu"
@@ -49,8 +51,9 @@ def server_image(entry: MatrixEntry, registry: str | None = None) -> str:
     return make_build_plan(entry, registry=registry, out_dir=Path(".")).image("server").ref
 
 
-def runtime_name(tag: str) -> str:
-    return "trtllm-" + tag.replace(".", "-")
+def runtime_name(tag: str, frontend: str = "triton") -> str:
+    """One runtime per tag and frontend, so a cluster can hold both."""
+    return "trtllm-" + tag.replace(".", "-") + ("-openai" if frontend == "openai" else "")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,12 @@ def make_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
     """The manifests for options.tag, refused if they break a rule of KServe's that the CRD schemas cannot say."""
     entry = matrix.get(options.tag)
     default_image = server_image(entry, options.registry)  # also refuses unsupported tags, even with --image
+    if options.frontend == "openai" and not entry.openai_frontend:
+        first = next((e.tag for e in matrix.supported() if e.openai_frontend), None)
+        raise UsageError(
+            f"--frontend openai: image {entry.tag} has no Triton OpenAI frontend",
+            f"use --tag {first} or later" if first else "use --frontend triton",
+        )
     image = options.image or default_image
     if options.nodes > 1:  # KServe's multi-node path is Ray's: a LeaderWorkerSet instead (docs/kserve.md)
         documents = [_pvc(options)] if options.cache == "pvc" else []
@@ -74,7 +83,8 @@ def make_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
         if options.cache == "pvc":
             documents.append(_pvc(options))
         documents.append(_inference_service(options, entry.default_workflow))
-        documents.append(pod_monitor(options, f"{options.name}-triton", {ISVC_LABEL: options.name}))
+        if options.frontend == "triton":  # the OpenAI mode serves no Triton metrics port to scrape
+            documents.append(pod_monitor(options, f"{options.name}-triton", {ISVC_LABEL: options.name}))
         if options.warm_job:
             documents.append(_warm_job(options, image))
     # An image given with --image is the user's own; only the default one must be an image build.py makes.
@@ -112,25 +122,30 @@ def _security_context() -> dict:
     }
 
 
-def _probe(path: str, period: int, failures: int) -> dict:
-    return {
-        "httpGet": {"path": path, "port": HTTP_PORT},
-        "periodSeconds": period,
-        "timeoutSeconds": 5,
-        "failureThreshold": failures,
-    }
+def _probe(path: str | None, period: int, failures: int) -> dict:
+    """An HTTP GET of `path` on the HTTP port; None: the port accepting connections (the OpenAI frontend has no
+    liveness route, and its readiness would restart a pod that is only busy loading)."""
+    check = {"httpGet": {"path": path, "port": HTTP_PORT}} if path else {"tcpSocket": {"port": HTTP_PORT}}
+    return {**check, "periodSeconds": period, "timeoutSeconds": 5, "failureThreshold": failures}
 
 
 def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
+    openai = o.frontend == "openai"
+    if openai:
+        # The OpenAI frontend alone, on KServe's HTTP port; its KServe frontends stay off (the image's secure
+        # default), so no gRPC or metrics port is served and Triton's protocols are not offered.
+        ports = {"FRONTEND": "openai", "OPENAI_PORT": HTTP_PORT}
+        ready, live = contract.READY_PATHS["openai"], None
+    else:
+        ports = {"HTTP_PORT": HTTP_PORT, "GRPC_PORT": GRPC_PORT, "METRICS_PORT": DEFAULT_METRICS_PORT}
+        ready, live = contract.READY_PATHS["triton"], "/v2/health/live"
     container = {
         "name": CONTAINER,
         "image": image,
         # No args: the image's ENTRYPOINT + CMD ["serve"] start Triton; ports and names come from the environment.
         "env": _env(
             {
-                "HTTP_PORT": HTTP_PORT,
-                "GRPC_PORT": GRPC_PORT,
-                "METRICS_PORT": DEFAULT_METRICS_PORT,
+                **ports,
                 "CACHE_DIR": DEFAULT_CACHE_DIR,
                 "SERVED_MODEL_NAME": "{{.Name}}",
                 "TP_SIZE": o.tp_size,
@@ -140,31 +155,30 @@ def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
         # One port only: Knative rejects more, and KServe's Service sends port 80 to the first one.
         "ports": [{"name": "http1", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": _gpu_resources(o.gpus, cpu="4", memory="32Gi"),
-        "startupProbe": _probe(
-            "/v2/health/ready", STARTUP_PERIOD_SECONDS, STARTUP_BUDGET_SECONDS // STARTUP_PERIOD_SECONDS
-        ),
-        "readinessProbe": _probe("/v2/health/ready", 10, 3),
-        "livenessProbe": _probe("/v2/health/live", 30, 4),
+        "startupProbe": _probe(ready, STARTUP_PERIOD_SECONDS, STARTUP_BUDGET_SECONDS // STARTUP_PERIOD_SECONDS),
+        "readinessProbe": _probe(ready, 10, 3),
+        "livenessProbe": _probe(live, 30, 4),
         "securityContext": _security_context(),
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
     }
+    # The frontend's /metrics is on its API port and closed by RESTRICTED_APIS from 25.09: not scraped. The OpenAI
+    # API is none of KServe's inference protocols; v1 (KServe's default) names plain HTTP here.
+    metrics = {"prometheus.kserve.io/port": str(DEFAULT_METRICS_PORT), "prometheus.kserve.io/path": "/metrics"}
     spec = {
-        "annotations": {
-            "prometheus.kserve.io/port": str(DEFAULT_METRICS_PORT),
-            "prometheus.kserve.io/path": "/metrics",
-        },
+        "annotations": None if openai else metrics,
         "supportedModelFormats": [
             {"name": MODEL_FORMAT, "version": entry.tensorrt_llm, "autoSelect": True, "priority": 1}
         ],
-        "protocolVersions": list(PROTOCOLS),
+        "protocolVersions": [OPENAI_PROTOCOL] if openai else list(PROTOCOLS),
         "containers": [container],
         "volumes": [_shm_volume()],
     }
+    spec = {key: value for key, value in spec.items() if value is not None}
     kind = "ServingRuntime" if o.namespaced_runtime else "ClusterServingRuntime"
     return {
         "apiVersion": "serving.kserve.io/v1alpha1",
         "kind": kind,
-        "metadata": _meta(runtime_name(o.tag), o.namespace if o.namespaced_runtime else None),
+        "metadata": _meta(runtime_name(o.tag, o.frontend), o.namespace if o.namespaced_runtime else None),
         "spec": spec,
     }
 
@@ -218,8 +232,8 @@ def _inference_service(o: KServeOptions, workflow: str) -> dict:
         annotations["serving.kserve.io/autoscalerClass"] = "keda"
     model: dict[str, Any] = {
         "modelFormat": {"name": MODEL_FORMAT},
-        "protocolVersion": "v2",
-        "runtime": runtime_name(o.tag),
+        "protocolVersion": OPENAI_PROTOCOL if o.frontend == "openai" else "v2",
+        "runtime": runtime_name(o.tag, o.frontend),
     }
     if o.storage_uri:
         model["storageUri"] = o.storage_uri
@@ -229,11 +243,15 @@ def _inference_service(o: KServeOptions, workflow: str) -> dict:
             "env": _model_env(o) + _admin_key_env(o),
             # Both ports, HTTP first: raw deployments expose every declared port, the first one as the Service's
             # port 80.
-            "ports": [
-                {"name": "http1", "containerPort": HTTP_PORT, "protocol": "TCP"},
-                {"name": "grpc-v2", "containerPort": GRPC_PORT, "protocol": "TCP"},
-                {"name": METRICS_PORT_NAME, "containerPort": DEFAULT_METRICS_PORT, "protocol": "TCP"},
-            ],
+            "ports": [{"name": "http1", "containerPort": HTTP_PORT, "protocol": "TCP"}]
+            + (
+                []
+                if o.frontend == "openai"  # the OpenAI API alone: no gRPC, no Triton metrics port
+                else [
+                    {"name": "grpc-v2", "containerPort": GRPC_PORT, "protocol": "TCP"},
+                    {"name": METRICS_PORT_NAME, "containerPort": DEFAULT_METRICS_PORT, "protocol": "TCP"},
+                ]
+            ),
             "resources": _gpu_resources(o.gpus),
             "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": DEFAULT_CACHE_DIR}],
         }

@@ -12,6 +12,7 @@ from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.variables import VARIABLES
 
 CACHE_MODES = ("emptydir", "pvc")
+FRONTENDS = ("triton", "openai")  # the entrypoint's FRONTEND values
 ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -61,6 +62,7 @@ class KServeOptions:
     # Multi-node: one model replica spans `nodes` pods of a LeaderWorkerSet, TP x PP / nodes GPUs each.
     nodes: int = 1
     ssh_secret: str | None = None  # default "<name>-mpi-ssh": the MPI launcher's key (docs/kserve.md)
+    frontend: str = "triton"  # "openai": Triton's OpenAI frontend on the HTTP port (tags with it, matrix entry)
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -117,6 +119,15 @@ def _problems(o: KServeOptions) -> list[str]:
     for label, ref in (("image", o.image), ("registry", o.registry and f"{o.registry}/trtllm-serve:x")):
         if ref and not _IMAGE_REF.match(ref):
             problems.append(f"{label} {getattr(o, label)!r} is not an image reference such as ghcr.io/org/name:tag")
+    if o.frontend not in FRONTENDS:
+        problems.append(f"frontend {o.frontend!r} is not one of {', '.join(FRONTENDS)}")
+    if o.frontend == "openai" and o.max_replicas > o.min_replicas:
+        problems.append(
+            "frontend 'openai' serves a fixed replica count: autoscaling reads Triton's metrics port, which the "
+            "OpenAI mode does not serve (give --max-replicas equal to --min-replicas)"
+        )
+    if o.frontend == "openai" and o.nodes > 1:
+        problems.append("frontend 'openai' runs on one node: Triton's OpenAI frontend does not span pods")
     if o.cache not in CACHE_MODES:
         problems.append(f"cache {o.cache!r} is not one of {', '.join(CACHE_MODES)}")
     if o.pvc_access_mode not in ACCESS_MODES:

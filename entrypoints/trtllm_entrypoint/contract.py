@@ -34,6 +34,8 @@ UID = 1000
 
 TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 OPENAI_FRONTEND_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
+# Where each frontend answers whether it is ready (Triton's KServe protocol; the OpenAI frontend's own route).
+READY_PATHS = {"triton": "/v2/health/ready", "openai": "/health/ready"}
 
 # The models of a filled repository by workflow, and the one clients call (SERVED_MODEL_NAME renames it). The
 # others keep their names, since the ensemble steps and the BLS model refer to them: no served name may take them.

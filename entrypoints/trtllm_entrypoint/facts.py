@@ -17,6 +17,7 @@ from typing import Any
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.variables import WORKFLOWS, Workflow
+from trtllm_entrypoint.versions import version_tuple
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class ImageFacts:
     flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)  # program -> flags it takes
     restricted_apis: bool = False  # tritonserver takes --http-restricted-api and --grpc-restricted-protocol
     models_file: Path = Path(contract.MODELS_FILE)  # the model list (`python build.py models --json`)
+    # Feature -> the first supported tag of the matrix that has it: what a refusal names as the way out.
+    first_tag_with: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     @property
     def default_workflow(self) -> Workflow:
@@ -99,6 +102,11 @@ def models_file(environ: Mapping[str, str]) -> Path:
 
 
 def load_entry(environ: Mapping[str, str]) -> dict[str, Any]:
+    return _load_entries(environ)[0]
+
+
+def _load_entries(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The entry of MATRIX_TAG and every entry of the matrix file."""
     tag = environ.get("MATRIX_TAG", "")
     path = Path(environ.get("TRTLLM_MATRIX_FILE", contract.MATRIX_FILE))
     if not tag:
@@ -118,11 +126,22 @@ def load_entry(environ: Mapping[str, str]) -> dict[str, Any]:
     by_tag: dict[str, dict[str, Any]] = {e["tag"]: e for e in entries}
     if tag not in by_tag:
         raise UsageError(f"MATRIX_TAG={tag!r} is not in {path}", "known tags: " + ", ".join(sorted(by_tag)))
-    return by_tag[tag]
+    return by_tag[tag], entries
+
+
+def first_tags(entries: list[dict[str, Any]]) -> dict[str, str]:
+    """Feature -> the first supported tag that has it (the file lists tags oldest first)."""
+    first: dict[str, str] = {}
+    for entry in sorted(entries, key=lambda e: version_tuple(e["tag"])):
+        if entry.get("status", "supported") != "supported":
+            continue
+        for feature in (entry.get("capabilities") or {}).get("features", ()):
+            first.setdefault(feature, entry["tag"])
+    return first
 
 
 def load_facts(environ: Mapping[str, str]) -> ImageFacts:
-    entry = load_entry(environ)
+    entry, entries = _load_entries(environ)
     trtllm = installed_version("tensorrt_llm")
     capabilities = entry.get("capabilities")
     if not isinstance(capabilities, dict):
@@ -146,4 +165,5 @@ def load_facts(environ: Mapping[str, str]) -> ImageFacts:
         flags={program: tuple(f) for program, f in capabilities["flags"].items()},
         restricted_apis=bool(entry["restricted_apis"]),
         models_file=models_file(environ),
+        first_tag_with=first_tags(entries),
     )

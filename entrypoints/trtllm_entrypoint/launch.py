@@ -86,7 +86,12 @@ def tritonserver_argv(
     return argv
 
 
-def openai_argv(settings: Settings, repository: Path, tokenizer: str | Path | None) -> list[str]:
+def openai_argv(
+    settings: Settings, repository: Path, tokenizer: str | Path | None, restrict: Sequence[str] = ()
+) -> list[str]:
+    """Triton's OpenAI frontend, which runs Triton in-process. `restrict`: security.openai_restriction's argv.
+    Its KServe frontends stay off unless OPENAI_KSERVE_FRONTENDS asks (settings allow that only with nothing
+    restricted): they cannot restrict APIs, and readiness comes from the frontend's own /health/ready."""
     tokenizer = tokenizer or settings.model_id
     if not tokenizer:
         raise UsageError("FRONTEND=openai needs a tokenizer for chat templates, and no model is known", "set MODEL_ID")
@@ -97,9 +102,7 @@ def openai_argv(settings: Settings, repository: Path, tokenizer: str | Path | No
         f"--tokenizer={tokenizer}",
         f"--openai-port={settings.openai_port}",
     ]
-    if not settings.restricted_apis:
-        # Triton's own protocol on the usual ports, for KServe clients; these frontends take no restriction, so
-        # only when every API is open on purpose (RESTRICTED_APIS=none).
+    if settings.openai_kserve_frontends:
         argv += [
             "--enable-kserve-frontends",
             f"--kserve-http-port={settings.http_port}",
@@ -107,7 +110,7 @@ def openai_argv(settings: Settings, repository: Path, tokenizer: str | Path | No
         ]
     if settings.workflow == "engine":
         argv.append("--backend=tensorrtllm")
-    return argv + list(settings.triton_args)
+    return argv + list(restrict) + list(settings.triton_args)
 
 
 def server_argv(
@@ -124,7 +127,7 @@ def server_argv(
     if world_size < 1:
         raise UsageError(f"world size must be at least 1, got {world_size}", "check TP_SIZE and PP_SIZE")
     if settings.frontend == "openai":
-        return openai_argv(settings, repository, tokenizer)
+        return openai_argv(settings, repository, tokenizer, security.openai_restriction(settings, facts).argv())
     return tritonserver_argv(
         settings,
         repository,

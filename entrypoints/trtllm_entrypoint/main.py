@@ -347,6 +347,13 @@ def finish(resolved: LaunchPlan, log: Log) -> Prepared:
     argv = serve_plan.launch_argv(resolved)
     for warning in security.start_warnings(resolved.settings, resolved.facts):
         log.warn(warning)
+    tokenizer = resolved.tokenizer
+    if resolved.settings.frontend == "openai" and tokenizer is not None and not preflight.has_chat_template(tokenizer):
+        # Base models have none: completions serve, and chat answers 400 with transformers' own message.
+        log.warn(
+            "the tokenizer has no chat_template: /v1/completions serves, /v1/chat/completions answers 400",
+            tokenizer=tokenizer,
+        )
     return Prepared(launch=resolved, argv=argv, ready=ready.summary(resolved))
 
 
@@ -417,7 +424,7 @@ def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoRetur
     launch.exec_argv(prepared.argv, {**env, **prepared.plan.env})
 
 
-def health_url(port: int | str, path: str = serve_plan.TRITON_HEALTH_PATH) -> str:
+def health_url(port: int | str, path: str = contract.READY_PATHS["triton"]) -> str:
     return f"http://127.0.0.1:{port}{path}"
 
 
@@ -442,8 +449,11 @@ def health(env: Mapping[str, str]) -> int:
 
     try:
         url = json.loads(health_state().read_text())["url"]
-    except (OSError, ValueError, KeyError):
-        url = health_url(env.get("HTTP_PORT") or contract.DEFAULT_HTTP_PORT)
+    except (OSError, ValueError, KeyError):  # not recorded (yet): where the environment says the server listens
+        if (env.get("FRONTEND") or "").lower() == "openai":
+            url = health_url(env.get("OPENAI_PORT") or contract.DEFAULT_OPENAI_PORT, contract.READY_PATHS["openai"])
+        else:
+            url = health_url(env.get("HTTP_PORT") or contract.DEFAULT_HTTP_PORT)
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             return 0 if response.status == 200 else 1

@@ -6,6 +6,7 @@ first write or the first expensive step (download, engine build). Each failure i
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -130,6 +131,17 @@ def check_tokenizer_files(path: Path) -> None:
             model_files.read_json_object(file)
         else:
             model_files.read_bytes(file)
+
+
+def has_chat_template(tokenizer: Path) -> bool:
+    """Whether transformers finds a chat template beside the tokenizer (tokenizer_config.json's, or its own file)."""
+    if any((tokenizer / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
+        return True
+    try:
+        config = json.loads((tokenizer / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("chat_template"))
 
 
 def check_prebuilt_engine(settings: Settings, engine_dir: Path, installed: str) -> None:

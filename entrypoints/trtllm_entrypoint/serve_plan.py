@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from trtllm_entrypoint import launch, security
+from trtllm_entrypoint import contract, launch, security
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.settings import EngineSpec, Settings
@@ -22,8 +22,6 @@ from trtllm_entrypoint.sources import ModelSource
 # How the engine is had: none is needed (llmapi, or a complete repository), the model is one, or the cache holds the
 # one these settings build (built into it, under its lock, when it does not yet).
 Engine = Literal["none", "prebuilt", "cache"]
-TRITON_HEALTH_PATH = "/v2/health/ready"
-OPENAI_HEALTH_PATH = "/health/ready"
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,7 @@ class ServePlan:
     repository: Path  # the given repository, REPOSITORY_DIR, or the cache's (content-named below it)
     env: dict[str, str]  # environment the server gets on top of the container's
     health_port: int  # where `health` asks whether the server is ready
-    health_path: str  # TRITON_HEALTH_PATH, or the OpenAI frontend's own
+    health_path: str  # and on which route (contract.READY_PATHS)
     typed_argv: tuple[str, ...] = ()  # a typed `tritonserver …` command: kept, with only its repository replaced
     notes: tuple[str, ...] = ()  # how the plan departs from the settings, for the log
 
@@ -82,26 +80,18 @@ def decide(settings: Settings, model: ModelSource, typed_argv: tuple[str, ...] =
     else:
         engine = "prebuilt" if model.kind == "engine" else "cache" if workflow == "engine" else "none"
         repository = settings.repository_dir or settings.cache_dir / "repositories"
-    health_port, health_path = _health(settings)
     return ServePlan(
         settings=settings,
         model=model,
         engine=engine,
         repository=repository,
         env=launch.server_env(settings),
-        health_port=health_port,
-        health_path=health_path,
+        # The OpenAI frontend's readiness is on its own port (its KServe frontends are off unless asked for).
+        health_port=settings.openai_port if settings.frontend == "openai" else settings.http_port,
+        health_path=contract.READY_PATHS[settings.frontend],
         typed_argv=typed_argv,
         notes=tuple(notes),
     )
-
-
-def _health(settings: Settings) -> tuple[int, str]:
-    """Where readiness is asked: Triton's HTTP port, or the OpenAI frontend's port when it serves no KServe
-    endpoints (launch.openai_argv: only with RESTRICTED_APIS=none)."""
-    if settings.frontend == "openai" and settings.restricted_apis:
-        return settings.openai_port, OPENAI_HEALTH_PATH
-    return settings.http_port, TRITON_HEALTH_PATH
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ RESTRICTION = "RESTRICTED_APIS (and the key with TRITON_ADMIN_KEY or TRITON_ADMI
 HTTP_RESTRICTION = "--http-restricted-api"
 GRPC_RESTRICTION = "--grpc-restricted-protocol"
 RESTRICTION_FLAGS = (HTTP_RESTRICTION, GRPC_RESTRICTION)
+OPENAI_RESTRICTION_FLAG = "--openai-restricted-api"  # Triton's OpenAI frontend, server r25.09 on
 BACKEND_CONFIG = "--backend-config"
 REPOSITORY_FLAG = "--model-repository"  # --model-store is the same option
 SHM_PREFIX = "python,shm-region-prefix-name"
@@ -94,10 +95,18 @@ OPENAI_FRONTEND = (
     *_flags("--tokenizer", "--backend", "--tritonserver-log-verbose-level", "--host"),
     Flag("--openai-port", owner="OPENAI_PORT"),
     Flag("--uvicorn-log-level"),
-    # Its KServe HTTP/gRPC frontends take no restriction: every Triton API answers there without a key.
-    Flag("--enable-kserve-frontends", value=False, side_door="openai_kserve_frontends"),
+    # Its KServe HTTP/gRPC frontends take no restriction: every Triton API answers there without a key. Only the
+    # variable starts them, and only with RESTRICTED_APIS=none (settings.py).
+    Flag(
+        "--enable-kserve-frontends",
+        value=False,
+        owner="OPENAI_KSERVE_FRONTENDS=true (with RESTRICTED_APIS=none: they cannot restrict APIs)",
+        side_door="openai_kserve_frontends",
+    ),
     Flag("--kserve-http-port", owner="HTTP_PORT"),
     Flag("--kserve-grpc-port", owner="GRPC_PORT"),
+    # From r25.09: `--openai-restricted-api <apis> <header> <key>` (security.openai_restriction).
+    Flag(OPENAI_RESTRICTION_FLAG, owner=RESTRICTION),
 )
 PROGRAMS = {"tritonserver": TRITONSERVER, "openai": OPENAI_FRONTEND}
 # Variables that open a side door in the server's environment: (variable, value, how to keep it closed, feature).

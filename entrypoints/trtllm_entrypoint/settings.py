@@ -136,6 +136,8 @@ class ServerSettings:
     metrics_port: int
     openai_port: int
     frontend: Frontend
+    # OPENAI_KSERVE_FRONTENDS: Triton's KServe HTTP/gRPC beside the OpenAI frontend; they cannot restrict APIs.
+    openai_kserve_frontends: bool
     served_model_name: str | None
     log_format: LogFormat
     log_level: LogLevel = "info"  # LOG_LEVEL: debug adds the full tables and command lines
@@ -197,6 +199,7 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
                 "TRITON_ARGS (or the command line)",
                 settings.server_program,
             )
+        _check_frontend(settings, facts)
         return settings
 
     def describe(self) -> dict[str, Any]:
@@ -443,6 +446,9 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
     frontend = "triton" if command_line.typed_server else env.choice("FRONTEND")
     if frontend == "openai" and not facts.openai_frontend:
         raise bad("FRONTEND", "openai", f"triton (image {facts.tag} has no OpenAI-compatible frontend)")
+    kserve_frontends = env.boolean("OPENAI_KSERVE_FRONTENDS")
+    if kserve_frontends and frontend != "openai":
+        raise bad("OPENAI_KSERVE_FRONTENDS", "true", "false unless FRONTEND=openai (tritonserver serves KServe itself)")
     name = env.text("SERVED_MODEL_NAME")
     if name is not None and not SERVED_NAME.fullmatch(name):
         raise bad(
@@ -464,6 +470,7 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
     return {
         **ports,
         "frontend": frontend,
+        "openai_kserve_frontends": kserve_frontends,
         "served_model_name": name,
         "log_format": env.choice("LOG_FORMAT"),
         "log_level": env.choice("LOG_LEVEL"),
@@ -525,6 +532,29 @@ def _cache_dir(env: _Env) -> tuple[Path, str | None]:
         f"which is lost with the container: mount a volume at {default} or set CACHE_DIR to keep engines"
     )
     return fallback, reason
+
+
+def _check_frontend(s: Settings, facts: ImageFacts) -> None:
+    """What this image's OpenAI frontend can serve, and what may be opened beside it (before any download)."""
+    if s.frontend != "openai":
+        return
+    if s.workflow == "llmapi" and "openai_frontend_llmapi" not in facts.features:
+        first = facts.first_tag_with.get("openai_frontend_llmapi")
+        where = f"from image {first} on" if first else "in no image of this matrix"
+        raise UsageError(
+            f"FRONTEND=openai cannot serve WORKFLOW=llmapi in image {facts.tag}: Triton's OpenAI frontend "
+            f"handles the llmapi model {where}",
+            "set WORKFLOW=engine (with a checkpoint that has an engine converter)"
+            + (f", or use image {first} or later" if first else ""),
+        )
+    if s.openai_kserve_frontends and s.restricted_apis:
+        raise bad(
+            "OPENAI_KSERVE_FRONTENDS",
+            "true",
+            "false while RESTRICTED_APIS closes APIs: Triton's KServe frontends beside the OpenAI one cannot "
+            f"restrict any ({', '.join(s.restricted_apis)} would be open); set RESTRICTED_APIS=none as well to "
+            "open them on purpose",
+        )
 
 
 def _check_relations(s: Settings) -> None:

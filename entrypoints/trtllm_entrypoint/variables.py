@@ -330,10 +330,23 @@ TABLE: tuple[Variable, ...] = (
         "FRONTEND",
         SERVER,
         "choice",
-        "Which API to serve.",
+        "Which API to serve. `openai`: Triton's own frontend (`/v1/models`, `/v1/completions`, "
+        "`/v1/chat/completions`, streamed or not) on `OPENAI_PORT`, ready at `/health/ready` there; see "
+        "[The OpenAI-compatible API](#the-openai-compatible-api).",
         default="triton",
         choices=get_args(Frontend),
-        shown_allowed="`triton`; `openai` where the image has Triton's OpenAI frontend (from 24.12)",
+        shown_allowed="`triton`; `openai` where the image has Triton's OpenAI frontend (from 24.12); with "
+        "`WORKFLOW=llmapi` only from 25.12 (earlier frontends cannot serve the llmapi model: refused at start)",
+    ),
+    Variable(
+        "OPENAI_KSERVE_FRONTENDS",
+        SERVER,
+        "boolean",
+        "Also serve Triton's KServe HTTP/gRPC protocol on `HTTP_PORT`/`GRPC_PORT` beside the OpenAI API. Off by "
+        "default because those frontends cannot restrict any API. Images whose frontend lacks Triton's "
+        "`tritonfrontend` package warn and serve without them.",
+        default=False,
+        also="only with `FRONTEND=openai` and `RESTRICTED_APIS=none`",
     ),
     Variable(
         "SERVED_MODEL_NAME",
@@ -383,9 +396,10 @@ TABLE: tuple[Variable, ...] = (
         shown_default="empty",
         shown_allowed="arguments in shell quoting, except those the entrypoint sets: the repository "
         "(`--model-repository`, `--model-store`), the ports (`--http-port`, `--grpc-port`, `--metrics-port`, and "
-        "the OpenAI frontend's `--openai-port`, `--kserve-http-port`, `--kserve-grpc-port`) the shared-memory prefix "
-        "(`--backend-config=python,shm-region-prefix-name=…`) and the API restriction (`--http-restricted-api`, "
-        "`--grpc-restricted-protocol`); use `REPOSITORY_DIR`, the `*_PORT` variables and `RESTRICTED_APIS` instead",
+        "the OpenAI frontend's `--openai-port`, `--kserve-http-port`, `--kserve-grpc-port`, "
+        "`--enable-kserve-frontends`) the shared-memory prefix (`--backend-config=python,shm-region-prefix-name=…`) "
+        "and the API restriction (`--http-restricted-api`, `--grpc-restricted-protocol`, `--openai-restricted-api`); "
+        "use `REPOSITORY_DIR`, the `*_PORT` variables, `OPENAI_KSERVE_FRONTENDS` and `RESTRICTED_APIS` instead",
     ),
     Variable(
         "RESTRICTED_APIS",

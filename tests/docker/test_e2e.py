@@ -510,3 +510,40 @@ def test_a_broken_filled_config_is_refused_in_the_container_before_triton_starts
     assert "postprocessing/config.pbtxt: not a valid Triton ModelConfig" in error and "no_such_field" in error
     assert "protobuf check skipped" not in output
     assert "starting the server" not in output and "Started HTTPService" not in output
+
+
+def test_frontend_openai_serves_the_official_client_healthy_and_stops_cleanly(server, tiny_model, records, containers):
+    """FRONTEND=openai in the image: Triton's real OpenAI frontend (r24.12, what the stand-in carries) on
+    OPENAI_PORT, asked by the official client; the HEALTHCHECK follows its /health/ready; no KServe frontend."""
+    openai = pytest.importorskip("openai")
+    delay, max_tokens = "0.3", 8  # a stream of 2.4 s, in flight when the container is stopped
+    container = serve(
+        containers,
+        server,
+        tiny_model,
+        records,
+        env={"FRONTEND": "openai", "DECOUPLED": "true", "TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S": delay},
+    )
+    assert wait_health_status(container, timeout_s=180) == "healthy", logs(container)[-3000:]
+    api = openai.OpenAI(base_url=f"http://{address(container)}:9000/v1", api_key="unused", max_retries=0, timeout=60)
+    listed = {model.id for model in api.models.list()}
+    completion = api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=4)
+    with pytest.raises(openai.BadRequestError) as no_template:  # the tiny tokenizer has no chat_template
+        api.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": PROMPT}], max_tokens=4)
+    assert not ready_now(container), "Triton's KServe HTTP frontend must stay off in the OpenAI mode"
+
+    def stream() -> list[str]:
+        chunks = api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=max_tokens, stream=True)
+        return [chunk.choices[0].text for chunk in chunks]
+
+    request, outcome = in_background(stream)
+    time.sleep(1.0)
+    assert request.is_alive(), "the stream must still be in flight when the container is stopped"
+    container.stop(timeout=40)
+    request.join(timeout=30)
+    assert "ensemble" in listed and set(tokens(completion.choices[0].text)) <= set(PROMPT_WORDS), completion
+    assert "chat_template" in str(no_template.value) or "chat template" in str(no_template.value)
+    assert "error" not in outcome, f"{outcome.get('error')!r}\n{logs(container)[-3000:]}"
+    assert len([piece for piece in outcome["result"] if piece]) == max_tokens, outcome["result"]
+    assert container.wait(timeout=30)["StatusCode"] == 0, logs(container)[-3000:]
+    assert "has no chat_template" in logs(container)

@@ -3,9 +3,10 @@
 where our Dockerfiles and entrypoint look.
 
 Real: tritonserver 2.51.0 with its Python backend (from PyPI's nvidia-pytriton wheel, laid out at /opt/tritonserver
-as NGC does; it stays 2.51.0 whatever tag the stand-in claims in TRITON_SERVER_VERSION) and Open MPI (Debian's
-openmpi-bin). Doubles (tests/doubles), for what needs a GPU or is not public: the engine (a Python-based
-`tensorrtllm` backend), trtllm-build, the checkpoint converters, nvidia-smi and the OpenAI frontend.
+as NGC does; it stays 2.51.0 whatever tag the stand-in claims in TRITON_SERVER_VERSION), Open MPI (Debian's
+openmpi-bin) and, for tags from 24.12, Triton's OpenAI frontend (server r24.12's, whatever the tag, with the
+in-process `tritonserver` package: tests/realopenai.py). Doubles (tests/doubles), for what needs a GPU or is not
+public: the engine (a Python-based `tensorrtllm` backend), trtllm-build, the checkpoint converters and nvidia-smi.
 
 The NGC registry is not reachable from CI, so the base OS is a Debian rootfs made once with debootstrap and
 `docker import`ed as trtllm-standin-os:bookworm; each tag is then a short `docker build` FROM it. Nothing is
@@ -36,8 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # run as a script: make `tests.` and `trtllm_images.` importable
     sys.path.insert(0, str(REPO))
 
-from tests import realtriton  # noqa: E402
-from tests.doubles.install import DOUBLES_DIR, install_doubles, python_models_origin, write_wrapper  # noqa: E402
+from tests import realopenai, realtriton  # noqa: E402
+from tests.doubles.install import DOUBLES_DIR, install_doubles, python_models_origin  # noqa: E402
 from tests.upstream_files import UpstreamMissing, upstream_root  # noqa: E402
 from trtllm_entrypoint.errors import Error  # noqa: E402
 from trtllm_entrypoint.versions import version_tuple  # noqa: E402
@@ -51,7 +52,7 @@ MODELS_LABEL = "io.trtllm-images.standin.all-models"
 PYTHON_MODELS_LABEL = "io.trtllm-images.standin.python-models"
 # Where the image keeps the *_double.py scripts that the program wrappers run.
 SCRIPTS_DIR = "/opt/trtllm-doubles"
-OPENAI_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
+OPENAI_DIR = "/opt/tritonserver/python/openai"  # main.py is at openai_frontend/main.py below it
 LOCK_FILE = Path(tempfile.gettempdir()) / "trtllm-standin-os.lock"
 
 
@@ -171,7 +172,16 @@ def dockerfile_text(spec: StandinSpec, site_dir: str, py: str) -> str:
         f"COPY layout/site/ {site_dir}/",
     ]
     if spec.openai_frontend:
-        lines.append(f"COPY layout/openai_main.py {OPENAI_MAIN}")
+        # What NGC images carry for the frontend: its requirements, the in-process `tritonserver` package, and
+        # python/openai (tests/realopenai.py builds and fetches them on the host).
+        lines += [
+            "COPY openai-wheels/ /tmp/openai-wheels/",
+            "RUN python3 -m pip install --no-cache-dir --no-index --find-links /tmp/openai-wheels "
+            f"--break-system-packages -c /tmp/openai-wheels/{realtriton.STUB_REQUIREMENTS.name} "
+            f"{' '.join(repr(r) for r in realopenai.FRONTEND_REQUIREMENTS)} && rm -rf /tmp/openai-wheels",
+            f"COPY layout/tritonserver/ {site_dir}/tritonserver/",
+            f"COPY layout/openai/ {OPENAI_DIR}/",
+        ]
     if spec.with_app:
         lines.append("COPY layout/app/ /app/")
     lines += ["WORKDIR /opt/tritonserver", 'ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]', ""]
@@ -194,14 +204,14 @@ def assemble_context(spec: StandinSpec, context: Path, site_dir: str, python: st
         templates_src=spec.templates,
         scripts_dir=SCRIPTS_DIR,
     )
-    if spec.openai_frontend:
-        write_wrapper(layout / "openai_main.py", f"{SCRIPTS_DIR}/openai_frontend_double.py")
     py = ".".join(python.split(".")[:2])
     try:
         wheels = realtriton.fetch_wheels(py)
         realtriton.install_server(layout, wheels, py)
     except realtriton.RealTritonUnavailable as exc:
         raise StandinUnavailable(f"the real tritonserver for the stand-in: {exc}") from exc
+    if spec.openai_frontend:
+        add_openai_frontend(context, layout, py)
     (context / "wheels").mkdir()
     for wheel in wheels.glob("*.whl"):
         if wheel != realtriton.server_wheel(wheels):  # unpacked into layout/ already
@@ -209,6 +219,26 @@ def assemble_context(spec: StandinSpec, context: Path, site_dir: str, python: st
     shutil.copyfile(realtriton.STUB_REQUIREMENTS, context / "wheels" / realtriton.STUB_REQUIREMENTS.name)
     (context / "Dockerfile").write_text(dockerfile_text(spec, site_dir, py))
     return context
+
+
+def add_openai_frontend(context: Path, layout: Path, py: str) -> None:
+    """Triton's real OpenAI frontend (server r24.12) for the stand-in: the `tritonserver` package compiled on this
+    host against the stand-in's own libtritonserver, the frontend's sources and its requirements' wheels."""
+    if py != realtriton.python_version():
+        raise StandinUnavailable(
+            f"the OpenAI frontend's `tritonserver` package is compiled for this host's Python "
+            f"{realtriton.python_version()}, and the stand-in runs Python {py}"
+        )
+    try:
+        package = realopenai.tritonserver_package(layout / realtriton.PREFIX)
+        wheels = realopenai.fetch_wheels(py)
+        frontend = realopenai.frontend_dir()
+    except realtriton.RealTritonUnavailable as exc:
+        raise StandinUnavailable(f"the OpenAI frontend for the stand-in: {exc}") from exc
+    shutil.copytree(package / "tritonserver", layout / "tritonserver", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(frontend, layout / "openai", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(wheels, context / "openai-wheels", ignore=shutil.ignore_patterns(".*"))
+    shutil.copyfile(realtriton.STUB_REQUIREMENTS, context / "openai-wheels" / realtriton.STUB_REQUIREMENTS.name)
 
 
 def debootstrap_argv(rootfs: Path) -> list[str]:

@@ -109,4 +109,4 @@ def test_build_steps_mark_cache_hits_and_skip_arg_and_from():
 
 def test_concurrent_suite_brings_the_cold_start_it_is_compared_with():
     assert selected_suites(["concurrent"]) == ["cold", "concurrent"]
-    assert selected_suites(None) == ["warm", "cold", "concurrent", "images", "static", "serving", "scaling"]
+    assert selected_suites(None) == ["warm", "cold", "concurrent", "images", "static", "serving", "scaling", "openai"]

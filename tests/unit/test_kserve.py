@@ -177,6 +177,15 @@ def grid():
         yield pytest.param(
             options, id=f"{cache}-{'ns' if namespaced else 'cluster'}-{'warm' if warm else 'nojob'}-{source}-tp{tp}"
         )
+    for tag, cache, warm, tp in (
+        ("25.01", "emptydir", False, 1),
+        ("24.12", "pvc", True, 2),
+        ("26.07", "pvc", False, 4),
+    ):
+        options = kserve.KServeOptions(
+            tag=tag, cache=cache, warm_job=warm, tp_size=tp, model_id=HUB_MODEL, frontend="openai", max_replicas=1
+        )
+        yield pytest.param(options, id=f"openai-{tag}-{cache}-{'warm' if warm else 'nojob'}-tp{tp}")
 
 
 def scale_out_grid():
@@ -271,6 +280,37 @@ def test_runtime_contract(entry):
     assert security["runAsNonRoot"] and security["runAsUser"] == 1000
     assert security["capabilities"] == {"drop": ["ALL"]} and security["allowPrivilegeEscalation"] is False
     assert {"name": "devshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in spec["volumes"]
+
+
+def test_openai_runtime_serves_and_probes_the_frontend_on_the_http_port(the_matrix):
+    docs = documents(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, frontend="openai", max_replicas=1))
+    runtime, service = by_kind(docs, "ClusterServingRuntime"), by_kind(docs, "InferenceService")
+    assert runtime["metadata"]["name"] == "trtllm-25-01-openai" == service["spec"]["predictor"]["model"]["runtime"]
+    (container,) = runtime["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert (env["FRONTEND"], env["OPENAI_PORT"]) == ("openai", "8080") and "HTTP_PORT" not in env
+    assert (
+        container["startupProbe"]["httpGet"]
+        == container["readinessProbe"]["httpGet"]
+        == {
+            "path": "/health/ready",
+            "port": 8080,
+        }
+    )
+    assert container["livenessProbe"]["tcpSocket"] == {"port": 8080}
+    # Not KServe's v2 protocol, and no gRPC or Triton metrics port: the frontend's KServe frontends are off.
+    assert runtime["spec"]["protocolVersions"] == ["v1"] and "annotations" not in runtime["spec"]
+    model = service["spec"]["predictor"]["model"]
+    assert model["protocolVersion"] == "v1" and [p["containerPort"] for p in model["ports"]] == [8080]
+    assert "PodMonitor" not in {doc["kind"] for doc in docs}  # no Triton metrics port to scrape
+    with pytest.raises(UsageError, match="image 24.11 has no Triton OpenAI frontend") as refused:
+        kserve.make_plan(
+            the_matrix, kserve.KServeOptions(tag="24.11", model_id=HUB_MODEL, frontend="openai", max_replicas=1)
+        )
+    assert "--tag 24.12" in refused.value.hint
+    for more, why in (({}, "fixed replica count"), ({"max_replicas": 1, "nodes": 2, "tp_size": 2}, "one node")):
+        with pytest.raises(UsageError, match=why):
+            kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, frontend="openai", **more)
 
 
 def test_inference_service_for_storage_uri_is_read_only_and_has_no_token(entry):
@@ -696,7 +736,14 @@ def test_the_entrypoint_accepts_every_generated_environment(options, entry, tmp_
         env = {k: v.replace("{{.Name}}", options.name) for k, v in env.items()}
         settings = Settings.from_env(env, facts)
         assert settings.tp_size == options.tp_size, kind
-        if kind == "InferenceService":
+        if kind == "InferenceService" and options.frontend == "openai":
+            # The OpenAI API on KServe's HTTP port, where the probes ask; nothing else is served.
+            assert (settings.frontend, settings.openai_port, settings.openai_kserve_frontends) == (
+                "openai",
+                8080,
+                False,
+            )
+        elif kind == "InferenceService":
             assert (settings.http_port, settings.grpc_port) == (8080, 9000)
 
 

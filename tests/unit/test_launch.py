@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.image_data import FACTS
+from tests.image_data import FACTS, image_facts
 from trtllm_entrypoint import contract, launch, server_args
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.settings import Settings
@@ -104,29 +104,66 @@ def test_llmapi_is_one_server_with_auto_complete():
     assert "--disable-auto-complete-config" not in argv  # model.py fills max_batch_size/decoupled from model.yaml
 
 
-def test_openai_frontend_engine_workflow():
-    settings = make_settings(
-        FRONTEND="openai",
-        HTTP_PORT="8080",
-        GRPC_PORT="9001",
-        OPENAI_PORT="9000",
-        TRITON_ARGS="--uvicorn-log-level=warning",
-        RESTRICTED_APIS="none",
-    )
+def openai_settings(facts=FACTS, **env):
+    return Settings.from_env({"CACHE_DIR": "/var/cache/trtllm", "FRONTEND": "openai", **env}, facts)
+
+
+def test_openai_frontend_engine_workflow_serves_no_kserve_frontends():
+    settings = openai_settings(HTTP_PORT="8080", GRPC_PORT="9001", TRITON_ARGS="--uvicorn-log-level=warning")
     argv = launch.server_argv(settings, FACTS, REPO, 2, uid=1000, tokenizer=Path("/models/tok"))
+    # 25.05's frontend cannot restrict its routes: nothing to pass; its KServe frontends stay off (secure default).
     assert argv == [
         "python3",
         contract.OPENAI_FRONTEND_MAIN,
         f"--model-repository={REPO}",
         "--tokenizer=/models/tok",
         "--openai-port=9000",
-        "--enable-kserve-frontends",
-        "--kserve-http-port=8080",
-        "--kserve-grpc-port=9001",
         "--backend=tensorrtllm",
         "--uvicorn-log-level=warning",
     ]
-    assert launch.server_env(settings) == {"TRTLLM_ORCHESTRATOR": "1"}
+    # TP_SIZE=2 is one process: Triton in-process, TensorRT-LLM spawning its own workers (orchestrator mode).
+    assert "mpirun" not in argv and launch.server_env(settings) == {"TRTLLM_ORCHESTRATOR": "1"}
+
+
+def test_kserve_frontends_beside_the_openai_one_only_when_asked_and_nothing_is_restricted():
+    settings = openai_settings(OPENAI_KSERVE_FRONTENDS="true", RESTRICTED_APIS="none", HTTP_PORT="8080")
+    argv = launch.server_argv(settings, FACTS, REPO, 1, uid=1000, tokenizer=Path("/tok"))
+    assert argv[5:8] == ["--enable-kserve-frontends", "--kserve-http-port=8080", "--kserve-grpc-port=8001"]
+    with pytest.raises(UsageError, match=r"OPENAI_KSERVE_FRONTENDS='true' is not allowed: .*RESTRICTED_APIS=none"):
+        openai_settings(OPENAI_KSERVE_FRONTENDS="true")
+    with pytest.raises(UsageError, match="unless FRONTEND=openai"):
+        make_settings(OPENAI_KSERVE_FRONTENDS="true")
+
+
+@pytest.mark.parametrize(
+    "tag,apis,expected",
+    [
+        ("25.09", None, ["model-repository,metrics"]),  # the default list: model-repository and statistics map
+        ("25.09", "inference,model-repository", ["inference,model-repository"]),
+        ("25.09", "shared-memory,trace", []),  # nothing the frontend serves
+        ("25.09", "none", []),
+        ("25.08", None, []),  # r25.08's main.py has no --openai-restricted-api
+        ("24.12", None, []),
+    ],
+)
+def test_openai_routes_are_restricted_with_the_admin_key_where_the_frontend_can(tag, apis, expected):
+    facts = image_facts(tag)
+    key = "k" * 32
+    env = {"TRITON_ADMIN_KEY": key, "WORKFLOW": "engine", **({"RESTRICTED_APIS": apis} if apis else {})}
+    argv = launch.server_argv(openai_settings(facts, **env), facts, REPO, 1, uid=1000, tokenizer=Path("/tok"))
+    flag = [i for i, arg in enumerate(argv) if arg == "--openai-restricted-api"]
+    # nargs=3 in r25.09's main.py: the APIs, the header, its value (the same key as tritonserver's restriction).
+    assert [argv[i + 1] for i in flag] == expected
+    assert all(argv[i + 2 : i + 4] == ["admin-key", key] for i in flag)
+    assert ("--openai-restricted-api" in facts.flags["openai_frontend"]) == (tag >= "25.09")
+
+
+@pytest.mark.parametrize("tag", ["25.05", "25.08", "25.11"])
+def test_openai_with_the_llmapi_workflow_is_refused_where_the_frontend_cannot_serve_it(tag):
+    with pytest.raises(UsageError) as refused:
+        openai_settings(image_facts(tag), WORKFLOW="llmapi", MODEL_ID="org/name")
+    assert f"cannot serve WORKFLOW=llmapi in image {tag}" in refused.value.message
+    assert "from image 25.12 on" in refused.value.message and "25.12 or later" in refused.value.hint
 
 
 def test_openai_frontend_serves_no_unrestrictable_kserve_endpoints_while_apis_are_restricted():
@@ -137,8 +174,9 @@ def test_openai_frontend_serves_no_unrestrictable_kserve_endpoints_while_apis_ar
 
 
 def test_openai_frontend_llmapi_and_tokenizer_fallback():
-    settings = make_settings(FRONTEND="openai", WORKFLOW="llmapi", MODEL_ID="org/name")
-    argv = launch.server_argv(settings, FACTS, REPO, 1, uid=1000)
+    facts = image_facts("25.12")
+    settings = openai_settings(facts, WORKFLOW="llmapi", MODEL_ID="org/name")
+    argv = launch.server_argv(settings, facts, REPO, 1, uid=1000)
     assert "--tokenizer=org/name" in argv and not any(a.startswith("--backend") for a in argv)
     assert launch.server_env(settings) == {}
     assert launch.server_env(make_settings()) == {}

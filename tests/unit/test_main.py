@@ -698,8 +698,10 @@ def test_flags_reports_each_program_the_plans_run_with_its_missing_flags(image):
     # The doubles on PATH answer --help like the 0.17.0 programs; /opt/tritonserver is not on this host.
     assert programs["trtllm-build"]["missing"] == [] and programs["trtllm-build"]["error"] is None
     assert "--kv_cache_type" in programs["trtllm-build"]["flags"]
-    assert all(p["missing"] == [] and p["error"] is None for name, p in programs.items() if name != "tritonserver")
-    assert programs["tritonserver"]["error"] == f"{contract.TRITONSERVER} is not installed"
+    absent = {"tritonserver": f"{contract.TRITONSERVER} is not installed"}
+    absent["openai_frontend/main.py"] = f"{contract.OPENAI_FRONTEND_MAIN} does not exist"
+    assert all(p["missing"] == [] and p["error"] is None for name, p in programs.items() if name not in absent)
+    assert {name: programs[name]["error"] for name in absent} == absent
 
 
 ADMIN_KEY = "admin-key-0123456789abcdef"

@@ -151,10 +151,16 @@ def test_only_rank_0_gets_the_flags_and_triton_args_come_last():
     "facts,env,warning",
     [
         (FACTS, {"RESTRICTED_APIS": "none"}, "RESTRICTED_APIS=none: every Triton API"),
+        (FACTS, {"FRONTEND": "openai", "MODEL_ID": "org/model"}, "FRONTEND=openai: the OpenAI frontend of image 25.05"),
         (
             FACTS,
-            {"FRONTEND": "openai", "MODEL_ID": "org/model"},
-            "FRONTEND=openai: Triton's KServe HTTP/gRPC",
+            {"FRONTEND": "openai", "MODEL_ID": "m", "RESTRICTED_APIS": "none"},
+            "RESTRICTED_APIS=none: every route of the OpenAI frontend",
+        ),
+        (
+            FACTS,
+            {"FRONTEND": "openai", "MODEL_ID": "m", "RESTRICTED_APIS": "none", "OPENAI_KSERVE_FRONTENDS": "1"},
+            "RESTRICTED_APIS=none: every Triton API",
         ),
         (replace(FACTS, restricted_apis=False), {}, "tritonserver 2.58.0 in image 25.05 cannot restrict APIs"),
     ],

@@ -94,7 +94,9 @@ def test_targets_pass_and_fail_on_the_measured_ratios():
     ]
     metrics = by_name(sb.target_metrics(results))
     assert metrics["unary c=64: throughput ours/seeds"].value == pytest.approx(1.3)
-    assert metrics["unary c=64: throughput ours/seeds"].status == "pass"
+    # Retired on 2 CPUs: information with its reason, never a failure of `python -m benchmarks`.
+    assert metrics["unary c=64: throughput ours/seeds"].status == "info"
+    assert metrics["unary c=64: throughput ours/seeds"].note.startswith("retired target")
     assert metrics["unary c=64: p99 ours/seeds"].status == "pass"
     assert metrics["unary c=1: p50 ours/seeds"].value == pytest.approx(1.1)
     added = next(m for name, m in metrics.items() if "ensemble minus engine alone" in name)
@@ -114,7 +116,7 @@ def test_the_engine_alone_is_reported_as_the_ceiling():
 def test_a_slower_pipeline_fails_and_a_missing_one_is_skipped():
     results = [unary(sb.OURS, 64, 0.070, 1000), unary(sb.SEEDS, 64, 0.060, 1000)]
     metrics = by_name(sb.target_metrics(results))
-    assert metrics["unary c=64: throughput ours/seeds"].status == "fail"
+    assert metrics["unary c=64: throughput ours/seeds"].status == "info"
     assert metrics["unary c=64: p99 ours/seeds"].status == "fail"
     assert metrics["unary c=1: p50 ours/seeds"].status == "skip"
 
@@ -128,7 +130,7 @@ def test_time_to_ready_is_judged_against_the_bare_server():
     )
     ratios = {m.name: (round(m.value, 3), m.status) for m in metrics if m.unit == "x"}
     assert ratios == {
-        "time to ready, without BLS: serve / floor": (1.1, "pass"),
+        "time to ready, without BLS: serve / floor": (1.1, "info"),  # retired on 2 CPUs, with the reason
         "time to ready, with BLS: serve / floor": (1.2, "fail"),
     }
 

@@ -428,8 +428,9 @@ def test_the_repository_lock_pins_every_mirrorable_source_the_matrix_needs():
         if pin.repo != "NVIDIA/TensorRT-LLM":  # too big to mirror here: trusted on first use until recorded
             assert pin.digest and pin.commit, f"{pin.name} is not pinned"
     layout = {target.split("/")[0] for pin in lock.pins for target in pin.layout.values()}
-    # Templates, KServe's CRDs, and the scale-out CRDs (LeaderWorkerSet, PodMonitor, KEDA ScaledObject).
-    assert layout == {"tensorrtllm_backend", "tensorrt_llm", "kserve", "lws", "prometheus-operator", "keda"}
+    # Templates, KServe's CRDs, the scale-out CRDs (LeaderWorkerSet, PodMonitor, KEDA ScaledObject), and Triton's
+    # in-process Python API and OpenAI frontend (tests/realopenai.py builds them).
+    assert layout == {"tensorrtllm_backend", "tensorrt_llm", "kserve", "lws", "prometheus-operator", "keda", "triton"}
 
 
 @pytest.mark.parametrize(

@@ -25,8 +25,10 @@ def fresh(monkeypatch, tmp_path):
     monkeypatch.setattr(upstream_files, "SHARED", tmp_path / "no-shared")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     upstream_files._resolve.cache_clear()
+    upstream_files._pinned_layout.cache_clear()
     yield tmp_path
     upstream_files._resolve.cache_clear()
+    upstream_files._pinned_layout.cache_clear()
 
 
 def test_env_var_wins_over_shared(fresh, monkeypatch):
@@ -44,7 +46,11 @@ def test_shared_is_used_without_the_env_var(fresh):
 def test_a_path_missing_from_the_chosen_copy_names_it(fresh, monkeypatch):
     (fresh / "copy").mkdir()
     monkeypatch.setenv(upstream_files.ENV, str(fresh / "copy"))
-    with pytest.raises(upstream_files.UpstreamMissing, match=r"kserve/crd is missing from .*copy; set TRTLLM_"):
+    monkeypatch.setattr(upstream, "load_lock", lambda: upstream.Lock(()))  # the pinned sources have nothing either
+    with pytest.raises(
+        upstream_files.UpstreamMissing,
+        match=r"kserve/crd is missing from \S*copy and the pinned sources are unavailable \(.*\); set TRTLLM_",
+    ):
         upstream_files.find("kserve/crd")
 
 

@@ -63,7 +63,17 @@ class TritonPythonModel:
         world_size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
         rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
         engine_world = _engine_world_size(engine_config)
-        if engine_world != world_size:
+        # Orchestrator mode (TRTLLM_ORCHESTRATOR=1, what Triton's OpenAI frontend needs): one process, which spawns
+        # the engine's workers itself; every rank's engine file must then be there.
+        orchestrator = os.environ.get("TRTLLM_ORCHESTRATOR") == "1" and world_size == 1
+        if orchestrator:
+            missing = [r for r in range(engine_world) if not (Path(engine_dir) / f"rank{r}.engine").is_file()]
+            if missing:
+                raise pb_utils.TritonModelException(
+                    f"[TensorRT-LLM][ERROR] orchestrator mode: no rank{missing[0]}.engine in {engine_dir}"
+                )
+            print(f"tensorrtllm backend double: orchestrator for {engine_world} workers", flush=True)
+        elif engine_world != world_size:
             raise pb_utils.TritonModelException(
                 f"[TensorRT-LLM][ERROR] the engine was built for world size {engine_world}, "
                 f"but the MPI world size is {world_size}"

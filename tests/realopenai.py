@@ -1,0 +1,300 @@
+"""Triton's real OpenAI frontend (server r24.12's `python/openai`) on the real 2.51.0 core, for tests, benchmarks and
+the stand-in images. Built from the byte-exact upstream sources under ../shared/upstream/triton (never copied into
+this repository):
+
+    package = realopenai.tritonserver_package(layout)   # the in-process `tritonserver` package, compiled once
+    venv = realopenai.frontend_venv(layout)             # the frontend's requirements plus the Python models' ones
+    with realopenai.start(layout, argv) as frontend:    # argv: the entrypoint's launch command
+        frontend.url                                    # http://127.0.0.1:<OPENAI_PORT>
+
+The package is what NGC images carry in site-packages: core r24.10's Python API (C API 1.34, that of 2.51's
+library) with its pybind11 extension compiled here against the wheel's libtritonserver. The extension is linked
+with DT_RPATH /opt/tritonserver/lib, as upstream's CMake sets it: in an image that finds the library and, DT_RPATH
+being transitive, the libraries it needs (they carry no RUNPATH); on this host LD_LIBRARY_PATH does the same.
+Everything built or downloaded is cached under $XDG_CACHE_HOME/trtllm-images, like the server wheels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: make `tests.` importable
+    sys.path.insert(0, str(REPO))
+
+from tests import realtriton  # noqa: E402
+from tests.upstream_files import UpstreamMissing, upstream_root  # noqa: E402
+
+CORE = "core-r24.10"  # Triton 2.51.0's core: the same C API (1.34) as the wheel's library
+SERVER = "server-r24.12"  # the first server branch whose NGC image ships the frontend
+PACKAGE_SOURCES = ("__init__.py", "py.typed", "_api", "_c")
+BINDINGS = "python/tritonserver/_c/tritonserver_pybind.cc"
+# Its requirements.txt, and transformers < 5 (5.x breaks its tokenizer helper: `all_special_tokens_extended`).
+FRONTEND_REQUIREMENTS = (
+    "fastapi==0.115.6",
+    "httpx==0.27.2",
+    "openai==1.40.6",
+    "starlette>=0.40.0",
+    "uvicorn",
+    "transformers<5",
+)
+RUNTIME_LIBRARY_DIR = "/opt/tritonserver/lib"  # DT_RPATH of the extension, as upstream's CMake sets it
+COMPILE_FLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-std=c++17")
+
+
+class FrontendUnavailable(realtriton.RealTritonUnavailable):
+    """The frontend cannot run here (no sources, no compiler or pybind11, no PyPI): tests skip with this."""
+
+
+def sources() -> Path:
+    try:
+        root = upstream_root() / "triton"
+    except UpstreamMissing as exc:
+        raise FrontendUnavailable(str(exc)) from None
+    main = root / SERVER / "python/openai/openai_frontend/main.py"
+    if not (root / CORE / BINDINGS).is_file() or not main.is_file():
+        raise FrontendUnavailable(f"no {CORE}/{SERVER} sources under {root} (see its SOURCES.md)")
+    return root
+
+
+def frontend_dir() -> Path:
+    """What the images carry at /opt/tritonserver/python/openai (tests excluded upstream already)."""
+    return sources() / SERVER / "python" / "openai"
+
+
+def _digest(paths: Sequence[Path], extra: str) -> str:
+    sha = hashlib.sha256(extra.encode())
+    for path in sorted(paths):
+        sha.update(str(path.name).encode() + b"\0" + path.read_bytes())
+    return sha.hexdigest()[:16]
+
+
+def _pybind11_includes() -> list[str]:
+    done = subprocess.run([sys.executable, "-m", "pybind11", "--includes"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise FrontendUnavailable("pybind11 is not installed (pip install pybind11; .ci/run does it)")
+    return done.stdout.split()
+
+
+def _library(home: Path) -> Path:
+    found = sorted((home / "lib").glob("libtritonserver*.so"))
+    if not found:
+        raise FrontendUnavailable(f"no libtritonserver*.so in {home / 'lib'}")
+    return found[0]
+
+
+def tritonserver_package(home: Path) -> Path:
+    """The directory holding the built `tritonserver` package (put it on PYTHONPATH or copy it to site-packages),
+    compiled for this host's Python against the libtritonserver of the server laid out at `home`."""
+    core = sources() / CORE
+    package_src = core / "python" / "tritonserver"
+    files = [p for p in package_src.rglob("*") if p.is_file()] + [core / "include/triton/core/tritonserver.h"]
+    library = _library(home)
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    key = _digest(files, f"{realtriton.python_version()} {library.name} {' '.join(COMPILE_FLAGS)} {suffix}")
+    root = realtriton.cache_root() / f"tritonserver-python-{realtriton.TRITON_VERSION}-py{realtriton.python_version()}"
+    dest = root / key
+    if (dest / ".complete").exists():
+        return dest
+    if shutil.which("g++") is None:
+        raise FrontendUnavailable("no C++ compiler (apt-get install g++; .ci/run does it)")
+    includes = _pybind11_includes()
+    with realtriton._locked(root / key):
+        if (dest / ".complete").exists():
+            return dest
+        root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+        try:
+            package = staging / "tritonserver"
+            package.mkdir()
+            for name in PACKAGE_SOURCES:
+                src = package_src / name
+                if src.is_dir():
+                    shutil.copytree(src, package / name, ignore=shutil.ignore_patterns("*.cc", "__pycache__"))
+                else:
+                    shutil.copyfile(src, package / name)
+            obj = staging / "bindings.o"
+            compile_argv = ["g++", *COMPILE_FLAGS, *includes, f"-I{core / 'include'}", "-c", str(core / BINDINGS)]
+            _run([*compile_argv, "-o", str(obj)])
+            _run(
+                [
+                    "g++",
+                    "-shared",
+                    "-o",
+                    str(package / "_c" / f"triton_bindings{suffix}"),
+                    str(obj),
+                    f"-L{library.parent}",
+                    f"-l:{library.name}",
+                    f"-Wl,--disable-new-dtags,-rpath,{RUNTIME_LIBRARY_DIR}",
+                ]
+            )
+            obj.unlink()
+            (staging / ".complete").write_text(key + "\n")
+            os.replace(staging, dest)  # published whole, or not at all
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return dest
+
+
+def _run(argv: list[str]) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise FrontendUnavailable(f"{argv[0]} failed: {(done.stdout + done.stderr).strip()[-1500:]}")
+
+
+def _fingerprint() -> str:
+    return f"{realtriton.fingerprint().strip()} {' '.join(FRONTEND_REQUIREMENTS)}\n"
+
+
+def fetch_wheels(py: str | None = None) -> Path:
+    """Wheels of FRONTEND_REQUIREMENTS for Python `py`, downloaded once and held to the Python models' pins
+    (tests/stub-requirements.txt): the stand-in installs both sets from its context."""
+    py = py or realtriton.python_version()
+    dest = realtriton.cache_root() / "wheels" / f"openai-py{py}-{realtriton.cache_key()}"
+    with realtriton._locked(dest):
+        done = dest / ".complete"
+        if done.exists() and done.read_text() == _fingerprint():
+            return dest
+        dest.mkdir(parents=True, exist_ok=True)
+        platforms = [arg for platform in realtriton.WHEEL_PLATFORMS for arg in ("--platform", platform)]
+        argv = ["download", "--quiet", "--only-binary=:all:", "--dest", str(dest), "--python-version", py]
+        constraints = ["-c", str(realtriton.STUB_REQUIREMENTS)]
+        realtriton._pip(*argv, "--implementation", "cp", *platforms, *constraints, *FRONTEND_REQUIREMENTS)
+        done.write_text(_fingerprint())
+    return dest
+
+
+def frontend_venv(layout: realtriton.Layout) -> Path:
+    """The Python models' venv (realtriton's) plus the frontend's requirements, from the wheel caches: first on
+    PATH, it is the frontend's Python and (through `python3` on PATH) the Python-backend stub's."""
+    stub_wheels = realtriton.fetch_wheels()
+    wheels = fetch_wheels()
+    venv = realtriton.cache_root() / f"openai-venv-py{realtriton.python_version()}-{realtriton.cache_key()}"
+    with realtriton._locked(venv):
+        done = venv / ".complete"
+        if done.exists() and done.read_text() == _fingerprint():
+            return venv
+        realtriton.install_stub_venv(venv, stub_wheels)
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index"]
+        links = ["--find-links", str(wheels), "--find-links", str(stub_wheels)]
+        _run([*pip, *links, "-c", str(realtriton.STUB_REQUIREMENTS), *FRONTEND_REQUIREMENTS])
+        done.write_text(_fingerprint())
+    return venv
+
+
+# --- running it -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostFrontend:
+    """The frontend on this host: the server layout, the built package and the venv."""
+
+    layout: realtriton.Layout
+    package: Path
+    venv: Path
+
+    def environ(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        env = self.layout.environ(base)
+        env["PATH"] = os.pathsep.join([str(self.venv / "bin"), env["PATH"]])
+        env["VIRTUAL_ENV"] = str(self.venv)
+        env["PYTHONPATH"] = str(self.package)
+        env["PYTHONUNBUFFERED"] = "1"
+        env["REALOPENAI_TRITON_HOME"] = str(self.layout.home)
+        return env
+
+
+def host_frontend(layout: realtriton.Layout) -> HostFrontend:
+    return HostFrontend(layout, tritonserver_package(layout.home), frontend_venv(layout))
+
+
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    return realtriton._flag_value(args, flag)
+
+
+# The in-process server's Options default to the image's /opt/tritonserver/{backends,caches,repoagents} and main.py
+# takes no flag for them: on this host they point into the unpacked layout instead (main.py itself runs unchanged).
+HOST_BOOTSTRAP = """
+import os, runpy, sys, tritonserver
+home, init = os.environ["REALOPENAI_TRITON_HOME"], tritonserver.Server.__init__
+def host_init(self, options=None, **kwargs):
+    if options is None:
+        for name in ("backend", "cache", "repo_agent"):
+            kwargs.setdefault(name + "_directory", os.path.join(home, name.replace("_", "") + "s"))
+    init(self, options, **kwargs)
+tritonserver.Server.__init__ = host_init
+sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def host_argv(frontend: HostFrontend, argv: Sequence[str]) -> list[str]:
+    """The entrypoint's launch command as this host runs it: the venv's Python and the stored main.py."""
+    args = list(argv)
+    if len(args) < 2 or not args[1].endswith("openai_frontend/main.py"):
+        raise ValueError(f"not an OpenAI frontend command line: {args[:2]}")
+    main = frontend_dir() / "openai_frontend" / "main.py"
+    return [str(frontend.venv / "bin" / "python3"), "-c", HOST_BOOTSTRAP, str(main), *args[2:]]
+
+
+class RunningFrontend(realtriton.RunningServer):
+    """The frontend's process: its one port is OPENAI_PORT (as http_port), ready at its own /health/ready."""
+
+    READY_ROUTE = "/health/ready"
+    NAME = "the OpenAI frontend"
+
+    @property
+    def port(self) -> int:
+        return self.http_port
+
+    @property
+    def url(self) -> str:
+        return self.http_url
+
+
+@contextmanager
+def start(
+    frontend: HostFrontend,
+    argv: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    log_dir: Path | None = None,
+    ready_timeout_s: float = 300,
+    wait: bool = True,
+) -> Iterator[RunningFrontend]:
+    """Run the entrypoint's OpenAI command line `argv` here until the block ends (then SIGTERM)."""
+    port = int(_flag_value(argv, "--openai-port") or 9000)
+    command = host_argv(frontend, argv)
+    log_dir = Path(log_dir or tempfile.mkdtemp(prefix="openai-frontend-log-"))
+    log_path = log_dir / f"openai-frontend-{port}.log"
+    log = open(log_path, "wb")  # noqa: SIM115 (open for the process's lifetime; stop() closes it)
+    process = subprocess.Popen(
+        command,
+        env=frontend.environ(env),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    running = RunningFrontend(process, command, port, 0, log_path, log)
+    try:
+        if wait:
+            running.wait_ready(ready_timeout_s)
+        yield running
+    finally:
+        running.stop(timeout_s=60)
+
+
+if __name__ == "__main__":  # `python tests/realopenai.py`: build and fetch once, print where they are
+    built = host_frontend(realtriton.host_layout())
+    print(built.package)
+    print(built.venv)

@@ -188,7 +188,6 @@ def test_a_command_line_that_restricts_apis_itself_gets_no_warning():
         {"TRITON_ARGS": "--allow-sag true"},
         {"TRITON_ARGS": "--allow-vertex-ai=1"},
         {"AIP_MODE": "PREDICTION"},
-        {"TRITON_ARGS": "--enable-kserve", "FRONTEND": "openai"},
     ],
 )
 def test_routes_around_the_restriction_are_refused_unless_every_api_is_open(env):
@@ -204,3 +203,10 @@ def test_a_side_door_given_as_server_arguments_is_refused_too():
         Settings.from_env({"CACHE_DIR": "/tmp/c"}, FACTS, line)
     closed = settings_mod.CommandLine(server_args=("--allow-vertex-ai=false",))
     assert Settings.from_env({"AIP_MODE": "PREDICTION", "CACHE_DIR": "/tmp/c"}, FACTS, closed).triton_args
+
+
+def test_the_openai_frontends_kserve_frontends_are_the_variables_alone():
+    """They cannot restrict any API: TRITON_ARGS never starts them, whatever RESTRICTED_APIS says (prefixes too)."""
+    for restricted in ({}, {"RESTRICTED_APIS": "none"}):
+        with pytest.raises(UsageError, match="OPENAI_KSERVE_FRONTENDS"):
+            load(TRITON_ARGS="--enable-kserve", FRONTEND="openai", WORKFLOW="engine", **restricted)

@@ -68,10 +68,10 @@ def test_a_complete_repository_is_served_where_it_is():
 
 def test_readiness_is_asked_where_the_frontend_answers_it():
     assert (decide(settings(), model("checkpoint")).health_path) == "/v2/health/ready"
-    restricted = decide(settings(FRONTEND="openai", OPENAI_PORT="9100"), model("checkpoint"))
-    assert (restricted.health_port, restricted.health_path) == (9100, "/health/ready")
-    opened = decide(settings(FRONTEND="openai", HTTP_PORT="8100", RESTRICTED_APIS="none"), model("checkpoint"))
-    assert (opened.health_port, opened.health_path) == (8100, "/v2/health/ready")
+    # The OpenAI frontend answers readiness itself, whether its KServe frontends are off (the default) or not.
+    for extra in ({}, {"RESTRICTED_APIS": "none", "OPENAI_KSERVE_FRONTENDS": "true"}):
+        plan = decide(settings(FRONTEND="openai", WORKFLOW="engine", OPENAI_PORT="9100", **extra), model("checkpoint"))
+        assert (plan.health_port, plan.health_path) == (9100, "/health/ready"), extra
 
 
 def test_the_openai_frontend_with_an_engine_gets_orchestrator_mode():

@@ -132,7 +132,8 @@ def test_a_typed_command_with_a_prefix_serves_a_filled_repository_on_the_real_se
         f"--cache-directory={real_triton.home / 'caches'}",
         *own,
     ]
-    env = {**real_server_environ(image, real_triton), "MODEL_ID": "", "WORKFLOW": "engine"}
+    # LOG_LEVEL=debug: the exec'd command line is a debug line.
+    env = {**real_server_environ(image, real_triton), "MODEL_ID": "", "WORKFLOW": "engine", "LOG_LEVEL": "debug"}
     log_path = tmp_path / "server.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
+import os
+import shutil
 import subprocess
 import threading
 import time
@@ -74,9 +77,20 @@ def one_stream(port: int, api: Api) -> tuple[float, list[float]]:
         connection.close()
 
 
-def load(port: int, api: Api, concurrency: int, warmup_s: float, measure_s: float) -> StreamRun:
+@dataclass(frozen=True)
+class CpuUse:
+    """CPU seconds used during the measured window: by the server's processes (its process group: the server and
+    its Python-backend stubs) and by the load generator (this process)."""
+
+    server_s: float
+    client_s: float
+
+
+def load(
+    port: int, api: Api, concurrency: int, warmup_s: float, measure_s: float, pgid: int
+) -> tuple[StreamRun, CpuUse]:
     """Closed loop: `concurrency` clients, each sending its next request when the last one ended; what started in
-    the measured window is counted."""
+    the measured window is counted, and the CPU used in it."""
     start = time.perf_counter() + warmup_s
     end = start + measure_s
     sent: list[float] = []
@@ -100,9 +114,13 @@ def load(port: int, api: Api, concurrency: int, warmup_s: float, measure_s: floa
     threads = [threading.Thread(target=client) for _ in range(concurrency)]
     for thread in threads:
         thread.start()
+    time.sleep(max(0.0, start - time.perf_counter()))
+    server_before, client_before = serving_bench.group_cpu_s(pgid), time.process_time()
+    time.sleep(max(0.0, end - time.perf_counter()))
+    cpu = CpuUse(serving_bench.group_cpu_s(pgid) - server_before, time.process_time() - client_before)
     for thread in threads:
         thread.join()
-    return StreamRun(concurrency, measure_s, tuple(sent), tuple(arrivals), errors[0])
+    return StreamRun(concurrency, measure_s, tuple(sent), tuple(arrivals), errors[0]), cpu
 
 
 @dataclass(frozen=True)
@@ -152,9 +170,10 @@ def started(servers: Servers, api: Api, log: Path) -> tuple[subprocess.Popen, fl
 
 
 def measure(work: Path, warmup_s: float, measure_s: float, rounds: int, say: Say) -> dict:
-    """Alternating rounds of each API at each concurrency; the raw runs and times to ready."""
+    """Alternating rounds of each API at each concurrency; the raw runs, the CPU they used and times to ready."""
     servers = prepare(work)
     runs: dict[tuple[str, int], list[StreamRun]] = {}
+    cpu: dict[tuple[str, int], list[CpuUse]] = {}
     ready: dict[str, list[float]] = {}
     for index in range(rounds):
         for api in (TRITON, OPENAI):
@@ -163,12 +182,12 @@ def measure(work: Path, warmup_s: float, measure_s: float, rounds: int, say: Say
             try:
                 for concurrency in CONCURRENCY:
                     say(f"openai bench: round {index + 1}/{rounds}, {api.name}, c={concurrency}")
-                    runs.setdefault((api.name, concurrency), []).append(
-                        load(port, api, concurrency, warmup_s, measure_s)
-                    )
+                    run, used = load(port, api, concurrency, warmup_s, measure_s, proc.pid)
+                    runs.setdefault((api.name, concurrency), []).append(run)
+                    cpu.setdefault((api.name, concurrency), []).append(used)
             finally:
                 serving_bench.stop(proc)
-    return {"runs": runs, "ready": ready}
+    return {"runs": runs, "cpu": cpu, "ready": ready}
 
 
 def merged(runs: list[StreamRun]) -> StreamRun:
@@ -181,9 +200,15 @@ def merged(runs: list[StreamRun]) -> StreamRun:
     )
 
 
-def numbers(run: StreamRun) -> dict:
+def numbers(run: StreamRun, cpu: list[CpuUse]) -> dict:
+    """`cpu` over the same windows as `run`: per token, the window's CPU over the tokens it streamed (closed loop,
+    steady state: the requests started in a window stream about as many tokens as it holds)."""
+    tokens = run.tokens_per_s * run.seconds
     return {
         "tokens_per_s": run.tokens_per_s,
+        "server_cpu_ms_per_token": sum(c.server_s for c in cpu) / tokens * 1e3,
+        "client_cpu_ms_per_token": sum(c.client_s for c in cpu) / tokens * 1e3,
+        "cpus_busy": sum(c.server_s + c.client_s for c in cpu) / run.seconds,
         "itl_p50_ms": percentile(run.itl_s, 50) * 1e3,
         "itl_p99_ms": percentile(run.itl_s, 99) * 1e3,
         "ttft_p50_ms": percentile(run.ttft_s, 50) * 1e3,
@@ -195,7 +220,7 @@ def numbers(run: StreamRun) -> dict:
 def metrics(measured: dict) -> list[Metric]:
     """Pure: the comparison rows from what `measure` returned."""
     rows = []
-    summary = {key: numbers(merged(value)) for key, value in measured["runs"].items()}
+    summary = {key: numbers(merged(value), measured["cpu"][key]) for key, value in measured["runs"].items()}
     for concurrency in CONCURRENCY:
         triton, openai = summary[(TRITON.name, concurrency)], summary[(OPENAI.name, concurrency)]
         added = openai["itl_p50_ms"] - triton["itl_p50_ms"]
@@ -218,6 +243,14 @@ def metrics(measured: dict) -> list[Metric]:
                 Target(">=", TOKENS_RATIO_TARGET, "x") if top else None,
                 note=f"{openai['tokens_per_s']:.0f} vs {triton['tokens_per_s']:.0f} tokens/s",
             ),
+            Metric(
+                f"openai vs generate_stream c={concurrency}: server CPU per token",
+                openai["server_cpu_ms_per_token"],
+                "ms",
+                note=f"vs {triton['server_cpu_ms_per_token']:.2f} ms; load generator "
+                f"{openai['client_cpu_ms_per_token']:.2f} vs {triton['client_cpu_ms_per_token']:.2f} ms; CPUs busy "
+                f"(server + load) {openai['cpus_busy']:.2f} vs {triton['cpus_busy']:.2f} of {os.cpu_count()}",
+            ),
         ]
     for name, samples in measured["ready"].items():
         rows.append(
@@ -231,33 +264,42 @@ def metrics(measured: dict) -> list[Metric]:
     return rows
 
 
-def profile(work: Path, measure_s: float, out: Path, say: Say) -> Path:
-    """Where the frontend's process spends its time under the c=16 stream load: cProfile of main.py, written as a
-    sorted text report to `out`."""
-    import pstats  # noqa: PLC0415
-
+def profile(work: Path, measure_s: float, out: Path, say: Say) -> str:
+    """Where the frontend's process spends its time under the c=16 stream load: py-spy samples every thread of the
+    frontend and of its stub processes, native frames (Triton's C++, pybind11, libc) included. The summary goes to
+    `out`, py-spy's speedscope file beside it. Returns what was written, or why nothing was."""
+    py_spy = shutil.which("py-spy")
+    if py_spy is None:
+        return "no profile: py-spy is not installed (pip install -e '.[bench]')"
     servers = prepare(work)
-    stats_file = work / "openai.prof"
-    bootstrap = work / "bootstrap.py"
-    bootstrap.write_text(realopenai.HOST_BOOTSTRAP)
     out.parent.mkdir(parents=True, exist_ok=True)
-    python, _, _, *rest = servers.openai_argv
-    argv = [python, "-m", "cProfile", "-o", str(stats_file), str(bootstrap), *rest]
-    proc = serving_bench.start_server(argv, servers.env, work / "profile.log")
+    raw = out.with_suffix(".speedscope.json")
+    proc = serving_bench.start_server(servers.openai_argv, servers.env, work / "profile.log")
     try:
         url, route = ready_at(servers, OPENAI)
         serving_bench.wait_ready(url, proc, route=route)
-        say("openai bench: profiling the frontend at c=16")
-        load(servers.openai_port, OPENAI, max(CONCURRENCY), 1.0, measure_s)
+        roles = process_roles(proc.pid)
+        say(f"openai bench: profiling the frontend at c={max(CONCURRENCY)} with py-spy --native")
+        warmup_s = 1.0
+        spy_argv = [py_spy, "record", "--pid", str(proc.pid), "--native", "--threads", "--subprocesses"]
+        spy_argv += ["--rate", str(SPY_RATE_HZ), "--duration", str(math.ceil(warmup_s + measure_s))]
+        spy_argv += ["--format", "speedscope", "--output", str(raw)]
+        spy = subprocess.Popen(spy_argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        run, used = load(servers.openai_port, OPENAI, max(CONCURRENCY), warmup_s, measure_s, proc.pid)
+        _, errors = spy.communicate(timeout=120)
     finally:
-        proc.send_signal(2)  # SIGINT: the frontend's own handler shuts down and cProfile writes its stats
-        proc.wait(60)
-    with open(out, "w") as text:
-        # Own time first (where the process's CPU goes while it streams), then cumulative (start-up included).
-        for order in ("tottime", "cumulative"):
-            text.write(f"=== sorted by {order}\n")
-            pstats.Stats(str(stats_file), stream=text).sort_stats(order).print_stats(40)
-    return out
+        serving_bench.stop(proc)
+    if spy.returncode != 0 or not raw.is_file():
+        return f"no profile: py-spy exited {spy.returncode}: {errors.strip()[-500:]}"
+    header = (
+        f"py-spy record --native --threads --subprocesses at {SPY_RATE_HZ} Hz over the c={max(CONCURRENCY)} load "
+        f"({measure_s:g} s after {warmup_s:g} s warm-up). Under the profiler: {run.tokens_per_s:.0f} tokens/s; "
+        f"CPU in the window: server {used.server_s:.2f} s, load generator {used.client_s:.2f} s. Sampled seconds "
+        "count a thread whenever py-spy found it running or blocked in native code (py-spy's idle filter is off "
+        "for native stacks), so shares say where threads are, not only where the CPU goes.\n\n"
+    )
+    out.write_text(header + summarise(json.loads(raw.read_text()), roles, SPY_RATE_HZ))
+    return f"the frontend's profile is in {out} (py-spy's speedscope file: {raw})"
 
 
 def write_plot(rows: list[Metric], path: Path, subtitle: str) -> str | None:
@@ -295,3 +337,66 @@ def write_plot(rows: list[Metric], path: Path, subtitle: str) -> str | None:
     figure.savefig(path)
     plt.close(figure)
     return None
+
+
+SPY_RATE_HZ = 50  # py-spy's native unwinding stops the process per sample: low, to disturb 2 CPUs little
+SPY_ROOTS = ("process ", "thread (")  # py-spy's own root frames (the process and thread names): not code
+
+
+def process_roles(pgid: int) -> dict[int, str]:
+    """What each process of the frontend's process group is: the frontend, or the stub of which model."""
+    roles = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if int((proc / "stat").read_text().rpartition(")")[2].split()[2]) != pgid:
+                continue
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # ended while we read
+            continue
+        stub = next((i for i, a in enumerate(args) if a.endswith(b"triton_python_backend_stub")), None)
+        # A stub's first argument is <repository>/<model>/<version>/model.py.
+        roles[int(proc.name)] = "frontend" if stub is None else f"stub {Path(args[stub + 1].decode()).parts[-3]}"
+    return roles
+
+
+def summarise(speedscope: dict, roles: dict[int, str], rate_hz: int, top: int = 12) -> str:
+    """Pure: py-spy's speedscope profile as text: sampled seconds per process and thread, then each busy thread's
+    heaviest frames, by own time (the leaf: where the CPU was) and by inclusive time (what it was doing)."""
+    frames = speedscope["shared"]["frames"]
+
+    def label(index: int) -> str:
+        frame = frames[index]
+        where = Path(frame.get("file") or "?").name
+        name = frame["name"] if len(frame["name"]) <= 120 else frame["name"][:117] + "..."  # C++ templates
+        return f"{name} ({where}:{frame['line']})" if frame.get("line") else f"{name} ({where})"
+
+    def leaf(stack: list[int]) -> str:
+        # The leaf is often an unnamed libc address (a futex: waiting); its named callers say for what.
+        named = [label(i) for i in stack[-4:] if not frames[i]["name"].startswith(("0x", *SPY_ROOTS))]
+        return " < ".join(reversed(named[-2:])) if named else label(stack[-1])
+
+    threads = []
+    for prof in speedscope["profiles"]:
+        _, pid, _, tid, *name = prof["name"].split(" ", 4)  # Process <pid> Thread <tid> "<name>"
+        threads.append((roles.get(int(pid), f"pid {pid}"), f"{tid} {' '.join(name)}", prof["samples"]))
+    total = sum(len(samples) for *_, samples in threads) or 1
+    lines = [f"{'process':<28} {'thread':<36} {'sampled s':>9} {'share':>6}"]
+    threads.sort(key=lambda t: -len(t[2]))
+    for role, thread, samples in threads:
+        lines.append(f"{role:<28} {thread[:36]:<36} {len(samples) / rate_hz:>9.2f} {len(samples) / total:>6.1%}")
+    for role, thread, samples in threads:
+        if len(samples) < total * 0.05:
+            continue
+        own: dict[str, int] = {}
+        inclusive: dict[str, int] = {}
+        for stack in samples:
+            if stack:
+                own[leaf(stack)] = own.get(leaf(stack), 0) + 1
+            for name in {label(i) for i in stack if not frames[i]["name"].startswith(SPY_ROOTS)}:
+                inclusive[name] = inclusive.get(name, 0) + 1
+        lines.append(f"\n== {role}, thread {thread}: {len(samples)} samples")
+        for title, counts in (("own", own), ("inclusive", inclusive)):
+            lines.append(f"-- by {title} time" + (" (the leaf < its nearest named callers)" if title == "own" else ""))
+            for name, count in sorted(counts.items(), key=lambda item: -item[1])[:top]:
+                lines.append(f"{count / len(samples):>6.1%}  {name}")
+    return "\n".join(lines) + "\n"

@@ -350,6 +350,21 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of process group `pgid`: a server started by
+    start_server and its stub processes."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # ended while we read
+            continue
+        # After the command name: state, ppid, pgrp, ... utime and stime are the 12th and 13th.
+        if int(fields[2]) == pgid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def start_server(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen(

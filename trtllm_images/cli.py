@@ -635,9 +635,9 @@ _KSERVE = {f.name: f.default for f in dataclasses.fields(kserve_options.KServeOp
 @click.option(
     "--max-replicas",
     type=int,
-    default=4,
-    show_default=True,
-    help="Replicas at most; equal to --min-replicas: a fixed count, no autoscaler.",
+    default=None,
+    help="Replicas at most; equal to --min-replicas: a fixed count, no autoscaler  [default: "
+    f"{_KSERVE['max_replicas']}; with --frontend openai, which serves no Triton metrics: --min-replicas]",
 )
 @click.option(
     "--scale-target",
@@ -675,6 +675,9 @@ def kserve_command(
 ):
     """KServe manifests for one tag: runtime, autoscaled InferenceService, PodMonitor, optional cache PVC and warm-up
     Job; with --nodes above 1, a LeaderWorkerSet group per replica with its Service, NetworkPolicy and autoscaler."""
+    if values["max_replicas"] is None:
+        fixed = values["frontend"] == "openai"  # nothing to scale on: only an explicit --max-replicas is refused
+        values["max_replicas"] = values["min_replicas"] if fixed else _KSERVE["max_replicas"]
     options = kserve_options.KServeOptions(
         hf_token_secret=None if no_hf_token else hf_token_secret,
         admin_key_secret=None if no_admin_key else admin_key_secret,

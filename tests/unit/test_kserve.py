@@ -486,6 +486,33 @@ def test_kserve_command_refuses_bad_options_with_one_line_and_writes_nothing(tmp
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "replicas"),
+    [([], (1, 4)), (["--frontend", "openai"], (1, 1)), (["--frontend", "openai", "--min-replicas", "3"], (3, 3))],
+)
+def test_kserve_command_defaults_max_replicas_to_what_the_frontend_can_scale(tmp_path, args, replicas):
+    """The OpenAI mode has no Triton metrics to scale on: its default is a fixed count, not a refusal."""
+    from click.testing import CliRunner
+
+    from trtllm_images.cli import cli
+
+    result = CliRunner().invoke(cli, ["kserve", "--tag", "25.01", "--model-id", HUB_MODEL, *args])
+    assert result.exit_code == 0, result.output
+    service = next(d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "InferenceService")
+    predictor = service["spec"]["predictor"]
+    assert (predictor["minReplicas"], predictor["maxReplicas"]) == replicas
+
+
+def test_kserve_command_refuses_an_explicit_autoscaled_openai_service(tmp_path):
+    from click.testing import CliRunner
+
+    from trtllm_images.cli import cli
+
+    args = ["kserve", "--tag", "25.01", "--model-id", HUB_MODEL, "--frontend", "openai", "--max-replicas", "3"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2 and "serves a fixed replica count" in result.stderr, result.output
+
+
 def test_unsupported_tag_is_refused(the_matrix):
     unsupported = next(e for e in the_matrix.entries if not e.supported)
     for image in (None, "registry.local/custom:1"):

@@ -216,12 +216,16 @@ def forwarded_env(env: Mapping[str, str]) -> list[str]:
     )
 
 
-def mpirun_options(group: Group, per_pod: Sequence[int], files: SshFiles, env: Mapping[str, str]) -> list[str]:
-    """What mpirun needs on top of the one-pod command: the pods and their slots, ssh as the launcher, the env."""
+def mpirun_options(group: Group, per_pod: Sequence[int], files: SshFiles) -> list[str]:
+    """What mpirun needs once, on top of the one-pod command: the pods and their slots, ssh as the launcher."""
     hosts = ",".join(f"{group.host(i)}:{slots}" for i, slots in enumerate(per_pod))
     options = ["--host", hosts, "--mca", "plm_rsh_agent", "ssh", "--mca", "plm_rsh_args", ssh_args(files)]
     # Open MPI shortens host names to their first label, which only the pod itself knows; keep the LWS names.
     options += ["--mca", "orte_keep_fqdn_hostnames", "1"]
-    for name in forwarded_env(env):
-        options += ["-x", name]
     return options
+
+
+def rank_options(env: Mapping[str, str]) -> list[str]:
+    """What every rank's context needs: the environment. Open MPI applies `-x` to the app context it is given in
+    only, so given once before rank 0, ranks > 0 would start over ssh without LD_LIBRARY_PATH and the rest."""
+    return [option for name in forwarded_env(env) for option in ("-x", name)]

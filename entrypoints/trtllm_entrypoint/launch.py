@@ -64,9 +64,11 @@ def tritonserver_argv(
     uid: int,
     restrict: Sequence[str] = (),
     mpi_options: Sequence[str] = (),
+    rank_options: Sequence[str] = (),
 ) -> list[str]:
     """`restrict`: the flags that close admin APIs on rank 0's endpoints (security.Restriction.argv);
-    `mpi_options`: where mpirun puts the ranks when they span pods (group.mpirun_options)."""
+    `mpi_options`: where mpirun puts the ranks when they span pods (group.mpirun_options); `rank_options`: what
+    each rank's app context gets, the environment for ranks on other pods (group.rank_options)."""
     # The llmapi model reads max_batch_size/decoupled from model.yaml through auto-complete, and starts its own
     # workers for TP/PP; the engine workflow's configs are complete and need one tritonserver per rank.
     llmapi = settings.workflow == "llmapi"
@@ -80,9 +82,9 @@ def tritonserver_argv(
     if ranks == 1:
         return rank0
     argv = ["mpirun"] + (["--allow-run-as-root"] if uid == 0 else []) + list(mpi_options)
-    argv += ["-n", "1"] + rank0
+    argv += ["-n", "1", *rank_options] + rank0
     for rank in range(1, ranks):
-        argv += [":", "-n", "1"] + _worker_rank(settings, repository, rank)
+        argv += [":", "-n", "1", *rank_options] + _worker_rank(settings, repository, rank)
     return argv
 
 
@@ -122,6 +124,7 @@ def server_argv(
     uid: int | None = None,
     tokenizer: str | Path | None = None,
     mpi_options: Sequence[str] = (),
+    rank_options: Sequence[str] = (),
 ) -> list[str]:
     """The command that serves `repository`. TRITON_ARGS go to the program that serves the endpoints (rank 0)."""
     if world_size < 1:
@@ -135,6 +138,7 @@ def server_argv(
         os.geteuid() if uid is None else uid,
         security.restriction(settings, facts).argv(),
         mpi_options,
+        rank_options,
     )
 
 

@@ -291,12 +291,14 @@ def prepare(
         warn_open_cache(settings.cache_dir, log)
     # Before any build: an engine for more GPUs than this node (or group) has would never serve here.
     mpi_options: list[str] = []
+    rank_options: list[str] = []
     if pod_group is not None:
         # Each pod runs its share of the ranks on its own GPUs; the leader's mpirun places them all.
         per_pod = group.ranks_per_pod(planned_world_size(plan), pod_group, gpus().count)
         if need_gpu:
             gpu.require_gpus(gpus(), per_pod[pod_group.index], "this pod's ranks")
-        mpi_options = group.mpirun_options(pod_group, per_pod, ssh_files(), env)
+        mpi_options = group.mpirun_options(pod_group, per_pod, ssh_files())
+        rank_options = group.rank_options(env)
     elif need_gpu:
         gpu.require_gpus(gpus(), planned_world_size(plan), "to serve the model")
     engine_dir = None if plan.engine == "none" else ensure_engine(plan, facts, env, log, gpus)
@@ -319,6 +321,7 @@ def prepare(
         tokenizer=tokenizer,
         taken=taken,
         mpi_options=tuple(mpi_options),
+        rank_options=tuple(rank_options),
     )
     return finish(resolved, log)
 

@@ -107,6 +107,7 @@ class LaunchPlan:
     tokenizer: Path | None
     taken: Mapping[str, int] = field(default_factory=dict)  # what the engine's config.json decided, for the log
     mpi_options: tuple[str, ...] = ()  # where mpirun puts the ranks when they span a group's pods
+    rank_options: tuple[str, ...] = ()  # what each of those ranks gets (its environment)
 
     def describe(self) -> dict[str, object]:
         s = self.settings
@@ -128,7 +129,13 @@ def launch_argv(launch_plan: LaunchPlan) -> list[str]:
     """The command that serves the final plan."""
     p = launch_plan
     argv = launch.server_argv(
-        p.settings, p.facts, p.repository, p.world_size, tokenizer=p.tokenizer, mpi_options=p.mpi_options
+        p.settings,
+        p.facts,
+        p.repository,
+        p.world_size,
+        tokenizer=p.tokenizer,
+        mpi_options=p.mpi_options,
+        rank_options=p.rank_options,
     )
     if p.plan.typed_argv and Path(argv[0]).name == "tritonserver":
         # One rank: the command as typed, with only its model repository replaced (and the APIs restricted).

@@ -161,23 +161,28 @@ def test_mpirun_spans_the_pods_over_ssh_and_forwards_the_environment_but_no_secr
         "OMPI_MCA_btl": "tcp,self",
         "BASH_FUNC_x%%": "() { :; }",
     }
-    options = group.mpirun_options(two, (1, 1), files, env)
+    options = group.mpirun_options(two, (1, 1), files)
     assert options[:2] == ["--host", "llm-0.llm.default:1,llm-0-1.llm.default:1"]
     assert options[2:6] == ["--mca", "plm_rsh_agent", "ssh", "--mca"]
     assert options[6] == "plm_rsh_args"
     assert f"-i {files.key}" in options[7] and "-p 2222" in options[7] and "StrictHostKeyChecking=yes" in options[7]
-    assert options[8:11] == ["--mca", "orte_keep_fqdn_hostnames", "1"]
-    forwarded = [options[i + 1] for i, arg in enumerate(options) if arg == "-x"]
-    assert forwarded == ["CACHE_DIR", "LD_LIBRARY_PATH", "PATH"]
-    assert "hf_secret" not in " ".join(options)
+    assert options[8:] == ["--mca", "orte_keep_fqdn_hostnames", "1"]
+    per_rank = group.rank_options(env)
+    assert per_rank == ["-x", "CACHE_DIR", "-x", "LD_LIBRARY_PATH", "-x", "PATH"]
+    assert "hf_secret" not in " ".join(options + per_rank)
 
 
-def test_the_leaders_mpirun_keeps_the_rank_commands(tmp_path):
-    options = ["--host", "a:1,b:1"]
-    argv = launch.tritonserver_argv(make_settings(), tmp_path, 2, 1000, mpi_options=options)
-    assert argv[:3] == ["mpirun", "--host", "a:1,b:1"]
-    rank0, rank1 = " ".join(argv[3:]).split(" : ")
-    assert "--http-port=" in rank0 and "--allow-http=false" in rank1 and "--load-model=tensorrt_llm" in rank1
+def test_the_leaders_mpirun_gives_every_rank_its_environment(tmp_path):
+    """Open MPI applies -x to its own app context only: each rank's context carries the forwarded variables."""
+    argv = launch.tritonserver_argv(
+        make_settings(), tmp_path, 3, 1000, mpi_options=["--host", "a:1,b:2"], rank_options=["-x", "PATH"]
+    )
+    assert argv[:3] == ["mpirun", "--host", "a:1,b:2"]
+    contexts = " ".join(argv[3:]).split(" : ")
+    assert len(contexts) == 3
+    assert all(c.startswith("-n 1 -x PATH /opt/tritonserver/bin/tritonserver ") for c in contexts)
+    assert "--http-port=" in contexts[0]
+    assert all("--allow-http=false" in c and "--load-model=tensorrt_llm" in c for c in contexts[1:])
 
 
 # --- the entrypoint itself ---------------------------------------------------------------------------------------

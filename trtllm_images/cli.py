@@ -97,6 +97,12 @@ def _selection_options(func):
 
 def _plan_options(func):
     func = click.option(
+        "--multinode",
+        is_flag=True,
+        help="Also build trtllm-serve-group: the server image plus OpenSSH, which the pods of a multi-node group "
+        "(`kserve --nodes N`) need. Its OpenSSH comes from the base image's apt archives: the one networked step.",
+    )(func)
+    func = click.option(
         "--registry", metavar="HOST[/NAMESPACE]", help="Prefix of the image refs, e.g. ghcr.io/my-org."
     )(func)
     return click.option(
@@ -143,6 +149,7 @@ def _plans(
     registry: str | None = None,
     out_dir: Path = DEFAULT_OUT,
     revision: str | None = None,
+    multinode: bool = False,
 ) -> tuple[matrix_mod.Matrix, list[BuildPlan]]:
     """Load the matrix and plan every selected tag; any bad tag or option fails here, before any work."""
     if tags and all_tags:
@@ -160,7 +167,8 @@ def _plans(
             "build the tags one by one, each with its own --base-image",
         )
     return matrix, [
-        make_plan(e, base_image=base_image, registry=registry, out_dir=out_dir, revision=revision) for e in entries
+        make_plan(e, base_image=base_image, registry=registry, out_dir=out_dir, revision=revision, multinode=multinode)
+        for e in entries
     ]
 
 
@@ -243,6 +251,7 @@ def cli(
     ctx: click.Context,
     tags,
     all_tags,
+    multinode,
     base_image,
     registry,
     push,
@@ -255,7 +264,8 @@ def cli(
     """Build TensorRT-LLM + Triton serving images for NGC tags: `build.py --tag 25.01`.
 
     Without a command, builds the selected tags: static checks, build contexts, docker build of the server and
-    builder images, verification inside each image, a report in OUT/reports/TAG.json.
+    builder images (and with --multinode the group image), verification inside each image, a report in
+    OUT/reports/TAG.json.
     """
     if ctx.invoked_subcommand:
         given = [
@@ -272,7 +282,14 @@ def cli(
     if push and not registry:
         raise UsageError("--push needs --registry", "e.g. --registry ghcr.io/my-org --push")
     matrix, plans = _plans(
-        matrix_path, tags, all_tags, base_image=base_image, registry=registry, out_dir=out_dir, revision=revision
+        matrix_path,
+        tags,
+        all_tags,
+        base_image=base_image,
+        registry=registry,
+        out_dir=out_dir,
+        revision=revision,
+        multinode=multinode,
     )
     options = _BuildOptions(
         matrix=matrix, backend_dir=backend_dir, require_pinned=require_pinned, out_dir=out_dir, push=push
@@ -534,14 +551,22 @@ def _span(tags: list[str]) -> str:
     help="Write complete build contexts to OUT/context/TAG (what a build would send to Docker).",
 )
 @click.option("--print", "print_", is_flag=True, help="Print the Dockerfiles instead.")
-def render_command(tags, all_tags, base_image, registry, matrix_path, backend_dir, require_pinned, out_dir, print_):
+def render_command(
+    tags, all_tags, multinode, base_image, registry, matrix_path, backend_dir, require_pinned, out_dir, print_
+):
     """Render the Dockerfiles (and build contexts) without Docker."""
     if bool(out_dir) == print_:
         raise UsageError(
             "give exactly one of --out DIR or --print", "--print shows the Dockerfiles; --out writes the build contexts"
         )
     matrix, plans = _plans(
-        matrix_path, tags, all_tags, base_image=base_image, registry=registry, out_dir=out_dir or DEFAULT_OUT
+        matrix_path,
+        tags,
+        all_tags,
+        base_image=base_image,
+        registry=registry,
+        out_dir=out_dir or DEFAULT_OUT,
+        multinode=multinode,
     )
     for plan in plans:
         dockerfiles = render.render(plan)
@@ -557,7 +582,7 @@ def render_command(tags, all_tags, base_image, registry, matrix_path, backend_di
 @_matrix_option
 def check_command(tags, all_tags, matrix_path):
     """Static checks: matrix consistency, Dockerfile policy, hadolint. Exit 1 when any error is found."""
-    matrix, plans = _plans(matrix_path, tags, all_tags)
+    matrix, plans = _plans(matrix_path, tags, all_tags, multinode=True)  # every Dockerfile, the group's too
     by_tag = {plan.entry.tag: plan for plan in plans}
     findings = checks.static_findings(matrix, by_tag, lambda tag: render.render(by_tag[tag]))
     for finding in findings:

@@ -46,9 +46,11 @@ _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|KEY)", re.IGNORECASE)
 _TOKEN_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{20,}")
 
 
-def server_image(entry: MatrixEntry, registry: str | None = None) -> str:
+def server_image(entry: MatrixEntry, registry: str | None = None, kind: str = "server") -> str:
+    """The image a pod runs: "server", or "group" (the server plus OpenSSH, `build.py --multinode`) in a group."""
     # The plan is the one place that names images; out_dir is irrelevant to the ref.
-    return make_build_plan(entry, registry=registry, out_dir=Path(".")).image("server").ref
+    plan = make_build_plan(entry, registry=registry, out_dir=Path("."), multinode=kind == "group")
+    return plan.image(kind).ref
 
 
 def runtime_name(tag: str, frontend: str = "triton") -> str:
@@ -67,7 +69,8 @@ class KServePlan:
 def make_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
     """The manifests for options.tag, refused if they break a rule of KServe's that the CRD schemas cannot say."""
     entry = matrix.get(options.tag)
-    default_image = server_image(entry, options.registry)  # also refuses unsupported tags, even with --image
+    # Also refuses unsupported tags, even with --image. A group's pods start ranks over ssh: the group image.
+    default_image = server_image(entry, options.registry, "group" if options.nodes > 1 else "server")
     if options.frontend == "openai" and not entry.openai_frontend:
         first = next((e.tag for e in matrix.supported() if e.openai_frontend), None)
         raise UsageError(
@@ -421,7 +424,8 @@ def semantic_findings(docs: Iterable[dict], matrix: Matrix | None = None) -> lis
     """What the CRD schemas cannot say: KServe's naming rules, GPU counts, secrets, probes, known images."""
     docs = list(docs)
     runtimes = {d["metadata"]["name"]: d for d in docs if d.get("kind") in RUNTIME_KINDS}
-    known = {server_image(e) for e in matrix.supported()} if matrix is not None else None
+    kinds = ("server", "group")
+    known = {server_image(e, None, k) for e in matrix.supported() for k in kinds} if matrix is not None else None
     findings = _priority_findings(runtimes.values())
     for doc in docs:
         kind, spec = doc.get("kind"), doc.get("spec") or {}

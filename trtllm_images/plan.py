@@ -33,7 +33,15 @@ IMAGE_KINDS = {
         "builder.Dockerfile",
         "TensorRT-LLM engine builder: fetches a model and builds its engine into the cache",
     ),
+    "group": (
+        "trtllm-serve-group",
+        "group.Dockerfile",
+        "The server image plus OpenSSH: a pod of a multi-node group, whose ranks start over ssh",
+    ),
 }
+MULTINODE_KINDS = ("group",)  # built with --multinode only, FROM the server image
+# What the group image adds: ssh for the leader's mpirun, sshd for each worker (docs/kserve.md, multi-node).
+GROUP_PACKAGES = ("openssh-client", "openssh-server")
 
 # Docker reference grammar, simplified: lowercase registry/path components, and a tag of at most 128 characters.
 _REGISTRY = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
@@ -57,6 +65,7 @@ class BuildPlan:
     images: tuple[ImageSpec, ...]
     needs_backend_assets: bool  # the base image lacks /app, so the context bundles the backend's files
     context_dir: Path
+    group_packages: tuple[str, ...] = GROUP_PACKAGES
 
     @property
     def buildargs(self) -> dict[str, str]:
@@ -73,7 +82,9 @@ def make_plan(
     registry: str | None = None,
     out_dir: Path,
     revision: str | None = None,
+    multinode: bool = False,
 ) -> BuildPlan:
+    """`multinode`: also the group image (the server plus OpenSSH), for `build.py kserve --nodes N`."""
     if not entry.supported:
         raise UsageError(
             f"tag {entry.tag} is not supported: {entry.note}", "`python build.py list` shows the supported tags"
@@ -92,7 +103,10 @@ def make_plan(
     version = f"{entry.tag}-trtllm-{entry.tensorrt_llm}"
     if not _IMAGE_TAG.match(version):
         raise UsageError(f"{version!r} is not a valid Docker tag", "check the tag and tensorrt_llm of this entry")
-    images = _image_specs(_registry_prefix(registry), version, _labels(entry, version), _revision_labels(revision))
+    kinds = [kind for kind in IMAGE_KINDS if multinode or kind not in MULTINODE_KINDS]
+    images = _image_specs(
+        kinds, _registry_prefix(registry), version, _labels(entry, version), _revision_labels(revision)
+    )
     return BuildPlan(
         entry=entry,
         base_image=base,
@@ -102,9 +116,12 @@ def make_plan(
     )
 
 
-def _image_specs(prefix: str, version: str, shared: dict[str, str], revision: dict[str, str]) -> tuple[ImageSpec, ...]:
+def _image_specs(
+    kinds: list[str], prefix: str, version: str, shared: dict[str, str], revision: dict[str, str]
+) -> tuple[ImageSpec, ...]:
     specs = []
-    for kind, (name, dockerfile, description) in IMAGE_KINDS.items():
+    for kind in kinds:  # in IMAGE_KINDS' order: the group image is built FROM the server image
+        name, dockerfile, description = IMAGE_KINDS[kind]
         labels = {"org.opencontainers.image.title": name, "org.opencontainers.image.description": description, **shared}
         specs.append(ImageSpec(kind, f"{prefix}{name}:{version}", dockerfile, labels, revision))
     return tuple(specs)

@@ -27,6 +27,7 @@ EXACT_VERSIONS = ("tensorrt_llm",)
 PREFIX_VERSIONS = ("tensorrt", "triton", "python")
 # Engine builds need trtllm-build; tensor parallelism needs mpirun; serving needs tritonserver.
 REQUIRED_PROGRAMS = ("tritonserver", "trtllm-build", "mpirun")
+KIND_PROGRAMS = {"group": ("ssh", "sshd")}  # what an image kind needs on top: a group pod's ranks start over ssh
 # Which matrix field a probe field follows, when the names differ (for `uncertain`).
 FOLLOWS = {"templates": "workflows"}
 # The probe imports tensorrt_llm, which can take a while on a cold page cache.
@@ -81,20 +82,20 @@ class Verification:
         }
 
 
-def expected(entry) -> dict:
-    """What the probe of an image built for `entry` must report."""
+def expected(entry, kind: str = "server") -> dict:
+    """What the probe of an image of `kind` built for `entry` must report."""
     return {
         "tag": entry.tag,
         **{name: getattr(entry, name) for name in EXACT_VERSIONS + PREFIX_VERSIONS},
         "templates": {"inflight_batcher_llm": "engine" in entry.workflows, "llmapi": "llmapi" in entry.workflows},
-        "programs": REQUIRED_PROGRAMS,
+        "programs": REQUIRED_PROGRAMS + KIND_PROGRAMS.get(kind, ()),
         "openai_frontend": entry.openai_frontend,
     }
 
 
-def compare(entry, probe: Mapping[str, Any]) -> list[Mismatch]:
-    """Every difference between the entry and the probe of one of its images (both have the same rules)."""
-    want = expected(entry)
+def compare(entry, probe: Mapping[str, Any], kind: str = "server") -> list[Mismatch]:
+    """Every difference between the entry and the probe of one of its images of `kind`."""
+    want = expected(entry, kind)
     uncertain = set(entry.uncertain)
     found: list[Mismatch] = []
 
@@ -196,7 +197,7 @@ def verify_image(client, entry, kind: str, ref: str) -> Verification:
     error-level mismatches."""
     probe = run_probe(client, ref)
     flags = run_entrypoint(client, ref, "flags")
-    mismatches = compare(entry, probe) + flag_mismatches(entry, flags)
+    mismatches = compare(entry, probe, kind) + flag_mismatches(entry, flags)
     return Verification(kind=kind, ref=ref, probe={**probe, "flags": flags}, mismatches=tuple(mismatches))
 
 

@@ -82,8 +82,8 @@ def require_ssh(group: Group, which: Callable[[str], str | None] = shutil.which)
         role = "the leader" if group.is_leader else f"worker {group.index}"
         raise UsageError(
             f"{role} of a multi-node group needs {program}, and this image has none",
-            "multi-node groups start their ranks over ssh: use an image with OpenSSH (client and server) installed "
-            "(docs/kserve.md, multi-node)",
+            "multi-node groups start their ranks over ssh: run the group image (`python build.py --tag TAG "
+            "--multinode` builds trtllm-serve-group), or another image with OpenSSH's client and server",
         )
 
 

@@ -10,7 +10,7 @@ import platform
 import shutil
 from pathlib import Path
 
-from trtllm_entrypoint import contract
+from trtllm_entrypoint import contract, group
 from trtllm_entrypoint.facts import Installation, installed_tensorrt, installed_version
 
 TRITON_VERSION_FILE = "/opt/tritonserver/TRITON_VERSION"
@@ -46,6 +46,9 @@ def probe(where: Installation) -> dict[str, object]:
             "tritonserver": _existing(contract.TRITONSERVER),
             "trtllm-build": shutil.which("trtllm-build", path=where.search_path),
             "mpirun": shutil.which("mpirun", path=where.search_path),
+            # Multi-node groups start their ranks over ssh: the group image has both (build.py --multinode).
+            "ssh": shutil.which("ssh", path=where.search_path),
+            "sshd": _existing(group.SSHD),
         },
         "openai_frontend": os.path.isfile(contract.OPENAI_FRONTEND_MAIN),
         "huggingface_hub": installed_version("huggingface_hub"),

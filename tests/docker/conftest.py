@@ -125,7 +125,14 @@ class Build:
 
 
 def run_build(
-    tag: str, base_image: str, matrix: Path, out: Path, *, backend_dir: Path | None = None, registry: str | None = None
+    tag: str,
+    base_image: str,
+    matrix: Path,
+    out: Path,
+    *,
+    backend_dir: Path | None = None,
+    registry: str | None = None,
+    multinode: bool = False,
 ) -> Build:
     argv = [
         sys.executable,
@@ -141,6 +148,7 @@ def run_build(
     ]
     argv += ["--backend-dir", str(backend_dir)] if backend_dir else []
     argv += ["--registry", registry] if registry else []
+    argv += ["--multinode"] if multinode else []
     done = subprocess.run(
         argv,
         cwd=REPO,
@@ -156,13 +164,14 @@ def run_build(
 
 @pytest.fixture(scope="session")
 def built(standin, session_dir):
-    """built(tag) -> Build of our server and builder images FROM the stand-in of `tag`, once per session."""
-    builds: dict[str, Build] = {}
+    """built(tag) -> Build of our server and builder images FROM the stand-in of `tag`, once per session;
+    built(tag, multinode=True): and the group image (the server plus OpenSSH)."""
+    builds: dict[tuple[str, bool], Build] = {}
 
-    def get(tag: str) -> Build:
-        if tag not in builds:
+    def get(tag: str, multinode: bool = False) -> Build:
+        if (tag, multinode) not in builds:
             base = standin(tag)
-            work = session_dir / f"build-{tag}"
+            work = session_dir / (f"build-{tag}" + ("-multinode" if multinode else ""))
             work.mkdir()
             matrix = matrix_for_standin(work / "matrix.yaml", tag, base.python)
             backend = None
@@ -171,8 +180,10 @@ def built(standin, session_dir):
                     backend = backend_checkout(work / "backend", base.spec.tensorrt_llm)
                 except TemplatesMissing as exc:
                     unavailable(f"backend checkout for {tag}: {exc}")
-            builds[tag] = run_build(tag, base.image, matrix, work / "out", backend_dir=backend)
-        result = builds[tag]
+            builds[tag, multinode] = run_build(
+                tag, base.image, matrix, work / "out", backend_dir=backend, multinode=multinode
+            )
+        result = builds[tag, multinode]
         assert result.returncode == 0, f"python build.py --tag {tag} failed:\n{result.output[-4000:]}"
         return result
 

@@ -1,16 +1,14 @@
 """A multi-node group with Docker: two containers of our server image on the test's own user-defined network, their
 network aliases the names LeaderWorkerSet gives its pods, the LWS variables set as LWS sets them.
 
-Real: the entrypoint in both roles, Open MPI's mpirun and orted spanning the two containers over ssh (OpenSSH's
-client and an unprivileged sshd, the group's key from a mounted directory as a Secret would be), and tritonserver 2.51
-on each rank. The image gets OpenSSH in a thin test layer (docs/kserve.md: the image must contain it).
+Real: the group image `build.py --multinode` makes, the entrypoint in both roles, Open MPI's mpirun and orted spanning
+the two containers over ssh (OpenSSH's client and an unprivileged sshd, the group's key from a mounted directory as a
+Secret would be), and tritonserver 2.51 on each rank.
 """
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 import time
 import urllib.request
 import uuid
@@ -23,30 +21,12 @@ from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
 
 ONE_GPU = "NVIDIA H100 80GB HBM3|9.0|81559"
 LEADER, WORKER = "llm-0.llm.default", "llm-0-1.llm.default"  # <set>-<group>[.-<index>].<subdomain>.<namespace>
-SSH_LAYER = """FROM {base}
-USER root
-RUN apt-get update && apt-get install -y --no-install-recommends openssh-client openssh-server \\
-    && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_*
-USER 1000
-"""
 
 
 @pytest.fixture(scope="module")
-def ssh_image(docker_client, built):
-    base = built(NEW_TAG).image("server")
-    tag = f"trtllm-e2e-ssh:{docker_client.images.get(base).id.split(':')[1][:12]}"
-    try:
-        docker_client.images.get(tag)
-    except Exception:  # not built yet for this server image
-        context = io.BytesIO()
-        with tarfile.open(fileobj=context, mode="w") as tar:
-            data = SSH_LAYER.format(base=base).encode()
-            info = tarfile.TarInfo("Dockerfile")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        context.seek(0)
-        docker_client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, pull=False)
-    return tag
+def group_image(built):
+    """`build.py --tag 25.01 --multinode`: the group image, the server plus OpenSSH from the base's apt archives."""
+    return built(NEW_TAG, multinode=True).image("group")
 
 
 @pytest.fixture
@@ -57,13 +37,13 @@ def network(docker_client):
 
 
 @pytest.fixture
-def group_key(tmp_path, ssh_image, docker_client):
+def group_key(tmp_path, group_image, docker_client):
     """The group's key pair, made by ssh-keygen in the image; readable by the container user, as a Secret is."""
     directory = tmp_path / "mpi-ssh"
     directory.mkdir()
     directory.chmod(0o777)
     docker_client.containers.run(
-        ssh_image,
+        group_image,
         entrypoint=["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "group", "-f", "/keys/id_ed25519"],
         volumes={str(directory): {"bind": "/keys", "mode": "rw"}},
         remove=True,
@@ -140,14 +120,14 @@ def processes(container) -> list[str]:
 
 
 @pytest.fixture
-def group(docker_client, ssh_image, network, tiny_model, records, cache_volume, group_key):
+def group(docker_client, group_image, network, tiny_model, records, cache_volume, group_key):
     started: list = []
 
     def start(index, alias, **env):
         return start_pod(
             docker_client,
             started,
-            ssh_image,
+            group_image,
             network,
             index=index,
             alias=alias,

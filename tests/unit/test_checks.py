@@ -40,7 +40,7 @@ def real_matrix():
 
 
 def render_tag(real_matrix, tag):
-    return render.render(make_plan(real_matrix.get(tag), out_dir=Path("/nonexistent")))
+    return render.render(make_plan(real_matrix.get(tag), out_dir=Path("/nonexistent"), multinode=True))
 
 
 def codes(findings, level="error"):
@@ -178,6 +178,30 @@ def test_policy_catches(server, mutate, code):
     assert all(f.message.startswith("server.Dockerfile: ") and f.hint for f in findings)
 
 
+@pytest.fixture(scope="module")
+def group(real_matrix):
+    return render_tag(real_matrix, "25.01")["group.Dockerfile"]
+
+
+def test_the_group_image_may_install_openssh_from_apt_and_nothing_else(group):
+    assert "apt-get install -y --no-install-recommends openssh-client openssh-server" in group
+    assert dockerfile_findings("25.01", "group.Dockerfile", group) == []
+    openssh = group.split("\nRUN ", 1)[1].split("\n\n", 1)[0]
+    for text, why in (
+        (group.replace("openssh-server", "openssh-server git"), "another package"),
+        (group.replace("apt-get update", "apt-get update && apt-get upgrade -y"), "another apt-get call"),
+        (group + "RUN curl -fsSL https://example.com/x -o /tmp/x\n", "another tool"),
+        (group.replace("apt-get install -y --no-install-recommends", "apt-get install -y"), "recommends"),
+    ):
+        assert "network-in-run" in codes(dockerfile_findings("25.01", "group.Dockerfile", text)), why
+    # The exception is the group image's: the same layer in the server image is refused.
+    server = dockerfile_findings("25.01", "server.Dockerfile", f"{group}\nRUN {openssh}\n")
+    assert "network-in-run" in codes(server), server
+    assert "healthcheck-missing" in codes(
+        dockerfile_findings("25.01", "group.Dockerfile", replace_line(group, "HEALTHCHECK", ""))
+    )
+
+
 def test_builder_needs_no_healthcheck_and_tokenizer_names_are_not_secrets(real_matrix):
     text = render_tag(real_matrix, "25.01")["builder.Dockerfile"]
     text = replace_line(text, "FROM", "FROM ${BASE_IMAGE}\nARG TOKENIZER_DIR=/models\nRUN rm -rf /tmp/.git\n")
@@ -193,8 +217,8 @@ def test_hadolint_reports_no_errors_on_any_rendered_dockerfile(real_matrix):
         for entry in real_matrix.supported()
         for name, text in render_tag(real_matrix, entry.tag).items()
     ]
-    assert len(documents) == 2 * len(real_matrix.supported())
-    assert [f for f in hadolint_findings(documents) if f.level == "error"] == []
+    assert len(documents) == 3 * len(real_matrix.supported())  # server, builder, group
+    assert hadolint_findings(documents) == []  # warnings too: the one kept (DL3008) is ignored in the template
 
 
 def test_hadolint_findings_name_the_tag_and_file_they_come_from():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import itertools
 import shlex
@@ -883,6 +884,8 @@ def test_a_two_node_group_is_a_leader_worker_set(entry):
             "volumeMounts"
         ]
         assert container["securityContext"]["runAsNonRoot"] is True
+    # Both roles run the group image (build.py --multinode): the server plus OpenSSH.
+    assert leader["image"] == worker["image"] == "ghcr.io/your-org/trtllm-serve-group:25.01-trtllm-0.17.0"
     assert [p["containerPort"] for p in leader["ports"]] == [8000, 8001, 8002]
     assert [p["containerPort"] for p in worker["ports"]] == [2222]
     assert worker["readinessProbe"] == {"tcpSocket": {"port": 2222}, "periodSeconds": 10}
@@ -919,6 +922,13 @@ def test_a_two_node_group_is_a_leader_worker_set(entry):
     assert scaled["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"] == {
         "stabilizationWindowSeconds": 600
     }
+
+
+def test_a_group_runs_an_image_given_with_image_as_is():
+    options = dataclasses.replace(MULTINODE_OPTIONS, registry=None, image="registry.local/own-with-sshd:1")
+    lws = by_kind(documents(options), "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    images = {t["spec"]["containers"][0]["image"] for t in (lws["leaderTemplate"], lws["workerTemplate"])}
+    assert images == {"registry.local/own-with-sshd:1"}
 
 
 def test_a_group_whose_pods_cannot_hold_its_ranks_is_a_finding(entry):

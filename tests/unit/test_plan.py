@@ -47,6 +47,17 @@ def test_refs_name_the_ngc_tag_and_tensorrt_llm_version():
     assert plan.image("builder").ref == "trtllm-builder:25.01-trtllm-0.17.0"
 
 
+def test_multinode_adds_the_group_image_after_the_server_it_is_built_from():
+    plan = make_plan(entry(), registry="ghcr.io/acme", out_dir=OUT, multinode=True)
+    assert [(i.kind, i.ref) for i in plan.images] == [
+        ("server", "ghcr.io/acme/trtllm-serve:25.01-trtllm-0.17.0"),
+        ("builder", "ghcr.io/acme/trtllm-builder:25.01-trtllm-0.17.0"),
+        ("group", "ghcr.io/acme/trtllm-serve-group:25.01-trtllm-0.17.0"),
+    ]
+    assert plan.image("group").labels["org.opencontainers.image.title"] == "trtllm-serve-group"
+    assert plan.group_packages == ("openssh-client", "openssh-server")
+
+
 @pytest.mark.parametrize("registry", ["ghcr.io/acme", "ghcr.io/acme/", "localhost:5000/team/sub"])
 def test_registry_prefixes_every_ref(registry):
     plan = make_plan(entry(tensorrt_llm="0.17.0.post1"), registry=registry, out_dir=OUT)

@@ -39,7 +39,10 @@ def image(tmp_path, monkeypatch):
     return SimpleNamespace(root=tmp_path, app=app, tritonserver=tritonserver, bin_dir=bin_dir)
 
 
-def test_probe_reports_files_and_programs_of_the_image(image):
+def test_probe_reports_files_and_programs_of_the_image(image, monkeypatch):
+    ssh = touch(image.bin_dir / "ssh", executable=True)
+    sshd = touch(image.root / "usr" / "sbin" / "sshd", executable=True)
+    monkeypatch.setattr(probe_mod.group, "SSHD", str(sshd))  # the fixed path the worker execs
     facts = ImageFacts(
         tag="25.01",
         tensorrt_llm="0.17.0",
@@ -59,6 +62,8 @@ def test_probe_reports_files_and_programs_of_the_image(image):
         "tritonserver": str(image.tritonserver),
         "trtllm-build": str(image.bin_dir / "trtllm-build"),
         "mpirun": None,
+        "ssh": str(ssh),
+        "sshd": str(sshd),
     }
     assert report["openai_frontend"] is True
     assert report["triton"] == "2.54.0"
@@ -95,12 +100,13 @@ def test_probe_without_matrix_tag_or_image_files(image, monkeypatch):
     monkeypatch.setattr(probe_mod.contract, "TRITONSERVER", str(image.root / "missing"))
     monkeypatch.setattr(probe_mod.contract, "OPENAI_FRONTEND_MAIN", str(image.root / "missing"))
     monkeypatch.setattr(probe_mod, "TRITON_VERSION_FILE", str(image.root / "missing"))
+    monkeypatch.setattr(probe_mod.group, "SSHD", str(image.root / "missing"))
     report = probe(installation({"PATH": ""}, None))
     assert report["tag"] is None
     assert report["app_dir"] == str(image.root / "bundled")
     assert report["templates"] == {"inflight_batcher_llm": False, "llmapi": False}
     assert report["fill_template"] is False
-    assert report["programs"] == {"tritonserver": None, "trtllm-build": None, "mpirun": None}
+    assert report["programs"] == dict.fromkeys(("tritonserver", "trtllm-build", "mpirun", "ssh", "sshd"))
     assert (report["tensorrt_llm"], report["tensorrt"], report["triton"], report["openai_frontend"]) == (
         None,
         None,

@@ -52,6 +52,15 @@ def fields_and_levels(mismatches) -> set[tuple[str, str]]:
     return {(m.field, m.level) for m in mismatches}
 
 
+def test_the_group_image_must_also_have_ssh_and_sshd():
+    assert verify.expected(Entry(), "group")["programs"] == (*verify.REQUIRED_PROGRAMS, "ssh", "sshd")
+    probe = good_probe()
+    probe["programs"]["ssh"] = "/usr/bin/ssh"  # a server image may have ssh; the group image must
+    assert verify.compare(Entry(), probe, "server") == []
+    (mismatch,) = verify.compare(Entry(), probe, "group")
+    assert mismatch.field == "programs.sshd" and mismatch.level == verify.ERROR
+
+
 def test_expected_lists_what_the_image_must_show():
     want = verify.expected(Entry(workflows=("engine", "llmapi")))
     assert want["tensorrt_llm"] == "0.17.0"

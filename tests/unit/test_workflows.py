@@ -112,7 +112,7 @@ def test_every_pushed_image_is_scanned_before_it_is_signed_and_attested_and_rele
     workflow = load(WORKFLOWS / "images.yml")
     build = workflow["jobs"]["build"]
     names = [step.get("name", step.get("uses", "")) for step in build["steps"]]
-    for kind in ("server", "builder"):
+    for kind in ("server", "builder", "group"):  # the group image: `--multinode` in every build step
         order = [names.index(f"{what} ({kind})") for what in ("SBOM", "Vulnerability scan", "Provenance")]
         assert order == sorted(order) and names.index("Sign") > order[1], kind
         assert f"Attest SBOM ({kind})" in names
@@ -123,6 +123,8 @@ def test_every_pushed_image_is_scanned_before_it_is_signed_and_attested_and_rele
         step for step in pushing if "startsWith(github.ref, 'refs/tags/v')" in step["if"] and "!" not in step["if"]
     ]
     assert len(release) == 1 and "--require-pinned" in release[0]["run"]
+    builds = [step["run"] for step in build["steps"] if step.get("run", "").startswith("python build.py --tag")]
+    assert len(builds) == 3 and all("--multinode" in run for run in builds)
     assert all("--require-pinned" not in step["run"] for step in pushing if step not in release)
 
 

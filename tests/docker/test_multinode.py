@@ -17,6 +17,7 @@ import pytest
 
 from tests.docker.conftest import logs, record_mount
 from tests.docker.test_e2e import NEW_TAG
+from tests.doubles.double_records import read_records
 from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
 
 ONE_GPU = "NVIDIA H100 80GB HBM3|9.0|81559"
@@ -151,6 +152,8 @@ def test_two_pods_serve_one_model_and_sigterm_to_the_leader_stops_both(group, ne
     leader = group(0, LEADER)
     wait_ready(leader, network)
     generate(leader, network)
+    # Both pods asked the shared cache for the same key: one built every rank's engine, the other reused it.
+    assert len(read_records(records, "trtllm-build")) == 1, "the pods built the engine twice"
     # Rank 0 in the leader serves; the worker's rank was started by the leader's mpirun over ssh and loads only the
     # engine model, with every endpoint off.
     leader_servers = [p for p in processes(leader) if p.startswith("/opt/tritonserver/bin/tritonserver ")]

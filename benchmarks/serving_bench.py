@@ -276,10 +276,7 @@ def ready_metrics(samples: dict[str, dict[str, list[float]]]) -> list[Metric]:
 def layout() -> realtriton.Layout:
     """The harness's server unpacked in a root of its own: the harness re-installs the engine double of whichever
     checkout calls it into its shared root."""
-    return realtriton.host_layout(
-        realtriton.cache_root()
-        / f"bench-tritonserver-{realtriton.TRITON_VERSION}-py{realtriton.python_version()}-{realtriton.cache_key()}"
-    )
+    return realtriton.host_layout(realtriton.cache_dir(f"bench-tritonserver-{realtriton.TRITON_VERSION}-"))
 
 
 class Bench:

@@ -160,7 +160,7 @@ def fetch_wheels(py: str | None = None) -> Path:
     """Wheels of FRONTEND_REQUIREMENTS for Python `py`, downloaded once and held to the Python models' pins
     (tests/stub-requirements.txt): the stand-in installs both sets from its context."""
     py = py or realtriton.python_version()
-    dest = realtriton.cache_root() / "wheels" / f"openai-py{py}-{realtriton.cache_key()}"
+    dest = realtriton.cache_dir("wheels/openai-", py)
     with realtriton._locked(dest):
         done = dest / ".complete"
         if done.exists() and done.read_text() == _fingerprint():
@@ -179,7 +179,7 @@ def frontend_venv(layout: realtriton.Layout) -> Path:
     PATH, it is the frontend's Python and (through `python3` on PATH) the Python-backend stub's."""
     stub_wheels = realtriton.fetch_wheels()
     wheels = fetch_wheels()
-    venv = realtriton.cache_root() / f"openai-venv-py{realtriton.python_version()}-{realtriton.cache_key()}"
+    venv = realtriton.cache_dir("openai-venv-")
     with realtriton._locked(venv):
         done = venv / ".complete"
         if done.exists() and done.read_text() == _fingerprint():

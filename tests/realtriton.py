@@ -75,6 +75,11 @@ def python_version() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
+def cache_dir(prefix: str, py: str | None = None) -> Path:
+    """Where a cached build of what the pins hold lives: `<prefix>py<X.Y>-<cache_key()>` under cache_root()."""
+    return cache_root() / f"{prefix}py{py or python_version()}-{cache_key()}"
+
+
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """Parallel sessions wait for one download/unpack instead of racing."""
@@ -94,7 +99,7 @@ def _pip(*args: str) -> None:
 def fetch_wheels(py: str | None = None, dest: Path | None = None) -> Path:
     """Download the server wheel and the stub's packages (for Python `py`) into `dest`, once; return `dest`."""
     py = py or python_version()
-    dest = dest or cache_root() / "wheels" / f"py{py}-{cache_key()}"
+    dest = dest or cache_dir("wheels/", py)
     done = dest / ".complete"
     with _locked(dest):
         if done.exists() and done.read_text() == fingerprint():
@@ -231,7 +236,7 @@ def host_layout(root: Path | None = None) -> Layout:
         raise RealTritonUnavailable("the tritonserver wheel runs on Linux x86_64 only")
     py = python_version()
     libpython_dir = _libpython_dir()
-    root = root or cache_root() / f"tritonserver-{TRITON_VERSION}-py{py}-{cache_key()}"
+    root = root or cache_dir(f"tritonserver-{TRITON_VERSION}-", py)
     done = root / ".complete"
     with _locked(root):
         if not (done.exists() and done.read_text() == fingerprint()):

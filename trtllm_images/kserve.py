@@ -34,6 +34,7 @@ HTTP_PORT, GRPC_PORT = 8080, 9000  # KServe's HTTP default; gRPC as its stock Tr
 GPU = "nvidia.com/gpu"
 STARTUP_BUDGET_SECONDS = 2 * 3600  # a cold engine build of a large model
 STARTUP_PERIOD_SECONDS = 30
+_TRITON_PATHS = (contract.READY_PATHS["triton"], "/v2/health/live")  # readiness, liveness
 CACHE_VOLUME, SHM_VOLUME, MODELS_VOLUME = "trtllm-cache", "devshm", "models"
 TOKEN_KEY = "token"
 ADMIN_KEY_KEY = "key"  # key of the admin-key Secret (Triton's restricted APIs, README "Security")
@@ -125,11 +126,21 @@ def _security_context() -> dict:
     }
 
 
-def _probe(path: str | None, period: int, failures: int) -> dict:
-    """An HTTP GET of `path` on the HTTP port; None: the port accepting connections (the OpenAI frontend has no
-    liveness route, and its readiness would restart a pod that is only busy loading)."""
-    check = {"httpGet": {"path": path, "port": HTTP_PORT}} if path else {"tcpSocket": {"port": HTTP_PORT}}
+def _probe(path: str | None, period: int, failures: int, port: int) -> dict:
+    """An HTTP GET of `path` on `port`; None: the port accepting connections (the OpenAI frontend has no liveness
+    route, and its readiness would restart a pod that is only busy loading)."""
+    check = {"httpGet": {"path": path, "port": port}} if path else {"tcpSocket": {"port": port}}
     return {**check, "periodSeconds": period, "timeoutSeconds": 5, "failureThreshold": failures}
+
+
+def serving_probes(frontend: str, port: int = HTTP_PORT) -> dict:
+    """Startup (a cold engine build's budget), readiness and liveness of a serving container on its HTTP `port`."""
+    ready, live = (contract.READY_PATHS["openai"], None) if frontend == "openai" else _TRITON_PATHS
+    return {
+        "startupProbe": _probe(ready, STARTUP_PERIOD_SECONDS, STARTUP_BUDGET_SECONDS // STARTUP_PERIOD_SECONDS, port),
+        "readinessProbe": _probe(ready, 10, 3, port),
+        "livenessProbe": _probe(live, 30, 4, port),
+    }
 
 
 def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
@@ -138,10 +149,8 @@ def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
         # The OpenAI frontend alone, on KServe's HTTP port; its KServe frontends stay off (the image's secure
         # default), so no gRPC or metrics port is served and Triton's protocols are not offered.
         ports = {"FRONTEND": "openai", "OPENAI_PORT": HTTP_PORT}
-        ready, live = contract.READY_PATHS["openai"], None
     else:
         ports = {"HTTP_PORT": HTTP_PORT, "GRPC_PORT": GRPC_PORT, "METRICS_PORT": DEFAULT_METRICS_PORT}
-        ready, live = contract.READY_PATHS["triton"], "/v2/health/live"
     container = {
         "name": CONTAINER,
         "image": image,
@@ -158,9 +167,7 @@ def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
         # One port only: Knative rejects more, and KServe's Service sends port 80 to the first one.
         "ports": [{"name": "http1", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": _gpu_resources(o.gpus, cpu="4", memory="32Gi"),
-        "startupProbe": _probe(ready, STARTUP_PERIOD_SECONDS, STARTUP_BUDGET_SECONDS // STARTUP_PERIOD_SECONDS),
-        "readinessProbe": _probe(ready, 10, 3),
-        "livenessProbe": _probe(live, 30, 4),
+        **serving_probes(o.frontend),
         "securityContext": _security_context(),
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
     }

@@ -54,15 +54,7 @@ def _ports(leader: bool) -> list[dict]:
 def _probes(leader: bool) -> dict:
     if not leader:  # sshd listens only once the worker's engine and repository are ready
         return {"readinessProbe": {"tcpSocket": {"port": MPI_SSH_PORT}, "periodSeconds": 10}}
-    budget = kserve.STARTUP_BUDGET_SECONDS // kserve.STARTUP_PERIOD_SECONDS
-    probes = {
-        "startupProbe": kserve._probe("/v2/health/ready", kserve.STARTUP_PERIOD_SECONDS, budget),
-        "readinessProbe": kserve._probe("/v2/health/ready", 10, 3),
-        "livenessProbe": kserve._probe("/v2/health/live", 30, 4),
-    }
-    for probe in probes.values():
-        probe["httpGet"]["port"] = HTTP_PORT
-    return probes
+    return kserve.serving_probes("triton", port=HTTP_PORT)
 
 
 def _pod(o: KServeOptions, image: str, leader: bool) -> dict:

@@ -431,8 +431,9 @@ def semantic_findings(docs: Iterable[dict], matrix: Matrix | None = None) -> lis
     """What the CRD schemas cannot say: KServe's naming rules, GPU counts, secrets, probes, known images."""
     docs = list(docs)
     runtimes = {d["metadata"]["name"]: d for d in docs if d.get("kind") in RUNTIME_KINDS}
-    kinds = ("server", "group")
-    known = {server_image(e, None, k) for e in matrix.supported() for k in kinds} if matrix is not None else None
+    # The refs build.py makes, per kind: a group's pods need the group image (OpenSSH), the others the server's.
+    servers = {server_image(e) for e in matrix.supported()} if matrix is not None else None
+    groups = {server_image(e, None, "group") for e in matrix.supported()} if matrix is not None else None
     findings = _priority_findings(runtimes.values())
     for doc in docs:
         kind, spec = doc.get("kind"), doc.get("spec") or {}
@@ -447,12 +448,12 @@ def semantic_findings(docs: Iterable[dict], matrix: Matrix | None = None) -> lis
         elif kind == "Job":
             containers = spec.get("template", {}).get("spec", {}).get("containers") or []
         elif kind == "LeaderWorkerSet":
-            problems += _group_findings(spec.get("leaderWorkerTemplate") or {})
+            problems += _group_findings(spec.get("leaderWorkerTemplate") or {}, groups)
             containers = []
         else:
             containers = []
         for container in containers:
-            problems += _container_findings(container, known)
+            problems += _container_findings(container, servers)
         name = f"{kind}/{doc.get('metadata', {}).get('name')}"
         findings += [f"{name}: {problem}" for problem in problems]
     return findings
@@ -515,8 +516,9 @@ def _isvc_findings(model: dict, runtimes: dict[str, dict]) -> list[str]:
     return problems
 
 
-def _group_findings(template: dict) -> list[str]:
-    """Every rank needs a GPU: the group's pods hold TP x PP GPUs, the same number in each pod."""
+def _group_findings(template: dict, known_images: set[str] | None) -> list[str]:
+    """Every rank needs a GPU: the group's pods hold TP x PP GPUs, the same number in each pod; each pod runs the
+    group image."""
     problems = []
     if template.get("restartPolicy") != "RecreateGroupOnPodRestart":
         problems.append("restartPolicy must be RecreateGroupOnPodRestart: one lost rank ends the MPI job")
@@ -528,6 +530,7 @@ def _group_findings(template: dict) -> list[str]:
             got = int((container.get("resources") or {}).get("limits", {}).get(GPU, 0))
             if got * size != world:
                 problems.append(f"{role}: {size} pods x {got} GPUs do not hold TP_SIZE*PP_SIZE = {world} ranks")
+            problems += [f"{role}: {p}" for p in _image_findings(container, known_images)]
     return problems
 
 
@@ -546,10 +549,14 @@ def _container_findings(container: dict, known_images: set[str] | None) -> list[
             got = (resources.get(section) or {}).get(GPU)
             if got != str(gpus) and not (section == "requests" and got is None):
                 problems.append(f"{section}[{GPU}] is {got!r}, but TP_SIZE*PP_SIZE is {gpus}")
+    return problems + _image_findings(container, known_images)
+
+
+def _image_findings(container: dict, known_images: set[str] | None) -> list[str]:
     image = container.get("image")
     if known_images is not None and image and "@" not in image and not _built_here(image, known_images):
-        problems.append(f"image {image!r} is not one build.py makes for a supported tag")
-    return problems
+        return [f"image {image!r} is not one build.py makes for a supported tag"]
+    return []
 
 
 def _built_here(image: str, known_images: set[str]) -> bool:

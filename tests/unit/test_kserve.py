@@ -931,6 +931,16 @@ def test_a_group_runs_an_image_given_with_image_as_is():
     assert images == {"registry.local/own-with-sshd:1"}
 
 
+def test_a_group_on_the_plain_server_image_is_a_finding(the_matrix):
+    """Its workers need sshd: only the group image build.py makes (--multinode) passes as a default image."""
+    docs = copy.deepcopy(list(documents(MULTINODE_OPTIONS)))
+    assert kserve.semantic_findings(docs, the_matrix) == []
+    worker = by_kind(docs, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+    worker["spec"]["containers"][0]["image"] = "ghcr.io/your-org/trtllm-serve:25.01-trtllm-0.17.0"
+    (finding,) = kserve.semantic_findings(docs, the_matrix)
+    assert finding.startswith("LeaderWorkerSet/llm: workerTemplate: image 'ghcr.io/your-org/trtllm-serve:"), finding
+
+
 def test_a_group_whose_pods_cannot_hold_its_ranks_is_a_finding(entry):
     docs = copy.deepcopy(list(documents(MULTINODE_OPTIONS)))
     lws = by_kind(docs, "LeaderWorkerSet")

@@ -346,10 +346,8 @@ SPY_ROOTS = ("process ", "thread (")  # py-spy's own root frames (the process an
 def process_roles(pgid: int) -> dict[int, str]:
     """What each process of the frontend's process group is: the frontend, or the stub of which model."""
     roles = {}
-    for proc in Path("/proc").glob("[0-9]*"):
+    for proc, _ in serving_bench.group_processes(pgid):
         try:
-            if int((proc / "stat").read_text().rpartition(")")[2].split()[2]) != pgid:
-                continue
             args = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:  # ended while we read
             continue

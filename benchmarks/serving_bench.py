@@ -18,7 +18,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -347,18 +347,22 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def group_cpu_s(pgid: int) -> float:
-    """CPU seconds (user + system) used so far by the live processes of process group `pgid`: a server started by
-    start_server and its stub processes."""
-    ticks = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+def group_processes(pgid: int) -> Iterator[tuple[Path, list[str]]]:
+    """The live processes of process group `pgid` (a server started by start_server and its stub processes): each
+    one's /proc directory and the fields of its stat after the command name (state, ppid, pgrp, ...)."""
+    for proc in Path("/proc").glob("[0-9]*"):
         try:
-            fields = stat.read_text().rpartition(")")[2].split()
+            fields = (proc / "stat").read_text().rpartition(")")[2].split()
         except OSError:  # ended while we read
             continue
-        # After the command name: state, ppid, pgrp, ... utime and stime are the 12th and 13th.
         if int(fields[2]) == pgid:
-            ticks += int(fields[11]) + int(fields[12])
+            yield proc, fields
+
+
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of process group `pgid`."""
+    # utime and stime are the 12th and 13th fields after the command name.
+    ticks = sum(int(fields[11]) + int(fields[12]) for _, fields in group_processes(pgid))
     return ticks / os.sysconf("SC_CLK_TCK")
 
 

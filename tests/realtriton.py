@@ -22,7 +22,6 @@ import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 import urllib.error
@@ -96,10 +95,22 @@ def _pip(*args: str) -> None:
         raise RealTritonUnavailable(f"pip {args[0]} failed: {' | '.join(tail)}")
 
 
-def fetch_wheels(py: str | None = None, dest: Path | None = None) -> Path:
-    """Download the server wheel and the stub's packages (for Python `py`) into `dest`, once; return `dest`."""
+def stub_requirements(torch: bool = True) -> list[str]:
+    """STUB_REQUIREMENTS' pins, torch left out when not `torch`: PyPI has no CPU build of it for every Python, and only
+    upstream's BLS model needs it (the ensemble's preprocessing imports it for multimodal requests only)."""
+    pins = (line.split("#", 1)[0].strip() for line in STUB_REQUIREMENTS.read_text().splitlines())
+    return [pin for pin in pins if pin and (torch or not pin.startswith("torch=="))]
+
+
+def _torch_prefix(torch: bool) -> str:
+    return "" if torch else "no-torch-"
+
+
+def fetch_wheels(py: str | None = None, dest: Path | None = None, torch: bool = True) -> Path:
+    """Download the server wheel and the stub's packages (for Python `py`, torch only if `torch`) into `dest`, once;
+    return `dest`."""
     py = py or python_version()
-    dest = dest or cache_dir("wheels/", py)
+    dest = dest or cache_dir(f"wheels/{_torch_prefix(torch)}", py)
     done = dest / ".complete"
     with _locked(dest):
         if done.exists() and done.read_text() == fingerprint():
@@ -108,7 +119,7 @@ def fetch_wheels(py: str | None = None, dest: Path | None = None) -> Path:
         binary = ["download", "--quiet", "--only-binary=:all:", "--dest", str(dest)]
         _pip(*binary, "--no-deps", "--platform", "manylinux_2_35_x86_64", PYTRITON)
         platforms = [arg for platform in WHEEL_PLATFORMS for arg in ("--platform", platform)]
-        _pip(*binary, "--python-version", py, "--implementation", "cp", *platforms, "-r", str(STUB_REQUIREMENTS))
+        _pip(*binary, "--python-version", py, "--implementation", "cp", *platforms, *stub_requirements(torch))
         done.write_text(fingerprint())
     return dest
 
@@ -161,13 +172,15 @@ def install_engine_double(home: Path) -> Path:
     return target
 
 
-def install_stub_venv(venv: Path, wheels: Path) -> Path:
-    """A virtualenv of the running Python with STUB_REQUIREMENTS from the wheel cache (no network), and the
-    `tensorrt` double (tests/doubles/install.py) that v0.12.0's preprocessing imports.
+def install_stub_venv(venv: Path, wheels: Path, python: str | None = None, torch: bool = True) -> Path:
+    """A virtualenv of `python` (default: the running one) with STUB_REQUIREMENTS (torch only if `torch`) from the
+    wheel cache (no network), and the `tensorrt` double (tests/doubles/install.py) that v0.12.0's preprocessing imports.
 
     The stub embeds Python in isolated mode: it ignores PYTHONPATH and takes its prefix (so its site-packages)
     from the first `python3` on PATH. A venv first on the server's PATH is how its packages are chosen."""
-    done = subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], capture_output=True, text=True)
+    done = subprocess.run(
+        [python or sys.executable, "-m", "venv", "--clear", str(venv)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise RealTritonUnavailable(f"python -m venv failed: {done.stderr.strip()[-300:]}")
     pip = subprocess.run(
@@ -180,8 +193,7 @@ def install_stub_venv(venv: Path, wheels: Path) -> Path:
             "--no-index",
             "--find-links",
             str(wheels),
-            "-r",
-            str(STUB_REQUIREMENTS),
+            *stub_requirements(torch),
         ],
         capture_output=True,
         text=True,
@@ -218,32 +230,55 @@ class Layout:
         return env
 
 
-def _libpython_dir() -> Path:
-    """The stub links libpython3.X.so.1.0: the running interpreter's shared library."""
-    libdir, library = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
+_ASK_PYTHON = (
+    "import sys, sysconfig; print(f'{sys.version_info[0]}.{sys.version_info[1]}'); "
+    "print(sysconfig.get_config_var('LIBDIR') or ''); print(sysconfig.get_config_var('INSTSONAME') or '')"
+)
+
+
+def _interpreter(python: str) -> tuple[str, Path]:
+    """X.Y of the interpreter `python`, and the directory of its shared libpython3.X.so.1.0, which the stub links."""
+    try:
+        done = subprocess.run([python, "-c", _ASK_PYTHON], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RealTritonUnavailable(f"cannot run {python}: {exc}") from None
+    if done.returncode != 0:
+        raise RealTritonUnavailable(f"{python} failed: {done.stderr.strip()[-300:]}")
+    py, libdir, library = done.stdout.splitlines()
     if libdir and library and (Path(libdir) / library).exists():
-        return Path(libdir)
+        return py, Path(libdir)
     raise RealTritonUnavailable(
-        f"no shared libpython{python_version()} beside {sys.executable}: the Python "
-        f"backend's stub needs it (Debian: apt-get install libpython{python_version()})"
+        f"no shared libpython{py} beside {python}: the Python backend's stub needs it "
+        f"(Debian: apt-get install libpython{py}; pyenv: build with PYTHON_CONFIGURE_OPTS=--enable-shared)"
     )
 
 
-def host_layout(root: Path | None = None) -> Layout:
-    """The server unpacked under the cache (once per Python version) plus its packages; the engine double is
-    refreshed on every call so an edited double is what runs."""
+def find_python(version: str) -> str | None:
+    """A working Python `version` (X.Y) from PATH or a pyenv install, if this machine has one."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    installed = sorted(pyenv.glob(f"versions/{version}.*/bin/python{version}"))
+    for candidate in [shutil.which(f"python{version}"), *map(str, installed)]:
+        if candidate and subprocess.run([candidate, "-c", ""], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+def host_layout(root: Path | None = None, python: str | None = None, torch: bool = True) -> Layout:
+    """The server unpacked under the cache (once per Python version) plus its packages, for the stub of `python`
+    (an interpreter; default: the running one), with torch only if `torch`; the engine double is refreshed on every
+    call so an edited double is what runs."""
     if not sys.platform.startswith("linux") or os.uname().machine != "x86_64":
         raise RealTritonUnavailable("the tritonserver wheel runs on Linux x86_64 only")
-    py = python_version()
-    libpython_dir = _libpython_dir()
-    root = root or cache_dir(f"tritonserver-{TRITON_VERSION}-", py)
+    python = python or sys.executable
+    py, libpython_dir = _interpreter(python)
+    root = root or cache_dir(f"tritonserver-{TRITON_VERSION}-{_torch_prefix(torch)}", py)
     done = root / ".complete"
     with _locked(root):
         if not (done.exists() and done.read_text() == fingerprint()):
-            wheels = fetch_wheels(py)
+            wheels = fetch_wheels(py, torch=torch)
             shutil.rmtree(root / "opt", ignore_errors=True)
             install_server(root, wheels, py)
-            install_stub_venv(root / "venv", wheels)
+            install_stub_venv(root / "venv", wheels, python, torch)
             done.write_text(fingerprint())
         home = root / PREFIX
         install_engine_double(home)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import ast
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import realtriton
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINER = REPO / "entrypoints" / "trtllm_entrypoint"
@@ -74,17 +74,8 @@ def test_only_cli_imports_click():
     assert users == ["cli.py"]
 
 
-def python_3_10() -> str | None:
-    """A working Python 3.10 (the oldest the images have), from PATH or a pyenv install, if there is one."""
-    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    for candidate in [shutil.which("python3.10"), *map(str, sorted(pyenv.glob("versions/3.10*/bin/python3.10")))]:
-        if candidate and subprocess.run([candidate, "-c", ""], capture_output=True).returncode == 0:
-            return candidate
-    return None
-
-
 def test_container_side_compiles_and_imports_on_python_3_10():
-    interpreter = python_3_10()
+    interpreter = realtriton.find_python("3.10")
     if interpreter is None:
         pytest.skip("no Python 3.10 interpreter on this machine")
     # Every module compiles under 3.10's grammar (in memory) and the orchestrator imports with all it pulls in.

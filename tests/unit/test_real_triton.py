@@ -11,6 +11,7 @@ models of the TensorRT-LLM >= 0.20 snapshot, which holds templates only; every t
 from __future__ import annotations
 
 import json
+import os
 import sys
 import urllib.error
 import urllib.request
@@ -39,6 +40,15 @@ def call(server: realtriton.RunningServer, route: str, body: dict, headers: dict
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
+
+
+def stream(server: realtriton.RunningServer, model: str, body: dict) -> list[dict]:
+    """The events of one `generate_stream` request."""
+    request = urllib.request.Request(
+        f"{server.http_url}/v2/models/{model}/generate_stream", data=json.dumps({**body, "stream": True}).encode()
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return [json.loads(line[len(b"data: ") :]) for line in response if line.startswith(b"data: ")]
 
 
 def python_models(templates: str) -> str:
@@ -103,12 +113,8 @@ def test_decoupled_repository_streams_one_event_per_token(tmp_path, real_triton,
     python_models(templates)
     img = Image(tmp_path, tag, templates_for(templates))
     with realtriton.start(real_triton, prepared_argv(img, KEY, DECOUPLED="true"), log_dir=tmp_path) as server:
-        body = {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "bad_words": "", "stop_words": "", "stream": True}
-        request = urllib.request.Request(
-            f"{server.http_url}/v2/models/ensemble/generate_stream", data=json.dumps(body).encode()
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            events = [json.loads(line[len(b"data: ") :]) for line in response if line.startswith(b"data: ")]
+        body = {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "bad_words": "", "stop_words": ""}
+        events = stream(server, "ensemble", body)
     pieces = [event["text_output"] for event in events]
     assert len(pieces) == MAX_TOKENS and set(pieces) <= set(PROMPT_WORDS), events
 
@@ -135,3 +141,37 @@ def test_llmapi_repository_loads_through_auto_complete_and_generates(tmp_path, r
     assert states == {"tensorrt_llm": "READY"}
     words = answer["text_output"].split()
     assert len(words) == MAX_TOKENS and set(words) <= set(PROMPT_WORDS), answer
+
+
+@pytest.fixture(scope="module")
+def triton_on_python_3_12() -> realtriton.Layout:
+    """The real server with the stub of Python 3.12, the Python of NGC images from 24.12 (matrix.yaml), without torch
+    (no CPU build of it for 3.12 here; only BLS needs it). Skips without a Python 3.12 and its shared libpython."""
+    interpreter = realtriton.find_python("3.12")
+    if interpreter is None:
+        pytest.skip("no Python 3.12 on this machine (PATH or pyenv): the server's 3.12 stub needs its libpython")
+    try:
+        return realtriton.host_layout(python=interpreter, torch=False)
+    except realtriton.RealTritonUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and {interpreter} is here, so the 3.12 stub must run: {exc}")
+        pytest.skip(f"real tritonserver with Python 3.12's stub unavailable: {exc}")
+
+
+@pytest.mark.parametrize("decoupled", [False, True], ids=["default", "decoupled"])
+def test_the_ensemble_generates_under_the_python_3_12_stub_of_newer_images(tmp_path, triton_on_python_3_12, decoupled):
+    """The stub of Python >= 3.12 drops the outputs a request did not ask for after it released the GIL, and 3.12's
+    allocator crashes freeing them there: an engine that answers more than the ensemble asks for kills its stub on
+    every ensemble request ("Stub process 'tensorrt_llm_0_0' is not healthy"), which no 3.11 stub shows."""
+    img = Image(tmp_path, "25.01", templates_for("v0.17.0"))
+    body = {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "bad_words": "", "stop_words": ""}
+    argv = prepared_argv(img, KEY, DECOUPLED=str(decoupled).lower())
+    with realtriton.start(triton_on_python_3_12, argv, log_dir=tmp_path) as server:
+        answers = [call(server, "/v2/models/ensemble/generate", body)["text_output"] for _ in range(3)]
+        events = stream(server, "ensemble", body) if decoupled else []
+        assert server.stop() == 0, server.log()[-3000:]
+    for answer in answers:
+        assert len(answer.split()) == MAX_TOKENS and set(answer.split()) <= set(PROMPT_WORDS), answers
+    if decoupled:
+        pieces = [event["text_output"] for event in events]
+        assert len(pieces) == MAX_TOKENS and set(pieces) <= set(PROMPT_WORDS), events

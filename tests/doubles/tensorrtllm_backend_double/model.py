@@ -9,7 +9,10 @@ our images depend on it:
 - answers a prompt longer than the engine's max_input_len with an error response;
 - "generates" deterministic tokens: the prompt's ids, last to first, repeated up to the requested length;
 - streams one response per token when the model is decoupled and the request asks for `streaming`;
-- returns every output the model config declares, with its declared type.
+- returns the outputs the request asks for (all the config declares when it names none), with their declared
+  types, as the real backend does. Sending more crashes a Python >= 3.12 stub: the stub drops the outputs nobody asked
+  for after it has released the GIL, and 3.12's allocator needs the GIL to free them (a segfault, which Triton reports
+  as "Stub process … is not healthy"); an ensemble names only the outputs it maps.
 TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S (seconds per token) keeps a request in flight for drain tests and stands for a
 model's decode step in benchmarks: in decoupled mode, as the real backend does, execute() hands the requests to an
 engine thread and returns at once; each step of that thread (one delay) gives every request in flight its next token
@@ -95,14 +98,17 @@ class TritonPythonModel:
         time.sleep(float(os.environ.get("TRTLLM_ENGINE_DOUBLE_LOAD_DELAY_S") or 0))
         print(f"tensorrtllm backend double: rank {rank}/{world_size} loaded {engine_dir}", flush=True)
 
-    def _response(self, tokens):
-        """One response holding `tokens` as output_ids; every other declared output zero-filled."""
+    def _response(self, request, tokens):
+        """One response holding `tokens` as output_ids; every other output the request asks for zero-filled."""
+        wanted = set(request.requested_output_names())
         known = {
             "output_ids": np.array(tokens, dtype=np.int32).reshape(1, 1, -1),
             "sequence_length": np.array([[len(tokens)]], dtype=np.int32),
         }
         tensors = []
         for name, dtype, dims in self.outputs:
+            if name not in wanted:
+                continue
             value = known.get(name)
             if value is None:
                 value = np.zeros([1] + [1 if d == -1 else d for d in dims], dtype=dtype)
@@ -138,7 +144,7 @@ class TritonPythonModel:
             try:
                 if bool(_first(request, "streaming", False)):
                     raise ValueError("[TensorRT-LLM][ERROR] streaming is only supported in decoupled mode")
-                responses.append(self._response(list(self._generate(request))))
+                responses.append(self._response(request, list(self._generate(request))))
             except ValueError as exc:
                 responses.append(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(exc))))
         return responses
@@ -176,15 +182,15 @@ class TritonPythonModel:
             step_at += self.delay_s
             time.sleep(max(0.0, step_at - time.monotonic()))
             for item in batch:
-                _, sender, streaming, tokens, steps = item
+                request, sender, streaming, tokens, steps = item
                 if streaming and steps > 0:
-                    sender.send(self._response([tokens[len(tokens) - steps]]))
+                    sender.send(self._response(request, [tokens[len(tokens) - steps]]))
                 item[4] = steps = steps - 1
                 if steps <= 0:
                     if streaming:
                         sender.send(flags=final)
                     else:
-                        sender.send(self._response(tokens), flags=final)
+                        sender.send(self._response(request, tokens), flags=final)
                     with self.wake:
                         self.in_flight.remove(item)
 

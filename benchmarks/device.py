@@ -28,11 +28,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script there: make `benchmarks.` and `tests.` importable
-    sys.path.insert(0, str(REPO))
-
-from tests import realtriton  # noqa: E402
-from tests.doubles.install import write_distribution  # noqa: E402
+# Run as a script there: `benchmarks.`, `tests.` and both packages importable (their packages come with the kit).
+for _path in (REPO / "entrypoints", REPO):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 PY = "3.12"  # the machine's Python (3.12.3), as in NGC images from 24.12
 TAG_UPSTREAM = ("tensorrtllm_backend/v0.17.0",)  # the sandbox's tag 25.01 fills from these templates
@@ -76,6 +75,8 @@ def _prune(site: Path) -> None:
 def pack(kit: Path) -> None:
     """The code archive always (it is this checkout); the others only when missing: they follow the pins alone, so
     delete them after a pin changes."""
+    from tests import realtriton
+
     kit.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="device-kit-") as tmp:
         work = Path(tmp)
@@ -101,6 +102,8 @@ def pack_code(dest: Path) -> None:
 
 
 def pack_server(dest: Path, wheels: Path, root: Path) -> None:
+    from tests import realtriton
+
     home = realtriton.install_server(root, wheels, PY)
     for library in (home / "lib").glob("libpython3*"):  # the wheel's own Python 3.13, which no stub here links
         library.unlink()
@@ -112,6 +115,9 @@ def pack_server(dest: Path, wheels: Path, root: Path) -> None:
 
 
 def pack_site(dest: Path, site: Path, *, stub: bool, wheels: Path) -> None:
+    from tests import realtriton
+    from tests.doubles.install import write_distribution
+
     if stub:
         pins = [p for p in realtriton.stub_requirements(torch=False) if p.split("==")[0].lower() not in NOT_IN_STUB]
         _pip_target(site, pins, find_links=wheels)
@@ -133,6 +139,11 @@ def _say(message: str) -> None:
 def lay_out(kit: Path, root: Path, torch_site: Path | None) -> dict[str, str]:
     """The kit unpacked under `root`, the server where serving_bench.layout() finds it complete; the environment
     the suites run in."""
+    with tarfile.open(kit / "harness.tar.xz") as archive:
+        archive.extractall(root / "harness", filter="tar")
+    sys.path.insert(0, str(root / "harness" / "site-packages"))  # before the machine's, as PYTHONPATH puts it below
+    from tests import realtriton
+
     os.environ["XDG_CACHE_HOME"] = str(root / "cache")
     server = realtriton.cache_dir(f"bench-tritonserver-{realtriton.TRITON_VERSION}-", PY)
     venv = server / "venv"
@@ -146,10 +157,8 @@ def lay_out(kit: Path, root: Path, torch_site: Path | None) -> dict[str, str]:
         # After ours on the path: our numpy 1.26 and transformers 4 win, torch comes from the machine.
         (site / "zz-machine-torch.pth").write_text(f"{torch_site}\n")
     (server / ".complete").write_text(realtriton.fingerprint())
-    with tarfile.open(kit / "harness.tar.xz") as archive:
-        archive.extractall(root / "harness", filter="tar")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(root / "harness" / "site-packages")])
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "entrypoints"), str(root / "harness" / "site-packages")])
     env["TRTLLM_UPSTREAM_DIR"] = str(REPO / "_upstream")
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -40,9 +40,9 @@ NOT_IN_STUB = {"torch", "sympy", "mpmath", "networkx", "setuptools", "hf_xet"}
 # Our OpenAI front's packages, for the stub's Python, which runs it (the first python3 on the server's PATH).
 FRONT = ("aiohttp", "msgspec")
 # What `python -m benchmarks` imports on top of the machine's packages, less what the machine has (numpy 2 and
-# ml_dtypes, which its jax brings, serve the load generator; pygments only colours pytest's output).
+# ml_dtypes, which its jax brings, serve the load generator).
 HARNESS = ("click", "Jinja2", "PyYAML", "docker", "packaging", "pytest", "tritonclient[grpc]")
-ON_THE_MACHINE = ("numpy", "numpy.libs", "ml_dtypes", "pygments")
+ON_THE_MACHINE = ("numpy", "numpy.libs", "ml_dtypes")
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 # The machine's GPU is visible: tritonserver would collect GPU metrics through DCGM, which this CPU serving does
 # not need; the wrapper turns them off for every start, whichever suite builds the command line.

@@ -395,9 +395,15 @@ def run_plan(bench: Bench, runs: list[ServerRun], warmup_s: float, measure_s: fl
     for run in runs:
         env = bench.env(run.pipeline, run.decoupled, TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S=str(run.token_delay_s))
         argv = bench.prepare(env)
-        proc = start_server(argv, env, bench.work / "server.log")
+        log = bench.work / "server.log"
+        proc = start_server(argv, env, log)
         try:
-            wait_ready(f"http://127.0.0.1:{env['HTTP_PORT']}", proc)
+            try:
+                wait_ready(f"http://127.0.0.1:{env['HTTP_PORT']}", proc)
+            except RuntimeError as exc:  # the log says why; the scratch directory that holds it goes
+                raise RuntimeError(
+                    f"{run.label}: {exc}; its log ends:\n{log.read_text(errors='replace')[-4000:]}"
+                ) from None
             url = f"127.0.0.1:{env['GRPC_PORT']}"
             for load in run.loads:
                 say(f"serving: {run.label}, {load.kind} {load.model} c={load.concurrency}")

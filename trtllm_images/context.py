@@ -37,6 +37,7 @@ def write_context(
     vendor.assemble()'s output (tini and the repository check's validation kit)."""
     _validate(plan, dockerfiles, Path(wheel), matrix_json, assets)
     missing = [name for name in VENDOR_FILES if not (Path(vendor_dir) / name).is_file()]
+    missing += [name for name in ("front/any", plan.front_libraries) if not (Path(vendor_dir) / name).is_dir()]
     if missing:
         raise Error(f"{vendor_dir} lacks {', '.join(missing)}", "assemble it with vendor.assemble()")
     target = plan.context_dir

@@ -21,13 +21,13 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 POLL_S = 0.2
 
 
-def front_environ(environ: Mapping[str, str], key: str) -> dict[str, str]:
+def front_environ(base: Mapping[str, str], key: str) -> dict[str, str]:
     """The front's environment: the container's, the vendored libraries first on its path, and the admin key
     (read and dropped from its environment at start: never on a command line)."""
-    given = environ.get("PYTHONPATH", "")
+    given = base.get("PYTHONPATH", "")
     path = [p for p in (contract.FRONT_DIR if os.path.isdir(contract.FRONT_DIR) else "", given) if p]
     extra = {"PYTHONPATH": os.pathsep.join(path)} if path else {}
-    return {**environ, **extra, contract.FRONT_KEY_VARIABLE: key, "PYTHONUNBUFFERED": "1"}
+    return {**base, **extra, contract.FRONT_KEY_VARIABLE: key, "PYTHONUNBUFFERED": "1"}
 
 
 def run(

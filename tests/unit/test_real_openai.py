@@ -82,6 +82,13 @@ def test_the_official_client_streams_and_gets_whole_answers_with_only_frontend_o
         chat_chunks = list(
             api.chat.completions.create(model=name, messages=messages, max_tokens=MAX_TOKENS, stream=True)
         )
+        if workflow == "engine":  # the ensemble returns each token's log-probability (the engine double's: 0)
+            logprobs = api.chat.completions.create(model=name, messages=messages, max_tokens=MAX_TOKENS, logprobs=True)
+            chosen = [(entry.token, entry.logprob) for entry in logprobs.choices[0].logprobs.content]
+        else:  # the llmapi model returns none per token: refused, not ignored
+            with pytest.raises(openai.BadRequestError) as refused:
+                api.chat.completions.create(model=name, messages=messages, max_tokens=MAX_TOKENS, logprobs=True)
+            chosen = refused.value.response.json()["error"]["param"]
         # Both APIs at once: Triton's own answers beside the front.
         native = urllib.request.urlopen(f"{front.triton_url}/v2/models/{name}", timeout=10).status  # noqa: S310
         assert front.stop() == 0, front.log()[-3000:]
@@ -97,6 +104,10 @@ def test_the_official_client_streams_and_gets_whole_answers_with_only_frontend_o
     assert completion.usage.prompt_tokens == len(PROMPT_WORDS) and completion.usage.completion_tokens == MAX_TOKENS
     assert [c.choices[0].finish_reason for c in chat_chunks][-1] == "length"
     assert native == 200
+    if workflow == "engine":
+        assert len(chosen) == MAX_TOKENS and all(isinstance(lp, float) for _, lp in chosen), chosen
+    else:
+        assert chosen == "logprobs"
 
 
 def test_stop_sequences_n_seed_sampling_and_errors_in_openais_shape(tmp_path, real_triton):

@@ -71,11 +71,6 @@ class BuildPlan:
     def buildargs(self) -> dict[str, str]:
         return {"BASE_IMAGE": self.base_image}
 
-    @property
-    def front_libraries(self) -> str:
-        """Where vendor/ holds the OpenAI front's compiled libraries for this image's Python (vendor.lock.json)."""
-        return "front/py" + ".".join((self.entry.python or "unknown").split(".")[:2])
-
     def image(self, kind: str) -> ImageSpec:
         return next(spec for spec in self.images if spec.kind == kind)
 

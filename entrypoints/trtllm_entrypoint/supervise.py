@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 
@@ -22,11 +23,14 @@ POLL_S = 0.2
 
 
 def front_environ(base: Mapping[str, str], key: str) -> dict[str, str]:
-    """The front's environment: the container's, the vendored libraries first on its path, and the admin key
-    (read and dropped from its environment at start: never on a command line)."""
-    given = base.get("PYTHONPATH", "")
-    path = [p for p in (contract.FRONT_DIR if os.path.isdir(contract.FRONT_DIR) else "", given) if p]
-    extra = {"PYTHONPATH": os.pathsep.join(path)} if path else {}
+    """The front's environment: the container's, the vendored libraries first on its path (the pure ones and the
+    compiled set of this Python, the one that runs the front), and the admin key (read and dropped from its
+    environment at start: never on a command line)."""
+    compiled = os.path.join(contract.FRONT_DIR, f"py{sys.version_info.major}.{sys.version_info.minor}")
+    pure = os.path.join(contract.FRONT_DIR, "any")
+    own = [compiled, pure] if os.path.isdir(pure) else []
+    path = [*own, base.get("PYTHONPATH", "")]
+    extra = {"PYTHONPATH": os.pathsep.join(p for p in path if p)} if any(path) else {}
     return {**base, **extra, contract.FRONT_KEY_VARIABLE: key, "PYTHONUNBUFFERED": "1"}
 
 

@@ -26,7 +26,7 @@ KEY = "openai-front-admin-key-0123456789"
 MAX_TOKENS = 4
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
 # (tag, templates, workflow): each template family, and both workflows; the workflow is the tag's default.
-SERVED = [("25.01", "v0.17.0", "engine"), ("26.07", "triton_backend", "llmapi")]
+SERVED = [("25.01", "v0.17.0", "engine"), ("25.08", "triton_backend", "engine"), ("26.07", "triton_backend", "llmapi")]
 
 
 def prepared(img: Image, **env: str) -> dict:

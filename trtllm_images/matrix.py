@@ -335,7 +335,7 @@ def markdown_table(matrix: Matrix) -> str:
         ("backend", _backend_cell, ("backend", "backend.repo", "backend.ref", "backend.subdir")),
         ("templates in image", lambda e: "yes" if e.backend.in_image else "no", ("backend.in_image",)),
         ("workflows", lambda e: ", ".join(e.workflows), ("workflows",)),
-        ("OpenAI", lambda e: "yes" if e.openai_frontend else "no", ("openai_frontend",)),
+        ("Triton OpenAI frontend", lambda e: "yes" if e.openai_frontend else "no", ("openai_frontend",)),
     ]
     lines = ["| " + " | ".join(title for title, _, _ in columns) + " |", "|" + "---|" * len(columns)]
     notes: list[str] = []

@@ -232,30 +232,34 @@ def backend_body(model: Model, prompt: str, s: Sampling, choice: int) -> dict[st
     return body
 
 
+def _refuse_unsupported(checks: Iterable[tuple[bool, str, str]]) -> None:
+    """(whether it was asked for, what is not supported, the param) for each thing the front does not do."""
+    for asked, message, param in checks:
+        if asked:
+            raise ApiError(400, f"{message} is not supported (see docs/openai.md)", param)
+
+
 def check_completion(request: CompletionRequest) -> None:
-    if request.best_of not in (None, 1, request.n):
-        raise ApiError(400, "best_of is not supported", "best_of")
-    if request.suffix:
-        raise ApiError(400, "suffix is not supported", "suffix")
-    if request.logit_bias:
-        raise ApiError(400, "logit_bias is not supported", "logit_bias")
-    if request.logprobs:
-        raise ApiError(
-            400, "completions logprobs (top alternatives) are not supported; use chat's logprobs", "logprobs"
-        )
+    _refuse_unsupported(
+        [
+            (request.best_of not in (None, 1, request.n), "best_of other than n", "best_of"),
+            (bool(request.suffix), "suffix", "suffix"),
+            (bool(request.logit_bias), "logit_bias", "logit_bias"),
+            (bool(request.logprobs), "completions' logprobs (top alternatives; chat's logprobs serve)", "logprobs"),
+        ]
+    )
 
 
 def check_chat(request: ChatRequest) -> None:
-    if request.tools:
-        raise ApiError(400, "tools are not supported by this front (see docs/openai.md)", "tools")
-    if request.response_format and request.response_format.get("type", "text") != "text":
-        raise ApiError(400, "response_format other than text is not supported (see docs/openai.md)", "response_format")
-    if request.logit_bias:
-        raise ApiError(400, "logit_bias is not supported", "logit_bias")
-    if request.top_logprobs:
-        raise ApiError(
-            400, "top_logprobs > 0 is not supported: the backend returns the chosen token's only", "top_logprobs"
-        )
+    text_only = not request.response_format or request.response_format.get("type", "text") == "text"
+    _refuse_unsupported(
+        [
+            (bool(request.tools), "tools", "tools"),
+            (not text_only, "response_format other than text", "response_format"),
+            (bool(request.logit_bias), "logit_bias", "logit_bias"),
+            (bool(request.top_logprobs), "top_logprobs > 0 (the backend returns the chosen token's)", "top_logprobs"),
+        ]
+    )
 
 
 def prompts_of(request: CompletionRequest) -> list[str]:

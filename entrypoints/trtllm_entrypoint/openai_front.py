@@ -221,23 +221,25 @@ def _chunk(kind: str, rid: str, created: int, model: str, choices: Sequence[Mapp
     )
 
 
-async def completions(request: web.Request) -> web.StreamResponse:
+async def _read(request: web.Request, kind: type[Any]) -> tuple[Front, Any]:
+    """The front and the request's body as `kind`, once the key (where asked for) and the model name are right."""
     front = request.app[FRONT]
     front.authorize(request)
-    req: api.CompletionRequest = api.decode(await request.read(), api.CompletionRequest)
+    req = api.decode(await request.read(), kind)
     _check_model(front, req.model)
+    return front, req
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    front, req = await _read(request, api.CompletionRequest)
     api.check_completion(req)
-    prompts = api.prompts_of(req)
     s = api.sampling(req, front.model, req.max_tokens, logprobs=False)
-    jobs = [(prompt, Choice(p * req.n + k)) for p, prompt in enumerate(prompts) for k in range(req.n)]
+    jobs = [(prompt, Choice(p * req.n + k)) for p, prompt in enumerate(api.prompts_of(req)) for k in range(req.n)]
     return await answer(request, front, req, s, jobs, chat=False)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    front = request.app[FRONT]
-    front.authorize(request)
-    req: api.ChatRequest = api.decode(await request.read(), api.ChatRequest)
-    _check_model(front, req.model)
+    front, req = await _read(request, api.ChatRequest)
     api.check_chat(req)
     prompt = front.template.render(api.messages_of(req))
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
@@ -309,6 +311,8 @@ async def answer(
             await response.write(b"data: " + _encode(final) + b"\n\n")
     except api.ApiError as exc:  # the status is sent already: the error goes into the stream, as OpenAI's does
         await response.write(b"data: " + _encode(exc.body()) + b"\n\n")
+    except ConnectionResetError:  # the client left: leaving closed the backend's stream, which ends generation
+        return response
     await response.write(DONE)
     await response.write_eof()
     return response

@@ -127,6 +127,8 @@ def test_openai_runs_tritonserver_as_triton_mode_does_plus_the_front(tag, workfl
     assert f"--triton-url=http://127.0.0.1:{settings.http_port}" in front and f"--workflow={workflow}" in front
     assert not any("k" * 20 in arg for arg in front)  # the key reaches the front in its environment only
     assert settings.decoupled  # streaming follows from the front
+    if workflow == "engine":  # several GPUs: the ranks under mpirun, as in Triton mode; the front stays one command
+        assert launch.server_argv(settings, facts, repo, 2, uid=1000)[0] == "mpirun"
 
 
 def test_openai_refuses_decoupled_false_and_takes_true():

@@ -219,12 +219,12 @@ def test_check_all_passes_on_the_repository():
 @needs_hadolint
 def test_check_fails_with_each_finding_and_its_hint(tmp_path):
     entry = MATRIX.get(IN_IMAGE_TAG)
-    bad = matrix_variant(tmp_path, entry.tag, f"ref: {entry.backend.ref}", "ref: v9.9.9")
+    bad = matrix_variant(tmp_path, entry.tag, f'python: "{entry.python}"', 'python: "3.11.4"')
     result = run("check", "--tag", entry.tag, "--matrix", str(bad))
     assert result.exit_code == 1
-    line = next(line for line in result.stdout.splitlines() if "backend-ref" in line)
-    assert line.startswith("error") and entry.tag in line and "v9.9.9" in line
-    assert "hint: the backend is tagged with the TensorRT-LLM base release" in result.stdout
+    line = next(line for line in result.stdout.splitlines() if "python-version" in line)
+    assert line.startswith("error") and entry.tag in line and "3.11.4" in line
+    assert "hint: TensorRT-LLM wheels are for Python 3.10" in result.stdout
     assert "error: 1 check(s) failed" in result.stderr
 
 
@@ -488,10 +488,10 @@ def test_static_check_errors_stop_before_any_docker_call(tmp_path, entry, monkey
         raise AssertionError("Docker was contacted")
 
     monkeypatch.setattr(builder, "docker_client", no_docker)
-    bad = matrix_variant(tmp_path, entry.tag, f"ref: {entry.backend.ref}", "ref: v9.9.9")
+    bad = matrix_variant(tmp_path, entry.tag, f'python: "{entry.python}"', 'python: "3.11.4"')
     result = run("--tag", entry.tag, "--out", str(tmp_path), "--matrix", str(bad))
     assert result.exit_code == 1
-    assert "static check error(s): backend-ref" in result.stderr
+    assert "static check error(s): python-version" in result.stderr
     assert read_report(tmp_path, entry.tag)["error"]["message"].startswith(f"tag {entry.tag}: 1 static check")
     assert not (tmp_path / "context" / entry.tag).exists()
 

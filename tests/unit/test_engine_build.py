@@ -284,6 +284,7 @@ def py(code: str, name: str = "step") -> Command:
     return Command((sys.executable, "-c", code), name)
 
 
+@pytest.mark.process
 def test_run_commands_appends_redacted_output_and_logs_each_step(tmp_path):
     log_path, stream = tmp_path / "build.log", io.StringIO()
     run_commands(
@@ -301,6 +302,7 @@ def test_run_commands_appends_redacted_output_and_logs_each_step(tmp_path):
     assert "step=convert" in stream.getvalue() and "step done step=trtllm-build" in stream.getvalue()
 
 
+@pytest.mark.process
 def test_a_long_step_logs_a_heartbeat_with_its_elapsed_time_and_output(tmp_path):
     log_path, stream = tmp_path / "build.log", io.StringIO()
     slow = py("import time\nfor i in range(4):\n    print(i, flush=True); time.sleep(0.3)", "trtllm-build")
@@ -314,6 +316,7 @@ def test_a_long_step_logs_a_heartbeat_with_its_elapsed_time_and_output(tmp_path)
     assert f"running step=trtllm-build output={log_path}" in lines[0] and "-c" not in lines[0]
 
 
+@pytest.mark.process
 def test_a_json_heartbeat_is_one_object_per_line(tmp_path):
     stream = io.StringIO()
     run_commands(
@@ -324,6 +327,7 @@ def test_a_json_heartbeat_is_one_object_per_line(tmp_path):
     assert beats and all(r["step"] == "convert" and isinstance(r["elapsed_s"], int) for r in beats)
 
 
+@pytest.mark.process
 def test_a_failing_command_stops_the_run_and_reports_its_tail(tmp_path):
     log_path, never = tmp_path / "build.log", tmp_path / "never"
     failing = py("import sys\nfor i in range(30): print(f'line {i}')\nsys.exit(3)", "convert")
@@ -336,6 +340,7 @@ def test_a_failing_command_stops_the_run_and_reports_its_tail(tmp_path):
     assert not never.exists()
 
 
+@pytest.mark.process
 def test_a_killed_command_and_a_missing_program_are_reported(tmp_path):
     killed = py("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "trtllm-build")
     with pytest.raises(EntrypointError, match="trtllm-build was killed by signal 9"):
@@ -378,6 +383,7 @@ def doubles(tmp_path):
     )
 
 
+@pytest.mark.process
 def test_engine_builder_publishes_only_the_engine(doubles):
     chosen = settings(tp_size=2)
     llama = models.Converter("llama", ())
@@ -401,6 +407,7 @@ def test_engine_builder_publishes_only_the_engine(doubles):
     assert "$ python3 " in (entry / "build.log").read_text()
 
 
+@pytest.mark.process
 def test_engine_builder_failure_publishes_nothing(doubles):
     env = {**doubles.env, "TRTLLM_BUILD_DOUBLE_FAIL": "1"}
     build = engine_builder(

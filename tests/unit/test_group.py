@@ -201,6 +201,7 @@ def image(tmp_path):
     return Image(tmp_path, "25.01", templates_for("v0.17.0"))
 
 
+@pytest.mark.process
 def test_serve_refuses_a_group_that_cannot_hold_tp_x_pp_before_any_work(image):
     result = image.run("serve", **LWS, TP_SIZE="4", NVIDIA_SMI_DOUBLE_GPUS=ONE_GPU)
     assert result.returncode == 2, result.stderr
@@ -208,6 +209,7 @@ def test_serve_refuses_a_group_that_cannot_hold_tp_x_pp_before_any_work(image):
     assert read_records(image.records, "trtllm-build") == [] and read_records(image.records, "convert_checkpoint") == []
 
 
+@pytest.mark.process
 def test_the_leader_prepares_an_mpirun_across_the_group(image, tmp_path):
     result = image.run("prepare", **LWS, TP_SIZE="2", NVIDIA_SMI_DOUBLE_GPUS=ONE_GPU)
     assert result.returncode == 0, result.stderr
@@ -219,6 +221,7 @@ def test_the_leader_prepares_an_mpirun_across_the_group(image, tmp_path):
     assert "--load-model" not in rank0
 
 
+@pytest.mark.process
 def test_the_leader_fails_naming_a_worker_that_never_appears(image, tmp_path):
     secret = key_pair(tmp_path / "secret")
     result = image.run(

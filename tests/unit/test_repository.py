@@ -495,6 +495,7 @@ print("protobuf from", google.protobuf.__file__)
 """
 
 
+@pytest.mark.process
 def test_the_validation_kit_checks_configs_with_its_own_protobuf_alone(tmp_path, validation_kit):
     # -S: no site-packages at all, as if the base image had no protobuf, or one of another version.
     root = small_repository(tmp_path)

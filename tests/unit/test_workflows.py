@@ -146,6 +146,7 @@ def test_image_matrix_comes_from_build_py_list():
     assert any("--tag" in args and "--registry" in args for args in cli_invocations({"jobs": {"build": build}}))
 
 
+@pytest.mark.process
 def test_matrix_script_emits_the_supported_tags(tmp_path):
     """Run the workflow's own snippet on what `build.py list --json` prints (Matrix.to_json)."""
     workflow = load(WORKFLOWS / "images.yml")

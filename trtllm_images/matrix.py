@@ -8,7 +8,6 @@ whether the facts agree with each other is checks.py's job.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -123,10 +122,6 @@ class Matrix:
 
     def tags(self) -> list[str]:
         return [e.tag for e in self.entries]
-
-    def to_json(self) -> str:
-        """A JSON list of entries; deterministic, because it is baked into image layers."""
-        return json.dumps([e.to_dict() for e in self.entries], indent=2) + "\n"
 
 
 def load(path: Path = DEFAULT_PATH, capabilities: Capabilities | None = None) -> Matrix:

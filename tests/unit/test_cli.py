@@ -72,7 +72,9 @@ def test_list_json_is_the_matrix_json_the_images_carry():
     assert result.exit_code == 0
     assert result.stdout == support.image_matrix_json(MATRIX, support.load_capabilities())
     entries = json.loads(result.stdout)
-    assert [{k: v for k, v in e.items() if k != "capabilities"} for e in entries] == json.loads(MATRIX.to_json())
+    assert [{k: v for k, v in e.items() if k != "capabilities"} for e in entries] == [
+        e.to_dict() for e in MATRIX.entries
+    ]
     by_tag = {e["tag"]: e["capabilities"] for e in entries}
     assert (by_tag["25.05"]["examples_layout"], by_tag["25.06"]["examples_layout"]) == ("flat", "models")
     assert "--max_output_len" in by_tag["24.05"]["flags"]["trtllm-build"]

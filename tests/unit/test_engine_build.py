@@ -28,7 +28,7 @@ from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.settings import EngineSpec
 
-APP, MODEL, OUT, WORK = Path("/app"), Path("/m"), Path("/o"), Path("/o/checkpoint")
+MODEL, OUT, WORK = Path("/m"), Path("/o"), Path("/o/checkpoint")
 DEFAULTS = ENGINE_DEFAULTS
 
 

@@ -140,11 +140,6 @@ def test_instance_counts_follow_settings(tmp_path):
     assert counts == {"preprocessing": 3, "postprocessing": 5, "tensorrt_llm_bls": 1}
 
 
-def write_template(root, model, text):
-    (root / "inflight_batcher_llm" / model).mkdir(parents=True, exist_ok=True)
-    (root / "inflight_batcher_llm" / model / "config.pbtxt").write_text(text)
-
-
 def copy_templates(tmp_path):
     root = tmp_path / "templates"
     shutil.copytree(need(TRTLLM_ROOT) / "inflight_batcher_llm", root / "inflight_batcher_llm")

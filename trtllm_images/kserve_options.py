@@ -1,5 +1,6 @@
 """The options of `build.py kserve` and their validation: everything the entrypoint or KServe would refuse later is
-refused here, as one UsageError, before any manifest is rendered or written."""
+refused here, as one UsageError naming the flags, before any manifest is rendered or written. (The values of the
+image's own variables given with --env are the entrypoint's to check, at the pod's start, as with `docker run -e`.)"""
 
 from __future__ import annotations
 

@@ -459,15 +459,7 @@ def test_hub_model_token_comes_from_a_secret(entry):
 
 
 def test_the_admin_key_comes_from_a_secret_for_the_serving_pod_only():
-    options = kserve.KServeOptions(
-        tag="25.01",
-        model_id=HUB_MODEL,
-        admin_key_secret="llm-admin",
-        cache="pvc",
-        pvc_access_mode="ReadWriteMany",
-        warm_job=True,
-    )
-    docs = documents(options)
+    docs = documents(dataclasses.replace(AUTOSCALED_OPTIONS, admin_key_secret="llm-admin"))
     model = by_kind(docs, "InferenceService")["spec"]["predictor"]["model"]
     env = {e["name"]: e for e in model["env"]}
     assert env["TRITON_ADMIN_KEY"] == {

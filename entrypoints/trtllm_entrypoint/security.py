@@ -28,7 +28,7 @@ class Restriction:
 
     apis: tuple[str, ...]
     key: str = field(repr=False)
-    supported: bool  # tritonserver has the flags (matrix capability `restricted_apis`)
+    supported: bool  # tritonserver has the flags (capability `restricted_apis`)
 
     def argv(self) -> list[str]:
         if not self.apis or not self.supported:
@@ -38,7 +38,9 @@ class Restriction:
 
 
 def restriction(settings: Settings, facts: ImageFacts) -> Restriction:
-    return Restriction(apis=settings.restricted_apis, key=settings.admin_key, supported=facts.restricted_apis)
+    return Restriction(
+        apis=settings.restricted_apis, key=settings.admin_key, supported="restricted_apis" in facts.features
+    )
 
 
 def front_restricted(settings: Settings) -> tuple[str, ...]:
@@ -56,6 +58,6 @@ def start_warnings(settings: Settings, facts: ImageFacts) -> list[str]:
             "statistics) is open to any client that reaches the ports"
         ]
     what = ", ".join(settings.restricted_apis)
-    if not facts.restricted_apis:
+    if "restricted_apis" not in facts.features:
         return [f"tritonserver {facts.triton} in image {facts.tag} cannot restrict APIs; {what} stay open"]
     return []

@@ -191,6 +191,7 @@ def test_sigterm_lets_an_in_flight_stream_finish_then_exits_0(tmp_path, real_tri
     assert code == 0, front.log()[-3000:]
 
 
+@pytest.mark.process
 def test_decoupled_false_is_refused_before_any_download(tmp_path):
     img = Image(tmp_path, "25.01", templates_for("v0.17.0"))
     result = img.run("prepare", FRONTEND="openai", DECOUPLED="false", MODEL_ID="org/never-downloaded")

@@ -37,11 +37,9 @@ PY = "3.12"  # the machine's Python (3.12.3), as in NGC images from 24.12
 TAG_UPSTREAM = ("tensorrtllm_backend/v0.17.0",)  # the sandbox's tag 25.01 fills from these templates
 # The stub's packages: stub-requirements.txt without torch and what only torch needs; hf_xet only downloads.
 NOT_IN_STUB = {"torch", "sympy", "mpmath", "networkx", "setuptools", "hf_xet"}
-# Our OpenAI front's packages, for the stub's Python, which runs it (the first python3 on the server's PATH).
-FRONT = ("aiohttp", "msgspec")
-# What `python -m benchmarks` imports on top of the machine's packages, less what the machine has (numpy 2 and
-# ml_dtypes, which its jax brings, serve the load generator).
-HARNESS = ("click", "Jinja2", "PyYAML", "docker", "packaging", "pytest", "tritonclient[grpc]")
+# What `python -m benchmarks` and our OpenAI front (run by the same Python) import on top of the machine's packages,
+# less what the machine has (numpy 2 and ml_dtypes, which its jax brings, serve the load generator; tokenizers).
+HARNESS = ("click", "Jinja2", "PyYAML", "docker", "packaging", "pytest", "tritonclient[grpc]", "aiohttp", "msgspec")
 ON_THE_MACHINE = ("numpy", "numpy.libs", "ml_dtypes")
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 # The machine's GPU is visible: tritonserver would collect GPU metrics through DCGM, which this CPU serving does
@@ -121,7 +119,6 @@ def pack_site(dest: Path, site: Path, *, stub: bool, wheels: Path) -> None:
     if stub:
         pins = [p for p in realtriton.stub_requirements(torch=False) if p.split("==")[0].lower() not in NOT_IN_STUB]
         _pip_target(site, pins, find_links=wheels)
-        _pip_target(site, list(FRONT))
         write_distribution(site, "tensorrt", realtriton.TENSORRT_DOUBLE_VERSION)
     else:
         _pip_target(site, list(HARNESS))

@@ -60,7 +60,7 @@ class CommandLine:
     server_args: tuple[str, ...] = ()  # after TRITON_ARGS on the server's command line
     ports: Mapping[str, int] = field(default_factory=dict)  # by field name; they win over the variables
     # A `tritonserver …` command typed by the user: its arguments are its own (not checked, its own API restriction
-    # flags win over RESTRICTED_APIS) and there is no OpenAI frontend.
+    # flags win over RESTRICTED_APIS) and there is no OpenAI front.
     typed_server: bool = False
 
 
@@ -136,8 +136,7 @@ class ServerSettings:
     metrics_port: int
     openai_port: int
     frontend: Frontend
-    # OPENAI_KSERVE_FRONTENDS: Triton's KServe HTTP/gRPC beside the OpenAI frontend; they cannot restrict APIs.
-    openai_kserve_frontends: bool
+    openai_workers: int  # processes of the OpenAI front (FRONTEND=openai), sharing OPENAI_PORT
     served_model_name: str | None
     log_format: LogFormat
     log_level: LogLevel = "info"  # LOG_LEVEL: debug adds the full tables and command lines
@@ -167,11 +166,6 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
     def engine_spec(self) -> EngineSpec:
         return EngineSpec(**{f.name: getattr(self, f.name) for f in fields(EngineSpec)})
 
-    @property
-    def server_program(self) -> str:
-        """Whose flags TRITON_ARGS are (server_args.PROGRAMS)."""
-        return "openai" if self.frontend == "openai" else "tritonserver"
-
     @classmethod
     def from_env(
         cls, environ: Mapping[str, str], facts: ImageFacts, command_line: CommandLine = CommandLine()
@@ -184,6 +178,7 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
             **_admin_values(env, command_line),
             **_instance_values(env, cpus.usable_cpus()),
         }
+        values["decoupled"] = _decoupled(env, values["frontend"])
         values["cache_dir"], values["cache_fallback_reason"] = _cache_dir(env)
         values["model_init_async"] = env.text("MODEL_INIT_MODE") == "async"
         # Presence matters (an empty NVIDIA_VISIBLE_DEVICES hides every GPU), so these are read as given.
@@ -197,9 +192,7 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
                 settings.triton_args,
                 side_door_variables(environ),
                 "TRITON_ARGS (or the command line)",
-                settings.server_program,
             )
-        _check_frontend(settings, facts)
         return settings
 
     def describe(self) -> dict[str, Any]:
@@ -254,18 +247,24 @@ class _Env:
     def integer(self, name: str, default: int | None = None) -> int:
         """A whole number within the table's bounds (and choices, if any); `default` when the table's is derived."""
         variable = VARIABLES[name]
-        low, high = cast(int, variable.low), cast(int, variable.high)
+        value = self.whole(name, cast(int, variable.low), cast(int, variable.high))
+        if value is None:
+            return cast(int, variable.default if default is None else default)
+        if variable.choices and value not in variable.choices:
+            raise bad(name, value, variable.allowed_text)
+        return value
+
+    def whole(self, name: str, low: int, high: int | None = None) -> int | None:
+        """A whole number from `low` to `high` (no upper bound: None), or None when unset."""
         raw = self.text(name)
         if raw is None:
-            return cast(int, variable.default if default is None else default)
-        allowed = f"a whole number from {low} to {high}"
+            return None
+        allowed = f"a whole number from {low} to {high}" if high is not None else f"a whole number of at least {low}"
         if not WHOLE_NUMBER.fullmatch(raw):  # int() alone takes "٨", and str.isdigit() takes "²"
             raise bad(name, raw, allowed)
         value = int(raw)
-        if not low <= value <= high:
+        if value < low or (high is not None and value > high):
             raise bad(name, raw, allowed)
-        if variable.choices and value not in variable.choices:
-            raise bad(name, value, variable.allowed_text)
         return value
 
     def fraction(self, name: str) -> float:
@@ -434,21 +433,30 @@ def _limit_values(env: _Env) -> dict[str, Any]:
 
 
 def _instance_values(env: _Env, usable_cpus: int) -> dict[str, Any]:
-    """Python model instances; the default follows the CPUs the container may use (see cpus.py)."""
+    """Python model instances and the OpenAI front's processes; the defaults follow the CPUs the container may use
+    (see cpus.py)."""
     default = cpus.default_instances(usable_cpus)
     return {
         "preprocessing_instances": env.integer("PREPROCESSING_INSTANCES", default),
         "postprocessing_instances": env.integer("POSTPROCESSING_INSTANCES", default),
+        "openai_workers": env.integer("OPENAI_WORKERS", cpus.default_front_workers(usable_cpus)),
     }
+
+
+def _decoupled(env: _Env, frontend: str) -> bool:
+    """The OpenAI front streams every answer (whole ones are the stream, gathered), so its model is decoupled."""
+    if frontend != "openai":
+        return env.boolean("DECOUPLED")
+    if env.text("DECOUPLED") is not None and not env.boolean("DECOUPLED"):
+        raise UsageError(
+            "DECOUPLED=false cannot serve FRONTEND=openai: the OpenAI front streams from a decoupled model",
+            "leave DECOUPLED unset with FRONTEND=openai (it is then true), or set FRONTEND=triton",
+        )
+    return True
 
 
 def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> dict[str, Any]:
     frontend = "triton" if command_line.typed_server else env.choice("FRONTEND")
-    if frontend == "openai" and not facts.openai_frontend:
-        raise bad("FRONTEND", "openai", f"triton (image {facts.tag} has no OpenAI-compatible frontend)")
-    kserve_frontends = env.boolean("OPENAI_KSERVE_FRONTENDS")
-    if kserve_frontends and frontend != "openai":
-        raise bad("OPENAI_KSERVE_FRONTENDS", "true", "false unless FRONTEND=openai (tritonserver serves KServe itself)")
     name = env.text("SERVED_MODEL_NAME")
     if name is not None and not SERVED_NAME.fullmatch(name):
         raise bad(
@@ -459,10 +467,9 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
         triton_args = tuple(shlex.split(raw_args))
     except ValueError as exc:
         raise bad("TRITON_ARGS", raw_args, f"arguments in shell quoting ({exc})") from None
-    program = "openai" if frontend == "openai" else "tritonserver"  # as Settings.server_program
-    server_args.check_extra_arguments(triton_args, program=program)
+    server_args.check_extra_arguments(triton_args)
     if not command_line.typed_server:
-        server_args.check_extra_arguments(command_line.server_args, source="the command line", program=program)
+        server_args.check_extra_arguments(command_line.server_args, source="the command line")
     ports = {
         name: command_line.ports.get(name) or env.integer(name.upper())
         for name in ("http_port", "grpc_port", "metrics_port", "openai_port")
@@ -470,7 +477,6 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
     return {
         **ports,
         "frontend": frontend,
-        "openai_kserve_frontends": kserve_frontends,
         "served_model_name": name,
         "log_format": env.choice("LOG_FORMAT"),
         "log_level": env.choice("LOG_LEVEL"),
@@ -534,29 +540,6 @@ def _cache_dir(env: _Env) -> tuple[Path, str | None]:
     return fallback, reason
 
 
-def _check_frontend(s: Settings, facts: ImageFacts) -> None:
-    """What this image's OpenAI frontend can serve, and what may be opened beside it (before any download)."""
-    if s.frontend != "openai":
-        return
-    if s.workflow == "llmapi" and "openai_frontend_llmapi" not in facts.features:
-        first = facts.first_tag_with.get("openai_frontend_llmapi")
-        where = f"from image {first} on" if first else "in no image of this matrix"
-        raise UsageError(
-            f"FRONTEND=openai cannot serve WORKFLOW=llmapi in image {facts.tag}: Triton's OpenAI frontend "
-            f"handles the llmapi model {where}",
-            "set WORKFLOW=engine (with a checkpoint that has an engine converter)"
-            + (f", or use image {first} or later" if first else ""),
-        )
-    if s.openai_kserve_frontends and s.restricted_apis:
-        raise bad(
-            "OPENAI_KSERVE_FRONTENDS",
-            "true",
-            "false while RESTRICTED_APIS closes APIs: Triton's KServe frontends beside the OpenAI one cannot "
-            f"restrict any ({', '.join(s.restricted_apis)} would be open); set RESTRICTED_APIS=none as well to "
-            "open them on purpose",
-        )
-
-
 def _check_relations(s: Settings) -> None:
     """Rules that involve more than one variable."""
     if s.max_seq_len <= s.max_input_len:
@@ -597,9 +580,10 @@ def _check_relations(s: Settings) -> None:
 LWS_VARIABLES = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")
 
 
-def group_from_env(env: Mapping[str, str]) -> Group | None:
+def group_from_env(environ: Mapping[str, str]) -> Group | None:
     """The group this pod belongs to; None outside a LeaderWorkerSet (or in a group of one pod)."""
-    given = {name: (env.get(name) or "").strip() for name in LWS_VARIABLES}
+    env = _Env(environ)
+    given = {name: env.text(name) for name in LWS_VARIABLES}
     if not any(given.values()):
         return None
     missing = [name for name, value in given.items() if not value]
@@ -608,25 +592,11 @@ def group_from_env(env: Mapping[str, str]) -> Group | None:
             f"{', '.join(missing)} not set, but {', '.join(n for n in LWS_VARIABLES if n not in missing)} is",
             "LeaderWorkerSet sets all three; set all of them or none",
         )
-    numbers = {}
-    timeout_variable = VARIABLES["WORKER_TIMEOUT_SECS"]
-    given["WORKER_TIMEOUT_SECS"] = (env.get("WORKER_TIMEOUT_SECS") or str(timeout_variable.default)).strip()
-    for name in ("LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "WORKER_TIMEOUT_SECS"):
-        value = given[name]
-        if not (value.isascii() and value.isdigit()):
-            raise UsageError(f"{name}={value!r} is not a whole number", "LeaderWorkerSet sets it; do not override it")
-        numbers[name] = int(value)
-    size, index = numbers["LWS_GROUP_SIZE"], numbers["LWS_WORKER_INDEX"]
-    if size < 1 or index >= size:
-        raise UsageError(
-            f"LWS_WORKER_INDEX={index} is not below LWS_GROUP_SIZE={size}", "LeaderWorkerSet sets both consistently"
-        )
-    address = given["LWS_LEADER_ADDRESS"]
+    size = cast(int, env.whole("LWS_GROUP_SIZE", 1))
+    index = cast(int, env.whole("LWS_WORKER_INDEX", 0, size - 1))
+    address = cast(str, given["LWS_LEADER_ADDRESS"])
     if any(not label or len(label) > 63 for label in address.split(".")) or " " in address:
         raise UsageError(f"LWS_LEADER_ADDRESS={address!r} is not a DNS name", "LeaderWorkerSet sets it")
-    timeout = numbers["WORKER_TIMEOUT_SECS"]
-    low, high = cast(int, timeout_variable.low), cast(int, timeout_variable.high)
-    if not low <= timeout <= high:
-        raise UsageError(f"WORKER_TIMEOUT_SECS={timeout} is out of range", f"a number of seconds from {low} to {high}")
-    ssh_dir = Path(env.get("MPI_SSH_DIR") or contract.MPI_SSH_DIR)
+    timeout = env.integer("WORKER_TIMEOUT_SECS")
+    ssh_dir = Path(env.text("MPI_SSH_DIR") or contract.MPI_SSH_DIR)
     return None if size == 1 else Group(address, size, index, timeout, ssh_dir)

@@ -158,6 +158,7 @@ def triton_on_python_3_12() -> realtriton.Layout:
         pytest.skip(f"real tritonserver with Python 3.12's stub unavailable: {exc}")
 
 
+@pytest.mark.real_server  # its own fixture runs the real server
 @pytest.mark.parametrize("decoupled", [False, True], ids=["default", "decoupled"])
 def test_the_ensemble_generates_under_the_python_3_12_stub_of_newer_images(tmp_path, triton_on_python_3_12, decoupled):
     """The stub of Python >= 3.12 drops the outputs a request did not ask for after it released the GIL, and 3.12's

@@ -1,8 +1,8 @@
 """Our OpenAI front against Triton's own generate_stream, back to back on the same running FRONTEND=openai process
 tree (one `prepare`, run by the entrypoint's supervisor: tests/realfront.py), the same engine double at the same
 delay per token, the same HTTP streaming client and load. Real: tritonserver 2.51.0, upstream's pre/postprocessing,
-our front. Targets: at most 1 ms/token added at p50 at c=16, at least 0.9x the tokens/s; if one is missed,
-`profile` records where the process tree spends its time.
+our front. Targets: at most 1 ms/token added at p50, at least 0.9x the tokens/s, at c=16 (c=64 from 16 usable CPUs,
+target_concurrency); if one is missed, `profile` records where the process tree spends its time.
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ from benchmarks.report import Metric, Target
 from benchmarks.serving_stats import StreamRun, percentile
 from tests import realfront, realtriton
 from tests.tiny_checkpoint import PROMPT
+from trtllm_entrypoint import cpus
 
-CONCURRENCY = (1, 16)
+CONCURRENCY = (1, 16, 64)
+# Where the targets apply: c=16 on small machines (2 CPUs), c=64 from 16 usable CPUs (the lent 16-core machine).
+LARGE_MACHINE_CPUS = 16
 MAX_TOKENS = 32
 TOKEN_DELAY_S = serving_bench.TOKEN_DELAY_S  # the serving suite's engine: 10 ms per token
 ADDED_ITL_TARGET_MS = 1.0
@@ -178,7 +181,18 @@ def measure(work: Path, warmup_s: float, measure_s: float, rounds: int, say: Say
                     run, used = load(port, api, concurrency, warmup_s, measure_s, tree.process.pid)
                     runs.setdefault((api.name, concurrency), []).append(run)
                     cpu.setdefault((api.name, concurrency), []).append(used)
-    return {"runs": runs, "cpu": cpu, "ready": ready, "workers": servers.prepared["front"]["workers"]}
+    return {
+        "runs": runs,
+        "cpu": cpu,
+        "ready": ready,
+        "workers": servers.prepared["front"]["workers"],
+        "target_concurrency": target_concurrency(cpus.usable_cpus()),
+    }
+
+
+def target_concurrency(usable_cpus: int) -> int:
+    """The concurrency the targets hold at on a machine with `usable_cpus`."""
+    return 64 if usable_cpus >= LARGE_MACHINE_CPUS else 16
 
 
 def merged(runs: list[StreamRun]) -> StreamRun:
@@ -216,7 +230,7 @@ def metrics(measured: dict) -> list[Metric]:
         triton, openai = summary[(TRITON.name, concurrency)], summary[(OPENAI.name, concurrency)]
         added = openai["itl_p50_ms"] - triton["itl_p50_ms"]
         ratio = openai["tokens_per_s"] / triton["tokens_per_s"]
-        top = concurrency == max(CONCURRENCY)
+        top = concurrency == measured["target_concurrency"]
         rows += [
             Metric(
                 f"openai vs generate_stream c={concurrency}: p50 ITL added",
@@ -256,30 +270,32 @@ def metrics(measured: dict) -> list[Metric]:
 
 
 def profile(work: Path, measure_s: float, out: Path, say: Say) -> str:
-    """Where the frontend's process spends its time under the c=16 stream load: py-spy samples every thread of the
+    """Where the frontend's process spends its time under the stream load the targets hold at (target_concurrency):
+    py-spy samples every thread of the
     frontend and of its stub processes, native frames (Triton's C++, pybind11, libc) included. The summary goes to
     `out`, py-spy's speedscope file beside it. Returns what was written, or why nothing was."""
     py_spy = shutil.which("py-spy")
     if py_spy is None:
         return "no profile: py-spy is not installed (pip install -e '.[bench]')"
     servers = prepare(work)
+    at = target_concurrency(cpus.usable_cpus())
     out.parent.mkdir(parents=True, exist_ok=True)
     raw = out.with_suffix(".speedscope.json")
     with started(servers, work) as (tree, _):
         proc = tree.process
         roles = process_roles(proc.pid)
-        say(f"openai bench: profiling the frontend at c={max(CONCURRENCY)} with py-spy --native")
+        say(f"openai bench: profiling the frontend at c={at} with py-spy --native")
         warmup_s = 1.0
         spy_argv = [py_spy, "record", "--pid", str(proc.pid), "--native", "--threads", "--subprocesses"]
         spy_argv += ["--rate", str(SPY_RATE_HZ), "--duration", str(math.ceil(warmup_s + measure_s))]
         spy_argv += ["--format", "speedscope", "--output", str(raw)]
         spy = subprocess.Popen(spy_argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        run, used = load(servers.openai_port, OPENAI, max(CONCURRENCY), warmup_s, measure_s, proc.pid)
+        run, used = load(servers.openai_port, OPENAI, at, warmup_s, measure_s, proc.pid)
         _, errors = spy.communicate(timeout=120)
     if spy.returncode != 0 or not raw.is_file():
         return f"no profile: py-spy exited {spy.returncode}: {errors.strip()[-500:]}"
     header = (
-        f"py-spy record --native --threads --subprocesses at {SPY_RATE_HZ} Hz over the c={max(CONCURRENCY)} load "
+        f"py-spy record --native --threads --subprocesses at {SPY_RATE_HZ} Hz over the c={at} load "
         f"({measure_s:g} s after {warmup_s:g} s warm-up). Under the profiler: {run.tokens_per_s:.0f} tokens/s; "
         f"CPU in the window: server {used.server_s:.2f} s, load generator {used.client_s:.2f} s. Sampled seconds "
         "count a thread whenever py-spy found it running or blocked in native code (py-spy's idle filter is off "

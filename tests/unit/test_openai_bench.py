@@ -27,7 +27,7 @@ def measured(openai_gap_s: float, openai_seconds: float = 1.0, openai_server_cpu
         runs[(ob.OPENAI.name, c)] = [run(c, openai_gap_s, seconds=openai_seconds)]
         cpu[(ob.TRITON.name, c)] = [ob.CpuUse(0.2, 0.1)]
         cpu[(ob.OPENAI.name, c)] = [ob.CpuUse(openai_server_cpu_s, 0.1)]
-    return {"runs": runs, "cpu": cpu, "ready": {"openai": [2.0, 2.2, 2.1]}}
+    return {"runs": runs, "cpu": cpu, "ready": {"openai": [2.0, 2.2, 2.1]}, "target_concurrency": 16}
 
 
 def by_name(metrics):
@@ -41,6 +41,13 @@ def test_the_c16_rows_are_the_targets_and_pass_when_the_frontend_adds_little():
     assert rows["openai vs generate_stream c=16: tokens/s ratio"].status == "pass"
     assert rows["openai vs generate_stream c=1: p50 ITL added"].status == "info"  # c=1: information only
     assert rows["time to ready: tritonserver and the OpenAI front (its /health/ready)"].value == 2.1
+
+
+def test_the_targets_hold_at_c64_from_16_cpus_and_at_c16_below():
+    assert (ob.target_concurrency(2), ob.target_concurrency(15), ob.target_concurrency(16)) == (16, 16, 64)
+    rows = by_name(ob.metrics({**measured(0.0105), "target_concurrency": 64}))
+    assert rows["openai vs generate_stream c=64: tokens/s ratio"].status == "pass"
+    assert rows["openai vs generate_stream c=16: tokens/s ratio"].status == "info"
 
 
 def test_a_slower_frontend_fails_both_targets():

@@ -170,7 +170,7 @@ def _probe(env: dict[str, str], venv: Path) -> None:
     _say(f"stub's Python: {(done.stdout + done.stderr).strip()[-800:]}")
 
 
-def run(kit: Path, out: Path, suites: list[str], quick: bool, torch_site: Path | None) -> int:
+def run(kit: Path, out: Path, suites: list[str], quick: list[str], torch_site: Path | None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="device-bench-"))
     env = lay_out(kit, root, torch_site)
@@ -179,7 +179,7 @@ def run(kit: Path, out: Path, suites: list[str], quick: bool, torch_site: Path |
     worst = 0
     for suite in suites:
         argv = [sys.executable, "-m", "benchmarks", "--only", suite, "--markdown", "--json", str(out / f"{suite}.json")]
-        argv += ["--quick"] if quick else []
+        argv += ["--quick"] if suite in quick else []
         argv += ["--plot", str(out / "serving-throughput.png")] if suite == "serving" else []
         began = time.monotonic()
         with open(out / f"{suite}.log", "w") as log:
@@ -198,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     there.add_argument("kit", type=Path)
     there.add_argument("out", type=Path, help="where the tables, JSON and logs go")
     there.add_argument("--only", action="append", choices=SUITES, help=f"repeatable [{' '.join(SUITES)}]")
-    there.add_argument("--quick", action="store_true", help="the suites' --quick")
+    there.add_argument(
+        "--quick", action="append", default=[], choices=SUITES, help="run this suite --quick (repeatable)"
+    )
     there.add_argument(
         "--torch-site",
         type=Path,

@@ -158,23 +158,36 @@ def lay_out(kit: Path, root: Path, torch_site: Path | None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "entrypoints"), str(root / "harness" / "site-packages")])
     env["TRTLLM_UPSTREAM_DIR"] = str(REPO / "_upstream")
     env["PYTHONUNBUFFERED"] = "1"
+    # transformers 4 would import the machine's torch (built for numpy 2) into every tokenizer model; they need none.
+    env["USE_TORCH"] = "0"
     return env
+
+
+# What upstream's v0.17.0 preprocessing and BLS import at load, in the stub's Python (isolated, as the stub runs it).
+PROBE = """import sys, numpy, transformers
+print(sys.version.split()[0], 'numpy', numpy.__version__, 'transformers', transformers.__version__)
+import requests
+from PIL import Image
+from transformers import AutoProcessor, AutoTokenizer, T5Tokenizer
+print('preprocessing imports: ok')
+import torch
+from torch.utils.dlpack import from_dlpack
+print('torch', torch.__version__)
+"""
 
 
 def _probe(env: dict[str, str], venv: Path) -> None:
     """What the stub's Python sees: a failure here explains a failed suite below."""
-    script = "import numpy, transformers, sys; print(sys.version.split()[0], 'numpy', numpy.__version__, "
-    script += "'transformers', transformers.__version__)\ntry:\n import torch; print('torch', torch.__version__)\n"
-    script += "except Exception as exc: print('no torch:', exc)"
-    done = subprocess.run([str(venv / "bin" / "python3"), "-c", script], env=env, capture_output=True, text=True)
-    _say(f"stub's Python: {(done.stdout + done.stderr).strip()[-800:]}")
+    argv = [str(venv / "bin" / "python3"), "-I", "-c", PROBE]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    _say(f"stub's Python (exit {done.returncode}): {(done.stdout + done.stderr).strip()[-1500:]}")
 
 
 def run(kit: Path, out: Path, suites: list[str], quick: list[str], torch_site: Path | None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="device-bench-"))
     env = lay_out(kit, root, torch_site)
-    _probe({k: v for k, v in env.items() if k != "PYTHONPATH"}, next(root.glob("cache/*/bench-*/venv")))
+    _probe(env, next(root.glob("cache/*/bench-*/venv")))
     _say(f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]} at {sys.executable}")
     worst = 0
     for suite in suites:

@@ -402,7 +402,7 @@ def run_plan(bench: Bench, runs: list[ServerRun], warmup_s: float, measure_s: fl
                 wait_ready(f"http://127.0.0.1:{env['HTTP_PORT']}", proc)
             except RuntimeError as exc:  # the log says why; the scratch directory that holds it goes
                 raise RuntimeError(
-                    f"{run.label}: {exc}; its log ends:\n{log.read_text(errors='replace')[-4000:]}"
+                    f"{run.label}: {exc}; {realtriton.log_summary(log.read_text(errors='replace'))}"
                 ) from None
             url = f"127.0.0.1:{env['GRPC_PORT']}"
             for load in run.loads:

@@ -311,6 +311,13 @@ def _flag_value(args: Sequence[str], flag: str) -> str | None:
     return None
 
 
+def log_summary(text: str) -> str:
+    """A failed server's log, short: its error lines (where Triton names a model that failed to load, and why)
+    and its end."""
+    errors = [line[:1500] for line in text.splitlines() if line.startswith("E") or "rror" in line][:20]
+    return "its errors:\n" + "\n".join(errors) + f"\nits log ends:\n{text[-3000:]}"
+
+
 @dataclass
 class RunningServer:
     # Where readiness is asked and what the errors call it (tests/realfront.py's front answers elsewhere).
@@ -347,12 +354,12 @@ class RunningServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(
-                    f"{self.NAME} exited with {self.process.returncode} before ready:\n{self.log()[-6000:]}"
+                    f"{self.NAME} exited with {self.process.returncode} before ready; {log_summary(self.log())}"
                 )
             if self.ready():
                 return
             time.sleep(0.3)
-        raise RuntimeError(f"{self.NAME} not ready within {timeout_s}s:\n{self.log()[-6000:]}")
+        raise RuntimeError(f"{self.NAME} not ready within {timeout_s}s; {log_summary(self.log())}")
 
     def stop(self, timeout_s: float = 30) -> int:
         """SIGTERM, as `docker stop` sends it; SIGKILL if it does not exit in time. Returns the exit code."""

@@ -158,8 +158,9 @@ def lay_out(kit: Path, root: Path, torch_site: Path | None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "entrypoints"), str(root / "harness" / "site-packages")])
     env["TRTLLM_UPSTREAM_DIR"] = str(REPO / "_upstream")
     env["PYTHONUNBUFFERED"] = "1"
-    # transformers 4 would import the machine's torch (built for numpy 2) into every tokenizer model; they need none.
-    env["USE_TORCH"] = "0"
+    # transformers 4 would import the machine's torch and jax (built for numpy 2) into every tokenizer model, which
+    # needs neither: its framework switches off (the BLS model imports torch itself).
+    env.update(USE_TORCH="0", USE_TF="0", USE_FLAX="0")
     return env
 
 

@@ -55,6 +55,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="SUITE",
         help=f"run only this suite (repeatable): {', '.join(SUITES)}; concurrent also runs cold",
     )
+    parser.add_argument(
+        "--no-ready",
+        action="store_true",
+        help="serving: leave out the warm starts to ready (the lent machine's run, which records throughput)",
+    )
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (docs/benchmarks.md)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write the results [{DEFAULT_JSON}]")
     parser.add_argument(
@@ -259,7 +264,11 @@ def main(argv: list[str] | None = None) -> int:
             metrics += static_bench.static_metrics(repeats["static"], say)
         if "serving" in suites:
             metrics += run_serving_suite(
-                repeats["serving"], SERVING_SECONDS[1 if args.quick else 0], work, args.plot, say
+                0 if args.no_ready else repeats["serving"],
+                SERVING_SECONDS[1 if args.quick else 0],
+                work,
+                args.plot,
+                say,
             )
         if "scaling" in suites:
             metrics += run_scaling_suite(SERVING_SECONDS[1 if args.quick else 0], work, say)

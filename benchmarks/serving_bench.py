@@ -463,7 +463,7 @@ def serving_metrics(
     server = layout()
     bench = Bench(work / "serving", server)
     results = run_plan(bench, plan(sweep), warmup_s, measure_s, say)
-    samples = time_to_ready(bench, ready_repeats, say)
+    samples = time_to_ready(bench, ready_repeats, say) if ready_repeats else {}
     usable = cpus.usable_cpus()  # what the entrypoint reads too: the servers run on this machine's CPUs
     metrics = target_metrics(results, usable, cpus.default_instances(usable))
     metrics += ready_metrics(samples) + result_metrics(results)

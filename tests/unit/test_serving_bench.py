@@ -92,12 +92,13 @@ def test_targets_pass_and_fail_on_the_measured_ratios():
         stream(sb.OURS, "ensemble", sb.TOKEN_DELAY_S, 0.0104),
         stream(sb.OURS, "tensorrt_llm", sb.TOKEN_DELAY_S, 0.0101),
     ]
-    metrics = by_name(sb.target_metrics(results, 16, 8))
+    metrics = by_name(sb.target_metrics(results))
     assert metrics["unary c=64: throughput ours/seeds"].value == pytest.approx(1.3)
     # Retired on 2 CPUs: information with its reason, never a failure of `python -m benchmarks`.
     assert metrics["unary c=64: throughput ours/seeds"].status == "info"
     assert metrics["unary c=64: throughput ours/seeds"].note.startswith("retired target")
-    assert metrics["unary c=64: p99 ours/seeds"].status == "pass"
+    assert metrics["unary c=64: p99 ours/seeds"].status == "info"  # retired too, on 2 and on 16 cores
+    assert metrics["unary c=64: p99 ours/seeds"].note.startswith("retired target")
     assert metrics["unary c=1: p50 ours/seeds"].value == pytest.approx(1.1)
     added = next(m for name, m in metrics.items() if "ensemble minus engine alone" in name)
     assert added.value == pytest.approx(0.3) and added.unit == "ms" and added.status == "pass"
@@ -108,27 +109,17 @@ def test_targets_pass_and_fail_on_the_measured_ratios():
 
 def test_the_engine_alone_is_reported_as_the_ceiling():
     results = [unary(sb.OURS, 64, 0.05, 900), unary(sb.OURS, 64, 0.05, 1000, model="tensorrt_llm")]
-    ceiling = by_name(sb.target_metrics(results, 2, 1))["unary c=64: ours / the engine double alone"]
+    ceiling = by_name(sb.target_metrics(results))["unary c=64: ours / the engine double alone"]
     assert ceiling.value == pytest.approx(0.9) and "1000 req/s" in ceiling.note and ceiling.status == "info"
     assert unary_series(results)["engine alone"] == [(64, 1000.0, pytest.approx(50.0))]
 
 
 def test_a_slower_pipeline_fails_and_a_missing_one_is_skipped():
     results = [unary(sb.OURS, 64, 0.070, 1000), unary(sb.SEEDS, 64, 0.060, 1000)]
-    metrics = by_name(sb.target_metrics(results, 16, 8))
+    metrics = by_name(sb.target_metrics(results))
     assert metrics["unary c=64: throughput ours/seeds"].status == "info"
-    assert metrics["unary c=64: p99 ours/seeds"].status == "fail"
+    assert metrics["unary c=64: p99 ours/seeds"].value == pytest.approx(70 / 60)
     assert metrics["unary c=1: p50 ours/seeds"].status == "skip"
-
-
-def test_p99_is_a_target_only_where_ours_has_other_instance_counts_than_the_seeds():
-    """On 2 CPUs both get 1 instance and differ only by an idle BLS model: the ratio is noise, shown with why."""
-    results = [unary(sb.OURS, 64, 0.070, 1000), unary(sb.SEEDS, 64, 0.060, 1000)]
-    same = by_name(sb.target_metrics(results, 2, 1))["unary c=64: p99 ours/seeds"]
-    assert same.status == "info" and same.value == pytest.approx(70 / 60)
-    assert "2 usable CPUs" in same.note and "1 instance each" in same.note
-    differs = by_name(sb.target_metrics(results, 16, 8))["unary c=64: p99 ours/seeds"]
-    assert differs.status == "fail" and "8 instances" in differs.note
 
 
 def test_time_to_ready_is_judged_against_the_bare_server():

@@ -458,7 +458,7 @@ LIST_COLUMNS = (
 @_matrix_option
 @click.option("--supported", "supported_only", is_flag=True, help="Only the tags that can be built.")
 @click.option("--json", "as_json", is_flag=True, help="The matrix as JSON (the format the images carry).")
-@click.option("--markdown", is_flag=True, help="The README table.")
+@click.option("--markdown", is_flag=True, help="The table in docs/matrix.md.")
 def list_command(matrix_path, supported_only, as_json, markdown):
     """Show the matrix: one row per NGC tag; `?` marks a value the matrix calls uncertain."""
     if as_json and markdown:

@@ -1,7 +1,7 @@
 """Every environment variable the image reads: name, type, default, allowed values and help, in one table.
 
-`settings.py` parses by it, `build.py kserve` checks its options against it, and the README's environment table is
-generated from it (`python -m trtllm_entrypoint.variables`; tests/unit/test_readme.py fails on drift). Standard
+`settings.py` parses by it, `build.py kserve` checks its options against it, and docs/environment.md's tables are
+generated from it (`python -m trtllm_entrypoint.variables`; tests/unit/test_docs.py fails on drift). Standard
 library only and importing nothing of ours but the contract, so the host may import it.
 """
 
@@ -44,15 +44,15 @@ Default = str | int | float | bool | tuple[str, ...] | None
 @dataclass(frozen=True)
 class Variable:
     name: str
-    section: str  # the README heading it is listed under
+    section: str  # the docs/environment.md heading it is listed under
     kind: Kind
     help: str
     default: Default = None  # what unset means to the parser; None: unset, or derived (see shown_default)
     low: int | None = None
     high: int | None = None
     choices: tuple[str, ...] | tuple[int, ...] = ()
-    shown_default: str = ""  # the README's words when the default is derived rather than `default`
-    shown_allowed: str = ""  # the README's words for what is allowed, when the kind's own words do not say it
+    shown_default: str = ""  # the table's words when the default is derived rather than `default`
+    shown_allowed: str = ""  # the table's words for what is allowed, when the kind's own words do not say it
     also: str = ""  # a rule with other variables, appended to the allowed values
 
     @property
@@ -107,7 +107,7 @@ TABLE: tuple[Variable, ...] = (
         "`build_config` plus `rank*.engine`) or a complete Triton model repository (`<model>/config.pbtxt` with no "
         f"`${{…}}` left). `{contract.KSERVE_MODEL_DIR}` (KServe) is never written to. The engine cache identifies a "
         "local model by the SHA-256 of every file's bytes (see [Engine cache key]"
-        "(#engine-cache-key-of-a-local-model)).",
+        "(cache.md)).",
         shown_default=f"unset: `{contract.KSERVE_MODEL_DIR}` if it exists",
         shown_allowed="a Hugging Face id `org/name`, or the path of an existing directory",
     ),
@@ -332,7 +332,7 @@ TABLE: tuple[Variable, ...] = (
         "choice",
         "Which API to serve. `openai`: Triton's own frontend (`/v1/models`, `/v1/completions`, "
         "`/v1/chat/completions`, streamed or not) on `OPENAI_PORT`, ready at `/health/ready` there; see "
-        "[The OpenAI-compatible API](#the-openai-compatible-api).",
+        "[The OpenAI-compatible API](openai.md).",
         default="triton",
         choices=get_args(Frontend),
         shown_allowed="`triton`; `openai` where the image has Triton's OpenAI frontend (from 24.12); with "
@@ -405,9 +405,9 @@ TABLE: tuple[Variable, ...] = (
         "RESTRICTED_APIS",
         SERVER,
         "list",
-        "Triton APIs that answer only requests carrying the admin key (see [Security](#security)). `none` opens every "
-        "API, with a warning at start. `health` cannot be closed: probes need it. Closing `inference`, `metadata` or "
-        "`model-config` needs a key.",
+        "Triton APIs that answer only requests carrying the admin key (see [Security](security.md)). `none` opens "
+        "every API, with a warning at start. `health` cannot be closed: probes need it. Closing `inference`, "
+        "`metadata` or `model-config` needs a key.",
         # What no inference client needs: memory regions, loading code, per-model numbers, traces and verbose logs.
         default=("shared-memory", "model-repository", "statistics", "trace", "logging"),
         choices=APIS,
@@ -558,7 +558,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in TABLE}
 
 
 def markdown() -> str:
-    """The README's environment tables, one per section."""
+    """docs/environment.md's tables, one per section."""
     out: list[str] = []
     for section in SECTIONS:
         out += [f"### {section}", "", "| variable | default | allowed values | meaning |", "|---|---|---|---|"]

@@ -384,7 +384,11 @@ def ensure_engine(
     build = engine_build.engine_builder(facts, spec, source.path, converter, log, env)
     with log.phase("engine", key=key) as extra:
         engine_dir, built = cache.ensure(
-            key, engine_cache.stamp_inputs(inputs, facts, gpus), build, timeout_s=settings.lock_timeout_secs, log=log
+            key,
+            engine_cache.stamp_inputs(inputs, facts, gpus, source.path),
+            build,
+            timeout_s=settings.lock_timeout_secs,
+            log=log,
         )
         extra.update(cache="built" if built else "hit", engine_dir=engine_dir)
     return engine_dir

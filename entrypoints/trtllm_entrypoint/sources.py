@@ -162,13 +162,14 @@ def hub_allow_patterns(files: list[str]) -> list[str]:
 
 
 def identity(source: ModelSource, memo_dir: Path | None = None) -> dict[str, Any]:
-    """What the engine cache key records about the model: repo and resolved commit, or path and content digest
-    (model_digest; `memo_dir` keeps the digests of unchanged files between starts)."""
+    """What the engine cache key records about the model: repo and resolved commit, or the content digest alone
+    (model_digest; `memo_dir` keeps the digests of unchanged files between starts). A local model's path is not part
+    of it: the same bytes mounted elsewhere (`/models/x` under Docker, `/mnt/models` under KServe) reuse the engine."""
     if source.kind == "hub" or source.path is None:
         raise ValueError("identity() of a hub model needs download() first: the commit is resolved there")
     if source.repo_id is not None:
         return {"repo_id": source.repo_id, "revision": source.revision}
-    return {"path": str(source.path), "content": model_digest.content_digest(source.path, memo_dir)}
+    return {"content": model_digest.content_digest(source.path, memo_dir)}
 
 
 def _offline() -> bool:

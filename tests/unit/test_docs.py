@@ -3,6 +3,7 @@ environment tables, the module list of docs/architecture.md, and the links betwe
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from tests import update_golden
 from trtllm_entrypoint import variables
+from trtllm_entrypoint.settings import EngineSpec
 from trtllm_images import matrix
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,3 +91,9 @@ def test_relative_links_lead_somewhere(page: Path):
 def test_no_page_speaks_of_issue_numbers(page: Path):
     found = re.findall(r"\bissues? #?\d+\b", page.read_text(), re.I)
     assert not found, f"{page.name} refers to {found}: readers cannot resolve them; say the fact instead"
+
+
+def test_the_cache_page_names_every_build_setting_of_the_key():
+    text = (REPO / "docs" / "cache.md").read_text()
+    missing = [f.name.upper() for f in dataclasses.fields(EngineSpec) if f"`{f.name.upper()}`" not in text]
+    assert not missing, f"docs/cache.md's key table leaves out {missing}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -211,6 +212,24 @@ def test_second_start_reuses_the_engine(image):
     assert json.loads(first.stdout)["engine_dir"] == json.loads(second.stdout)["engine_dir"]
     assert image.builds() == 1
     assert "cache=hit" in second.stderr
+
+
+def test_the_same_checkpoint_mounted_elsewhere_reuses_the_engine_and_a_changed_byte_does_not(image):
+    first = image.run("prepare")
+    moved = image.model.parent.parent / "mnt" / "models"  # where KServe mounts what Docker had at /models/x
+    shutil.copytree(image.model, moved)
+    second = image.run("prepare", MODEL_ID=str(moved))
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    assert json.loads(first.stdout)["engine_dir"] == json.loads(second.stdout)["engine_dir"]
+    assert image.builds() == 1 and "cache=hit" in second.stderr
+    weights = max((p for p in moved.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 1  # one bit, same size
+    weights.write_bytes(bytes(data))
+    third = image.run("prepare", MODEL_ID=str(moved))
+    assert third.returncode == 0, third.stderr
+    assert json.loads(third.stdout)["engine_dir"] != json.loads(first.stdout)["engine_dir"]
+    assert image.builds() == 2
 
 
 def test_changed_build_setting_builds_a_new_engine(image):

@@ -282,11 +282,25 @@ def test_content_digest_does_not_depend_on_location_or_creation_order(tmp_path):
 def test_identity(tmp_path):
     path = checkpoint(tmp_path / "m")
     local = ModelSource("checkpoint", path, None, None, False)
-    assert identity(local) == {"path": str(path), "content": content_digest(path, None)}
+    assert identity(local) == {"content": content_digest(path, None)}
     fetched = ModelSource("checkpoint", path, "org/name", "abc123", True)
     assert identity(fetched) == {"repo_id": "org/name", "revision": "abc123"}
     with pytest.raises(ValueError, match="needs download"):
         identity(ModelSource("hub", None, "org/name", "main", False))
+
+
+def test_the_same_bytes_at_any_path_share_an_identity_and_a_changed_byte_does_not(tmp_path):
+    docker = checkpoint(tmp_path / "models" / "x")
+    kserve = tmp_path / "mnt" / "models"
+    shutil.copytree(docker, kserve)
+    memo = tmp_path / "digests"
+    mounted = [ModelSource("checkpoint", p, None, None, False) for p in (docker, kserve)]
+    assert identity(mounted[0], memo) == identity(mounted[1], memo)
+    weights = next(p for p in sorted(kserve.iterdir()) if p.is_file() and p.stat().st_size > 0)
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # same size, one bit changed
+    weights.write_bytes(bytes(data))
+    assert identity(mounted[0], memo) != identity(mounted[1], memo)
 
 
 # --- hub_allow_patterns -------------------------------------------------------------------------------------------

@@ -273,7 +273,7 @@ def _inference_service(o: KServeOptions, workflow: str) -> dict:
         predictor["autoScaling"] = autoscaling(o, scaling.stage_models(workflow, o.name), pods)
     predictor.update(
         {
-            "terminationGracePeriodSeconds": 60,  # Triton drains for 30 s on SIGTERM
+            "terminationGracePeriodSeconds": contract.STOP_GRACE_SECS,  # longer than the server's drain
             "securityContext": {"fsGroup": UID},
             "model": model,
             "volumes": [_cache_volume(o)],

@@ -434,8 +434,12 @@ TABLE: tuple[Variable, ...] = (
         "EXIT_TIMEOUT_SECS",
         SERVER,
         "integer",
-        "`tritonserver --exit-timeout-secs`: how long in-flight requests may finish after SIGTERM.",
-        default=30,
+        "`tritonserver --exit-timeout-secs`: how long in-flight requests may finish and the models unload after "
+        "SIGTERM (`docker stop`); the server then exits 0, or 1 when this time ran out. The container's grace must be "
+        f"longer: the documented `docker run --stop-timeout {contract.STOP_GRACE_SECS}` (Docker's own default is "
+        "10 s), compose's `stop_grace_period` and Kubernetes' `terminationGracePeriodSeconds` give "
+        f"{contract.STOP_GRACE_SECS} s. Raise them together.",
+        default=contract.DEFAULT_EXIT_TIMEOUT_SECS,
         low=0,
         high=3600,
     ),

@@ -45,6 +45,7 @@ from tests.doubles.double_records import parse_flags, read_records
 from tests.realtriton import TRITON_VERSION
 from tests.standin.build_standin import MODELS_LABEL, PYTHON_MODELS_LABEL, upstream_templates
 from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
+from trtllm_entrypoint import contract
 
 NEW_TAG = "25.01"  # the image ships /app (templates, examples)
 OLD_TAG = "24.08"  # no /app: build.py bakes the backend assets from --backend-dir
@@ -199,27 +200,25 @@ def test_decoupled_mode_streams_through_generate_stream(server, tiny_model, reco
     assert len(pieces) == 5 and set(pieces) <= set(PROMPT_WORDS), events
 
 
-def test_docker_stop_lets_an_in_flight_request_finish_and_exits_zero(server, tiny_model, records, containers):
-    exit_timeout, max_tokens, delay = 15, 8, 0.5  # the request needs max_tokens * delay = 4 s
-    container = serve(
-        containers,
-        server,
-        tiny_model,
-        records,
-        env={"EXIT_TIMEOUT_SECS": str(exit_timeout), "TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S": str(delay)},
-    )
+def test_a_plain_docker_stop_lets_an_in_flight_request_finish_and_exits_zero(server, tiny_model, records, containers):
+    # As the README runs it (`--stop-timeout`, no EXIT_TIMEOUT_SECS), then `docker stop` as a user types it.
+    assert f"--stop-timeout {contract.STOP_GRACE_SECS} " in (REPO / "README.md").read_text()
+    max_tokens, delay = 12, 0.5  # the request needs max_tokens * delay = 6 s
+    env = {"TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S": str(delay)}
+    container = serve(containers, server, tiny_model, records, env=env, stop_timeout=contract.STOP_GRACE_SECS)
+    assert container.attrs["Config"]["StopTimeout"] == contract.STOP_GRACE_SECS
     wait_ready(container)
     request, outcome = in_background(generate, container, max_tokens)
     time.sleep(1.5)
     assert request.is_alive(), "the request must still be in flight when the container is stopped"
     started = time.monotonic()
-    container.stop(timeout=exit_timeout + 10)
+    subprocess.run(["docker", "stop", container.id], check=True, capture_output=True, timeout=60)
     stopped_after = time.monotonic() - started
     request.join(timeout=30)
     assert "error" not in outcome, f"{outcome.get('error')!r}\n{logs(container)[-3000:]}"
     assert len(outcome["result"]) == max_tokens
     assert container.wait(timeout=30)["StatusCode"] == 0, logs(container)
-    assert stopped_after < exit_timeout
+    assert stopped_after < contract.DEFAULT_EXIT_TIMEOUT_SECS, "the server drains, unloads and exits on its own"
 
 
 def test_healthcheck_turns_healthy_only_once_the_server_is_ready(server, tiny_model, records, containers):

@@ -16,9 +16,11 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -319,6 +321,52 @@ def test_bad_environment_value_exits_2_before_any_work(server, tiny_model, recor
     output = logs(container)
     assert "TP_SIZE" in output and "zero" in output
     assert read_records(records, "trtllm-build") == [] and "Started HTTPService" not in output
+
+
+class FailingHub:
+    """A hub that answers every request with 503, on the host's address that containers reach."""
+
+    def __init__(self):
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's naming)
+                self.send_error(503)
+
+            do_HEAD = do_GET  # noqa: N815
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("0.0.0.0", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("hub", ["unreachable", "failing"])
+def test_a_hub_that_cannot_answer_is_one_line_and_exit_1_within_seconds(server, records, containers, hub):
+    env = {"MODEL_ID": "org/name", "DOUBLE_RECORD_DIR": "/records"}
+    failing = FailingHub() if hub == "failing" else None
+    try:
+        if failing is None:
+            kwargs = {"network_mode": "none"}  # no network at all: the hub's name does not resolve
+        else:  # the default bridge's gateway is the host
+            env["HF_ENDPOINT"] = f"http://172.17.0.1:{failing.server.server_address[1]}"
+            kwargs = {}
+        started = time.monotonic()
+        container = containers(server, environment=env, volumes=record_mount(records), **kwargs)
+        status = container.wait(timeout=120)["StatusCode"]
+        elapsed = time.monotonic() - started
+    finally:
+        if failing is not None:
+            failing.close()
+    output = logs(container)
+    assert status == 1, output
+    errors = [line for line in output.splitlines() if line.startswith("error: ") or " error: " in line]
+    assert len(errors) == 1 and "Hugging Face hub" in errors[0], output
+    assert "Retrying" not in output and "thrown while requesting" not in output and "Traceback" not in output
+    assert elapsed < 15, f"took {elapsed:.1f} s: {output}"
 
 
 def test_token_never_reaches_images_logs_or_cache(

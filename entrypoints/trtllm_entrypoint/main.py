@@ -199,6 +199,8 @@ def open_log(settings: Settings, typed_keys: Sequence[str] = ()) -> Log:
     )
     if settings.cache_fallback_reason:
         log.warn(settings.cache_fallback_reason, cache_dir=settings.cache_dir)
+    for lookalike in settings.lookalikes:
+        log.warn(f"ignoring {lookalike}: not a variable trtllm-entrypoint reads")
     return log
 
 

@@ -7,7 +7,9 @@ library only and importing nothing of ours but the contract, so the host may imp
 
 from __future__ import annotations
 
+import difflib
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -444,6 +446,16 @@ TABLE: tuple[Variable, ...] = (
         high=3600,
     ),
     Variable(
+        "STRICT_ENV",
+        SERVER,
+        "boolean",
+        "A variable that looks like one of these but is not (a close misspelling such as `MAX_BATCH_SIZ`, or an "
+        "unknown name with one of their prefixes such as `MODEL_REV`) gets a warning at start naming the variable "
+        "it probably meant. `true` refuses to start instead (exit 2, one line naming them all), for deployments "
+        "whose settings must mean exactly what they say.",
+        default=False,
+    ),
+    Variable(
         "LOG_FORMAT",
         SERVER,
         "choice",
@@ -559,6 +571,49 @@ TABLE: tuple[Variable, ...] = (
     ),
 )
 VARIABLES: dict[str, Variable] = {v.name: v for v in TABLE}
+
+# Unknown names that start like ours are probably meant as ours. Only prefixes no other program in the image or its
+# platform uses: not HF_ (huggingface_hub's), NVIDIA_/CUDA_, LWS_, HTTP_ (HTTP_PROXY), GRPC_, OPENAI_ (OPENAI_API_KEY)
+# or TRTLLM_ (TensorRT-LLM's own).
+OWN_PREFIXES = (
+    "MODEL_",
+    "ENGINE_",
+    "MAX_",
+    "KV_CACHE_",
+    "ENABLE_",
+    "TP_",
+    "PP_",
+    "PREPROCESSING_",
+    "POSTPROCESSING_",
+    "SERVED_",
+    "TEMPLATES_",
+    "REPOSITORY_",
+    "RESTRICTED_",
+    "TRITON_",
+    "EXIT_",
+    "LOG_",
+    "PROGRESS_",
+    "LOCK_",
+)
+# Names with one of those prefixes that others set: the NGC image's own.
+FOREIGN_PREFIXES = ("TRITON_SERVER_",)
+CLOSE_MATCH = 0.85  # difflib's ratio: catches a dropped, doubled or swapped letter, not HTTP_PROXY for HTTP_PORT
+
+
+def lookalikes(names: Iterable[str]) -> list[tuple[str, str]]:
+    """(name, the variable it probably meant) for each name that is not one of ours but looks like one: a close
+    misspelling of a known name, or an unknown name with one of our prefixes (then the closest known one)."""
+    found = []
+    for name in sorted(set(names) - set(VARIABLES)):
+        if not name.isupper() or name.startswith(FOREIGN_PREFIXES):
+            continue
+        close = difflib.get_close_matches(name, VARIABLES, n=1, cutoff=CLOSE_MATCH)
+        if not close and name.startswith(OWN_PREFIXES):
+            prefix = next(p for p in OWN_PREFIXES if name.startswith(p))
+            close = difflib.get_close_matches(name, [v for v in VARIABLES if v.startswith(prefix)], n=1, cutoff=0)
+        if close:
+            found.append((name, close[0]))
+    return found
 
 
 def markdown() -> str:

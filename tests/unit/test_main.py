@@ -410,6 +410,17 @@ def test_check_reports_versions_and_fails_on_too_few_gpus(image):
     assert "needs 2 GPUs" in short.stderr
 
 
+def test_a_misspelt_variable_is_warned_about_by_name_and_refused_with_strict_env(image):
+    warned = image.run("check", MAX_BATCH_SIZ="8", DECOUPLE="true")
+    assert warned.returncode == 0, warned.stderr
+    assert "ignoring MAX_BATCH_SIZ (did you mean MAX_BATCH_SIZE?)" in warned.stderr
+    assert "ignoring DECOUPLE (did you mean DECOUPLED?)" in warned.stderr
+    refused = image.run("prepare", MAX_BATCH_SIZ="8", STRICT_ENV="true")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("error: not a variable trtllm-entrypoint reads: MAX_BATCH_SIZ (did you mean")
+    assert image.builds() == 0
+
+
 TYPED_KEY = "my-value-0123456789"
 
 

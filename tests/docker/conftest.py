@@ -174,7 +174,7 @@ def built(standin, session_dir):
             base = standin(tag)
             work = session_dir / (f"build-{tag}" + ("-multinode" if multinode else ""))
             work.mkdir()
-            matrix = matrix_for_standin(work / "matrix.yaml", tag, base.python)
+            matrix = matrix_for_standin(work / "matrix.yaml", tag)
             backend = None
             if not base.spec.with_app:
                 try:

@@ -403,7 +403,7 @@ def test_verification_rejects_a_different_tensorrt_llm(docker_client, standin, s
     base = standin(NEW_TAG, tensorrt_llm=installed, image=f"trtllm-standin:{NEW_TAG}-mismatch")
     work = session_dir / "mismatch"
     work.mkdir()
-    matrix = matrix_for_standin(work / "matrix.yaml", NEW_TAG, base.python)
+    matrix = matrix_for_standin(work / "matrix.yaml", NEW_TAG)
     # A registry prefix keeps these refs apart from the good images the other tests use.
     result = run_build(NEW_TAG, base.image, matrix, work / "out", registry="e2e-mismatch.invalid")
     try:

@@ -524,6 +524,7 @@ def test_push_refuses_images_built_from_a_stand_in_before_building(tmp_path, ent
     assert fake_docker.builds == [] and fake_docker.pushes == []
 
 
+@pytest.mark.process  # the build before the push runs hadolint and builds the wheel
 def test_push_refuses_a_renamed_stand_in_by_its_labels(tmp_path, entry, fake_docker):
     fake_docker.labels = {"io.trtllm-images.standin.python": entry.python}
     result = run("--tag", entry.tag, "--out", str(tmp_path), "--registry", "ghcr.io/me", "--push")

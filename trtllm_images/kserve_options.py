@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import cast
+from typing import cast, get_args
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.variables import VARIABLES
+from trtllm_entrypoint.variables import VARIABLES, Frontend
 
 CACHE_MODES = ("emptydir", "pvc")
-FRONTENDS = ("triton", "openai")  # the entrypoint's FRONTEND values
+FRONTENDS: tuple[str, ...] = get_args(Frontend)  # the entrypoint's FRONTEND values
 ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")

@@ -332,7 +332,7 @@ def test_bad_environment_value_exits_2_before_any_work(server, tiny_model, recor
 
 
 class FailingHub:
-    """A hub that answers every request with 503, on the host's address that containers reach."""
+    """A hub that answers every request with 503, on the host's loopback (the container shares the host's network)."""
 
     def __init__(self):
         class Handler(BaseHTTPRequestHandler):
@@ -344,7 +344,7 @@ class FailingHub:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("0.0.0.0", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
@@ -359,9 +359,9 @@ def test_a_hub_that_cannot_answer_is_one_line_and_exit_1_within_seconds(server, 
     try:
         if failing is None:
             kwargs = {"network_mode": "none"}  # no network at all: the hub's name does not resolve
-        else:  # the default bridge's gateway is the host
-            env["HF_ENDPOINT"] = f"http://172.17.0.1:{failing.server.server_address[1]}"
-            kwargs = {}
+        else:  # the host's network, so the hub is reached on loopback and no other address is ever a target
+            env["HF_ENDPOINT"] = f"http://127.0.0.1:{failing.server.server_address[1]}"
+            kwargs = {"network_mode": "host"}
         started = time.monotonic()
         container = containers(server, environment=env, volumes=record_mount(records), **kwargs)
         status = container.wait(timeout=120)["StatusCode"]

@@ -23,7 +23,7 @@ from tests.upstream_files import UpstreamMissing, upstream_path
 from tests.upstream_files import find as find_upstream
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import kserve, kserve_options, matrix, scaling
+from trtllm_images import kserve, kserve_findings, kserve_options, matrix, scaling
 from trtllm_images.plan import make_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -681,14 +681,13 @@ def test_semantic_findings_catch_broken_documents(name, entry, the_matrix):
     docs = _default_docs(entry)
     breaker, expected = BREAKAGES[name]
     breaker(docs)
-    findings = kserve.semantic_findings(docs, the_matrix)
+    findings = kserve_findings.semantic_findings(docs, the_matrix)
     assert any(expected in finding for finding in findings), findings
 
 
 def test_a_plan_breaking_kserve_rules_is_refused(monkeypatch):
     monkeypatch.setattr(
-        kserve,
-        "_shm_volume",
+        "trtllm_images.pod.shm_volume",
         lambda: {"name": "devshm", "emptyDir": {}, "env": [{"name": "API_KEY", "value": "literal"}]},
     )
     with pytest.raises(Error, match="break KServe's rules: .*API_KEY has a literal value"):
@@ -708,7 +707,7 @@ def test_two_runtimes_with_the_same_format_priority_are_caught(entry):
     docs = _default_docs(entry)
     twin = copy.deepcopy(docs[0])
     twin["metadata"]["name"] = "trtllm-other"
-    findings = kserve.semantic_findings([docs[0], twin])
+    findings = kserve_findings.semantic_findings([docs[0], twin])
     assert any("has priority 1 like trtllm-25-01" in f for f in findings), findings
 
 
@@ -1052,10 +1051,10 @@ def test_a_group_runs_an_image_given_with_image_as_is():
 def test_a_group_on_the_plain_server_image_is_a_finding(the_matrix):
     """Its workers need sshd: only the group image build.py makes (--multinode) passes as a default image."""
     docs = copy.deepcopy(list(documents(MULTINODE_OPTIONS)))
-    assert kserve.semantic_findings(docs, the_matrix) == []
+    assert kserve_findings.semantic_findings(docs, the_matrix) == []
     worker = by_kind(docs, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["workerTemplate"]
     worker["spec"]["containers"][0]["image"] = "ghcr.io/your-org/trtllm-serve:25.01-trtllm-0.17.0"
-    (finding,) = kserve.semantic_findings(docs, the_matrix)
+    (finding,) = kserve_findings.semantic_findings(docs, the_matrix)
     assert finding.startswith("LeaderWorkerSet/llm: workerTemplate: image 'ghcr.io/your-org/trtllm-serve:"), finding
 
 
@@ -1066,7 +1065,7 @@ def test_a_group_whose_pods_cannot_hold_its_ranks_is_a_finding(entry):
         "nvidia.com/gpu"
     ] = "4"
     lws["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "None"
-    findings = " ".join(kserve.semantic_findings(docs))
+    findings = " ".join(kserve_findings.semantic_findings(docs))
     assert "workerTemplate: 2 pods x 4 GPUs do not hold TP_SIZE*PP_SIZE = 16 ranks" in findings
     assert "RecreateGroupOnPodRestart" in findings
 
@@ -1200,7 +1199,7 @@ def test_every_pod_gets_the_cluster_settings(options, crd_validators):
             assert resources["limits"] == {"cpu": "16", "memory": "96Gi", "nvidia.com/gpu": gpus}
     for doc in docs:
         assert validation_errors(doc, crd_validators) == [], doc["kind"]
-    assert kserve.semantic_findings(docs, _matrix()) == []
+    assert kserve_findings.semantic_findings(docs, _matrix()) == []
 
 
 def test_resources_default_to_a_memory_limit_and_no_cpu_limit():

@@ -6,15 +6,9 @@ before anything is written or built), then executes them.
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
-import functools
 import json
-import tempfile
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -23,9 +17,7 @@ from click.core import ParameterSource
 from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import (
     backend_assets,
-    builder,
     checks,
-    context,
     kserve,
     kserve_options,
     render,
@@ -33,15 +25,12 @@ from trtllm_images import (
     source_tree,
     support,
     upstream,
-    vendor,
-    verify,
-    wheel,
 )
 from trtllm_images import matrix as matrix_mod
-from trtllm_images.plan import STANDIN_LABEL_PREFIX, BuildPlan, make_plan
+from trtllm_images.pipeline import PROG, BuildOptions, LazyDocker, build_tag, check_errors, standin_push, write_context
+from trtllm_images.plan import BuildPlan, make_plan
 
 DEFAULT_OUT = Path("out")
-PROG = "build.py"
 
 
 class _Failure(click.ClickException):
@@ -172,44 +161,6 @@ def _plans(
     ]
 
 
-@functools.cache
-def _entrypoint_wheel() -> Path:
-    """Built once per process (identical for every tag); write_context copies it into each context."""
-    scratch = tempfile.TemporaryDirectory(prefix="trtllm-images-wheel-")
-    atexit.register(scratch.cleanup)
-    return wheel.build_wheel(dest=Path(scratch.name))
-
-
-@functools.cache
-def _vendor_dir() -> Path:
-    """tini and the validation kit (vendor.lock.json), verified and assembled once per process."""
-    scratch = tempfile.TemporaryDirectory(prefix="trtllm-images-vendor-")
-    atexit.register(scratch.cleanup)
-    return vendor.assemble(Path(scratch.name), _say)
-
-
-def _write_context(
-    plan: BuildPlan,
-    dockerfiles: dict[str, str],
-    matrix: matrix_mod.Matrix,
-    backend_dir: Path | None,
-    require_pinned: bool,
-) -> Path:
-    assets = None
-    if plan.needs_backend_assets:
-        assets = backend_assets.fetch(
-            plan.entry, upstream.cache_root(), backend_dir, _say, require_pinned=require_pinned
-        )
-    matrix_json, models_json = support.image_data(matrix)
-    return context.write_context(
-        plan, dockerfiles, _entrypoint_wheel(), matrix_json, assets, models_json, _vendor_dir()
-    )
-
-
-def _errors(findings) -> list:
-    return [f for f in findings if f.level == "error"]
-
-
 def _show_finding(finding) -> None:
     click.echo(f"{finding.level:<7} {finding.tag or '-':<6} {finding.code}: {finding.message}")
     if finding.hint:
@@ -217,15 +168,6 @@ def _show_finding(finding) -> None:
 
 
 # --- build (the group itself) --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _BuildOptions:
-    matrix: matrix_mod.Matrix
-    backend_dir: Path | None
-    require_pinned: bool
-    out_dir: Path
-    push: bool
 
 
 @click.group(
@@ -294,15 +236,15 @@ def cli(
     if push:
         for plan in plans:
             if plan.standin:
-                raise _standin_push(plan.images[0].ref, plan.base_image)
-    options = _BuildOptions(
-        matrix=matrix, backend_dir=backend_dir, require_pinned=require_pinned, out_dir=out_dir, push=push
+                raise standin_push(plan.images[0].ref, plan.base_image)
+    options = BuildOptions(
+        matrix=matrix, backend_dir=backend_dir, require_pinned=require_pinned, out_dir=out_dir, push=push, say=_say
     )
-    docker = _LazyDocker()
+    docker = LazyDocker()
     outcomes = []
     for number, plan in enumerate(plans, 1):
         _say(f"[{plan.entry.tag}] tag {number} of {len(plans)}: {', '.join(spec.ref for spec in plan.images)}")
-        outcomes.append(_build_tag(plan, options, docker))
+        outcomes.append(build_tag(plan, options, docker))
     _print_summary([outcome.record for outcome in outcomes])
     if len(outcomes) == 1 and outcomes[0].error:
         raise outcomes[0].error
@@ -312,132 +254,6 @@ def cli(
             f"{len(failed)} of {len(outcomes)} tags failed: {', '.join(outcome.record.tag for outcome in failed)}",
             f"the reports in {out_dir / 'reports'} say why",
         )
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    record: report.BuildRecord
-    error: Error | None
-
-
-class _LazyDocker:
-    """Connects on first use, so tags that fail their static checks never need a Docker engine."""
-
-    def __init__(self):
-        self._client = None
-
-    def __call__(self):
-        if self._client is None:
-            self._client = builder.docker_client()
-        return self._client
-
-
-def _build_tag(plan: BuildPlan, options: _BuildOptions, docker: _LazyDocker) -> _Outcome:
-    """Check, write the context, build, verify and (maybe) push one tag; the report is written whatever happens."""
-    record = report.BuildRecord(plan.entry.tag)
-    record.base_image = plan.base_image
-    error = None
-    try:
-        with _step(record, plan, "checks"):
-            dockerfiles = render.render(plan)
-            findings = checks.static_findings(options.matrix, [plan.entry.tag], lambda tag: dockerfiles)
-            record.add_findings(findings)
-            _stop_on_check_errors(plan, findings)
-        with _step(record, plan, "context"):
-            context_dir = _write_context(plan, dockerfiles, options.matrix, options.backend_dir, options.require_pinned)
-        _build_images(plan, context_dir, record, docker())
-        _verify_images(plan, record, docker())
-        if options.push:
-            _push_images(plan, record, docker())
-    except Error as exc:
-        record.fail(exc.message, exc.hint)
-        error = exc
-        _say(f"[{plan.entry.tag}] failed: {exc.message}")
-    except BaseException as exc:
-        # A bug or Ctrl-C: the report must not claim success; the exception keeps its traceback.
-        record.fail(f"stopped by {type(exc).__name__}: {exc}", "")
-        raise
-    finally:
-        _say(f"[{plan.entry.tag}] report: {report.write_report(options.out_dir, record)}")
-    return _Outcome(record, error)
-
-
-def _stop_on_check_errors(plan: BuildPlan, findings) -> None:
-    for finding in findings:
-        _say(f"[{plan.entry.tag}] {finding.level}: {finding.code}: {finding.message}")
-    errors = _errors(findings)
-    if errors:
-        raise Error(
-            f"tag {plan.entry.tag}: {len(errors)} static check error(s): "
-            + "; ".join(f"{f.code}: {f.message}" for f in errors),
-            f"`{PROG} check --tag {plan.entry.tag}` shows each with its hint",
-        )
-
-
-def _build_images(plan: BuildPlan, context_dir: Path, record: report.BuildRecord, client) -> None:
-    with _step(record, plan, "base image") as progress:
-        builder.ensure_base_image(client, plan.base_image, progress("pull"))
-    for spec in plan.images:
-        with _step(record, plan, f"build {spec.kind}") as progress:
-            image_id = builder.build_image(
-                client, context_dir, spec.dockerfile, spec.ref, plan.buildargs, progress(spec.kind)
-            )
-        record.add_image(spec.kind, spec.ref, image_id)
-
-
-def _standin_push(ref: str, base: str) -> UsageError:
-    return UsageError(
-        f"refusing to push {ref}: it is built FROM {base}, a stand-in of the NGC image with test doubles for the "
-        "GPU programs",
-        "push images built FROM the NGC image (or a mirror of it: --base-image)",
-    )
-
-
-def _push_images(plan: BuildPlan, record: report.BuildRecord, client) -> None:
-    for spec in plan.images:  # a stand-in under another name still carries its labels
-        if any(key.startswith(STANDIN_LABEL_PREFIX) for key in verify.image_labels(client, spec.ref)):
-            raise _standin_push(spec.ref, plan.base_image)
-    for spec in plan.images:
-        with _step(record, plan, f"push {spec.kind}") as progress:
-            builder.push(client, spec.ref, progress(f"push {spec.kind}"))
-        record.pushed.append(spec.ref)
-
-
-def _verify_images(plan: BuildPlan, record: report.BuildRecord, client) -> None:
-    results = []
-    for spec in plan.images:
-        with _step(record, plan, f"verify {spec.kind}"):
-            result = verify.verify_image(client, plan.entry, spec.kind, spec.ref)
-        record.add_verification(result)
-        for warning in result.warnings:
-            _say(f"[{plan.entry.tag} {spec.kind}] warning: {warning}")
-        results.append(result)
-    if any(result.errors for result in results):
-        # An image that does not match the matrix must not be found under its name, pushed or run by mistake.
-        for spec in plan.images:
-            builder.untag(client, spec.ref)
-        _say(f"[{plan.entry.tag}] removed the tags {', '.join(spec.ref for spec in plan.images)}")
-    for result in results:
-        result.raise_for_errors()
-
-
-@contextmanager
-def _step(record: report.BuildRecord, plan: BuildPlan, name: str) -> Iterator[Callable[[str], Callable[[str], None]]]:
-    """One timed phase of a tag, announced when it starts and ends with its elapsed time (the report records it too);
-    yields progress(what) -> a printer that prefixes each streamed line with the tag, `what` and the elapsed time."""
-    tag, started = plan.entry.tag, time.monotonic()
-    _say(f"[{tag}] {name} ...")
-
-    def progress(what: str) -> Callable[[str], None]:
-        return lambda line: _say(f"[{tag} {what} {time.monotonic() - started:.0f}s] {line}")
-
-    try:
-        with record.phase(name):
-            yield progress
-    except BaseException:
-        _say(f"[{tag}] {name} failed after {time.monotonic() - started:.1f}s")
-        raise
-    _say(f"[{tag}] {name} done in {time.monotonic() - started:.1f}s")
 
 
 def _print_summary(records: list[report.BuildRecord]) -> None:
@@ -589,7 +405,7 @@ def render_command(
             for name, text in dockerfiles.items():
                 click.echo(f"# ===== {plan.entry.tag} {name} =====\n{text}")
         else:
-            click.echo(_write_context(plan, dockerfiles, matrix, backend_dir, require_pinned))
+            click.echo(write_context(plan, dockerfiles, matrix, backend_dir, require_pinned, _say))
 
 
 @cli.command("check")
@@ -602,7 +418,7 @@ def check_command(tags, all_tags, matrix_path):
     findings = checks.static_findings(matrix, by_tag, lambda tag: render.render(by_tag[tag]))
     for finding in findings:
         _show_finding(finding)
-    errors = _errors(findings)
+    errors = check_errors(findings)
     click.echo(f"{len(plans)} tag(s) checked: {len(errors)} error(s), {len(findings) - len(errors)} other finding(s)")
     if errors:
         raise Error(f"{len(errors)} check(s) failed", "each failing check above has its hint")

@@ -17,7 +17,7 @@ from docker.errors import ImageNotFound
 
 from tests.archive_server import ArchiveServer, tarball
 from trtllm_entrypoint.errors import Error
-from trtllm_images import backend_assets, builder, support, upstream, wheel
+from trtllm_images import backend_assets, builder, pipeline, support, upstream, wheel
 from trtllm_images import cli as cli_mod
 from trtllm_images import matrix as matrix_mod
 
@@ -189,7 +189,7 @@ def test_render_out_writes_build_contexts_with_one_wheel_build(tmp_path, monkeyp
     builds = []
     real_build = wheel.build_wheel
     monkeypatch.setattr(wheel, "build_wheel", lambda **kw: builds.append(kw) or real_build(**kw))
-    cli_mod._entrypoint_wheel.cache_clear()
+    pipeline.entrypoint_wheel.cache_clear()
     tags = [entry.tag for entry in MATRIX.supported() if entry.backend.in_image][:3]
     result = run("render", "--out", str(tmp_path), *[arg for tag in tags for arg in ("--tag", tag)])
     assert result.exit_code == 0, result.output

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import upstream
-from trtllm_images.files import publish_dir
+from trtllm_images.atomic import publish_dir
 
 if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry

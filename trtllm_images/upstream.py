@@ -42,7 +42,7 @@ from packaging.version import InvalidVersion, Version
 
 from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import source_tree
-from trtllm_images.files import publish_dir, write_atomic
+from trtllm_images.atomic import publish_dir, write_atomic
 from trtllm_images.matrix import DEFAULT_PATH
 
 LOCK_PATH = DEFAULT_PATH.parent / "upstream.lock.json"

@@ -28,7 +28,7 @@ from trtllm_images import (
 )
 from trtllm_images import matrix as matrix_mod
 from trtllm_images.pipeline import PROG, BuildOptions, LazyDocker, build_tag, check_errors, standin_push, write_context
-from trtllm_images.plan import BuildPlan, make_plan
+from trtllm_images.plan import BuildPlan, make_build_plan
 
 DEFAULT_OUT = Path("out")
 
@@ -156,7 +156,9 @@ def _plans(
             "build the tags one by one, each with its own --base-image",
         )
     return matrix, [
-        make_plan(e, base_image=base_image, registry=registry, out_dir=out_dir, revision=revision, multinode=multinode)
+        make_build_plan(
+            e, base_image=base_image, registry=registry, out_dir=out_dir, revision=revision, multinode=multinode
+        )
         for e in entries
     ]
 
@@ -563,7 +565,7 @@ def kserve_command(
         storage_readonly=not storage_writable,
         **values,
     )
-    plan = kserve.make_plan(matrix_mod.load(matrix_path), options)
+    plan = kserve.make_kserve_plan(matrix_mod.load(matrix_path), options)
     if out_dir is None:
         click.echo(kserve.render(plan), nl=False)
         return

@@ -45,7 +45,7 @@ class KServePlan:
     header: str  # stamped into every output: the command that regenerates it
 
 
-def make_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
+def make_kserve_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
     """The manifests for options.tag, refused if they break a rule of KServe's that the CRD schemas cannot say."""
     entry = matrix.get(options.tag)
     # Also refuses unsupported tags, even with --image. A group's pods start ranks over ssh: the group image.

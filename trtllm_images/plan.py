@@ -85,7 +85,7 @@ class BuildPlan:
         return next(spec for spec in self.images if spec.kind == kind)
 
 
-def make_plan(
+def make_build_plan(
     entry: MatrixEntry,
     *,
     base_image: str | None = None,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.contract import DEFAULT_CACHE_DIR, UID
 from trtllm_images.kserve_options import KServeOptions, toleration
-from trtllm_images.plan import make_plan as make_build_plan
+from trtllm_images.plan import make_build_plan
 
 if TYPE_CHECKING:
     from trtllm_images.matrix import MatrixEntry

@@ -40,7 +40,7 @@ from trtllm_entrypoint import (
 )
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, installation, load_facts
-from trtllm_entrypoint.log import Log
+from trtllm_entrypoint.log import Log, capture_stderr, release_stderr, retarget_stderr
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.serve_plan import LaunchPlan, ServePlan
 from trtllm_entrypoint.settings import (
@@ -90,30 +90,37 @@ class Prepared:
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> NoReturn:
     args = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if environ is None else environ)
+    # From here on every line on stderr, ours or a library's, is masked (and JSON with LOG_FORMAT=json).
+    capture_stderr(early_log(env))
     try:
         code = run(args, env)
     except EntrypointError as exc:
         fail(env, exc.message, exc.hint, exc.exit_code)
     except OSError as exc:  # a file system the user gave us (read-only, full, not ours): say which, no traceback
-        where = f"{exc.filename}: " if exc.filename else ""
-        fail(
-            env,
-            f"{where}{exc.strerror or exc}",
-            "check that CACHE_DIR (and REPOSITORY_DIR) is a writable "
-            "directory with free space, and that the model directory is readable",
-            1,
-        )
+        if exc.filename:
+            hint = (
+                "check that CACHE_DIR (and REPOSITORY_DIR) is a writable directory with free space, and that the "
+                "model directory is readable"
+            )
+        else:  # no file named: a network or system call, not the file system the user gave us
+            hint = "check the network settings (HF_ENDPOINT, HTTPS_PROXY) and the system's limits"
+        fail(env, f"{exc.filename}: {exc.strerror or exc}" if exc.filename else str(exc.strerror or exc), hint, 1)
     except KeyboardInterrupt:
         sys.exit(130)
+    finally:
+        release_stderr()
     sys.exit(code)
+
+
+def early_log(env: Mapping[str, str]) -> Log:
+    """The log before the settings are parsed: every secret the environment holds is masked already."""
+    fmt = (env.get("LOG_FORMAT") or "").strip().lower()
+    return Log("json" if fmt == "json" else "text", secrets=token_values(env))
 
 
 def fail(env: Mapping[str, str], message: str, hint: str, code: int) -> NoReturn:
     # Masked like every log line, whatever produced the message (settings may not have been parsed).
-    log = Log(secrets=token_values(env))
-    print(log.redact(f"error: {message}"), file=sys.stderr)
-    if hint:
-        print(log.redact(f"hint: {hint}"), file=sys.stderr)
+    early_log(env).fatal(message, hint)
     sys.exit(code)
 
 
@@ -197,6 +204,7 @@ def open_log(settings: Settings, typed_keys: Sequence[str] = ()) -> Log:
         level=settings.log_level,
         progress_s=settings.progress_secs,
     )
+    retarget_stderr(log)
     if settings.cache_fallback_reason:
         log.warn(settings.cache_fallback_reason, cache_dir=settings.cache_dir)
     return log

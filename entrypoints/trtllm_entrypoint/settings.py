@@ -14,6 +14,7 @@ import secrets
 import shlex
 import stat
 import tempfile
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -341,7 +342,22 @@ def token_values(environ: Mapping[str, str]) -> tuple[str, ...]:
         if path is not None:
             with contextlib.suppress(UsageError):  # settings will report it; masking goes on with what there is
                 found.append(_read_secret_file(file_variable, path))
-    return tuple(token for token in found if token)
+    return tuple(token for token in found if token) + url_passwords(environ)
+
+
+# A URL's userinfo (HF_ENDPOINT=https://user:pass@mirror, HTTPS_PROXY=…): the log masks it inside URLs; the password
+# alone is masked too, should a library print it apart (long enough not to mask ordinary words).
+_USERINFO = re.compile(r"://([^/?#\s]*)@")
+MIN_MASKED_PASSWORD = 6
+
+
+def url_passwords(environ: Mapping[str, str]) -> tuple[str, ...]:
+    found = []
+    for value in environ.values():
+        for match in _USERINFO.finditer(value):
+            password = match[1].partition(":")[2]
+            found += [password, urllib.parse.unquote(password)]
+    return tuple(dict.fromkeys(p for p in found if len(p) >= MIN_MASKED_PASSWORD))
 
 
 def _read_secret_file(variable: str, path: str) -> str:
@@ -389,6 +405,23 @@ def _hf_token(env: _Env) -> str | None:
     return token
 
 
+def _check_hub_endpoint(env: _Env) -> None:
+    """HF_ENDPOINT is the hub client's own; a value it cannot use is named here, before any request (its userinfo
+    masked: it may hold a mirror's password)."""
+    raw = env.text("HF_ENDPOINT")
+    if raw is None:
+        return
+    allowed = "an http:// or https:// URL with a host (e.g. https://huggingface.co), printable ASCII"
+    shown = _USERINFO.sub("://***@", raw)
+    try:
+        parts = urllib.parse.urlsplit(raw)
+        parts.port  # noqa: B018  (raises on a port that is not a number from 0 to 65535)
+    except ValueError:
+        raise bad("HF_ENDPOINT", shown, allowed) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or not TOKEN.fullmatch(raw):
+        raise bad("HF_ENDPOINT", shown, allowed)
+
+
 def _model_values(env: _Env, facts: ImageFacts) -> dict[str, Any]:
     workflows = facts.workflows
     workflow = env.text("WORKFLOW")
@@ -402,6 +435,7 @@ def _model_values(env: _Env, facts: ImageFacts) -> dict[str, Any]:
     engine_dir = env.path("ENGINE_DIR")
     # A prebuilt engine can only be served by the engine workflow, whatever this image defaults to.
     default_workflow = "engine" if engine_dir is not None and "engine" in workflows else facts.default_workflow
+    _check_hub_endpoint(env)
     return {
         "model_id": env.template_safe("MODEL_ID"),
         "model_revision": env.text("MODEL_REVISION"),

@@ -150,6 +150,14 @@ TABLE: tuple[Variable, ...] = (
         shown_allowed="`1`",
     ),
     Variable(
+        "HF_ENDPOINT",
+        MODEL,
+        "special",
+        "Huggingface_hub's own: the hub (or a mirror) to download from. Credentials in it (`https://user:pass@host`) "
+        "are masked in every log line.",
+        shown_allowed="an `http://` or `https://` URL with a host",
+    ),
+    Variable(
         "MODEL_INIT_MODE",
         MODEL,
         "special",

@@ -6,12 +6,13 @@ is already valid), and `exec` the server at the end so that it receives the cont
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import os
+import re
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from trtllm_entrypoint import (
     group,
     launch,
     models,
+    paths,
     preflight,
     probe,
     ready,
@@ -181,7 +183,8 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
 
 
 def ssh_files() -> group.SshFiles:
-    return group.SshFiles(Path(tempfile.gettempdir()) / "trtllm-mpi-ssh")
+    """In this process's private state directory: ssh takes the group's key only from a directory of this UID."""
+    return group.SshFiles(paths.state_dir() / "mpi-ssh")
 
 
 def serve_in_group(prepared: Prepared, pod_group: group.Group, env: Mapping[str, str], log: Log) -> NoReturn:
@@ -439,18 +442,31 @@ def health_url(port: int | str, path: str = contract.READY_PATHS["triton"]) -> s
     return f"http://127.0.0.1:{port}{path}"
 
 
-def health_state() -> Path:
-    """Where `serve` records the URL that `health` (the image's HEALTHCHECK) asks: per container, so the temp dir."""
-    return Path(tempfile.gettempdir()) / "trtllm-entrypoint" / "health.json"
+HEALTH_FILE = "health.json"
 
 
 def record_health_url(url: str) -> None:
-    state = health_state()
-    try:
-        state.parent.mkdir(parents=True, exist_ok=True)
-        state.write_text(json.dumps({"url": url}))
-    except OSError:
-        pass  # the health check then falls back to HTTP_PORT; serving must not fail over it
+    """Where `serve` says the server listens, for `health` (the image's HEALTHCHECK): in this process's private
+    state directory (paths.py), never at a fixed name another UID could create first."""
+    with contextlib.suppress(OSError):  # the health check then falls back to HTTP_PORT; serving must not fail over it
+        paths.write_private(paths.state_dir(), HEALTH_FILE, json.dumps({"url": url}))
+
+
+def recorded_health_url() -> str | None:
+    """The URL the newest start of this UID recorded, when it is one of ours: http on the loopback address."""
+    for directory in paths.state_dirs():
+        text = paths.private_file(directory, HEALTH_FILE)
+        if text is None:
+            continue
+        try:
+            url = json.loads(text)["url"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        return url if isinstance(url, str) and LOCAL_URL.fullmatch(url) else None
+    return None
+
+
+LOCAL_URL = re.compile(r"http://127\.0\.0\.1:[0-9]{1,5}/[A-Za-z0-9/_.-]*")
 
 
 def health(env: Mapping[str, str]) -> int:
@@ -458,9 +474,8 @@ def health(env: Mapping[str, str]) -> int:
     import urllib.error  # noqa: PLC0415  (only this short-lived subcommand needs HTTP)
     import urllib.request  # noqa: PLC0415
 
-    try:
-        url = json.loads(health_state().read_text())["url"]
-    except (OSError, ValueError, KeyError):  # not recorded (yet): where the environment says the server listens
+    url = recorded_health_url()
+    if url is None:  # not recorded (yet): where the environment says the server listens
         if (env.get("FRONTEND") or "").lower() == "openai":
             url = health_url(env.get("OPENAI_PORT") or contract.DEFAULT_OPENAI_PORT, contract.READY_PATHS["openai"])
         else:
@@ -468,7 +483,7 @@ def health(env: Mapping[str, str]) -> int:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             return 0 if response.status == 200 else 1
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError, ValueError):
         return 1
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trtllm_entrypoint.facts import ImageFacts
-from trtllm_entrypoint.server_args import OPENAI_RESTRICTION_FLAG, RESTRICTION_FLAGS, restriction_flags
+from trtllm_entrypoint.server_args import OPENAI_RESTRICTION_FLAG, RESTRICTION_FLAGS, restriction_flags, value_words
 from trtllm_entrypoint.settings import Settings
 
 HEADER = "admin-key"
@@ -36,7 +36,8 @@ class Restriction:
         if not self.apis or not self.supported:
             return []
         if self.openai:
-            return [OPENAI_RESTRICTION_FLAG, ",".join(self.apis), HEADER, self.key]
+            # nargs=3 takes no `=` form: the key is a word of its own, so it must not look like an option.
+            return [OPENAI_RESTRICTION_FLAG, *value_words(",".join(self.apis), HEADER, self.key)]
         value = f"{','.join(self.apis)}:{HEADER}={self.key}"
         return [f"{flag}={value}" for flag in RESTRICTION_FLAGS]
 

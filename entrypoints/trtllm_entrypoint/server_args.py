@@ -115,6 +115,20 @@ PROGRAMS = {"tritonserver": TRITONSERVER, "openai": OPENAI_FRONTEND}
 SIDE_DOOR_VARIABLES = (("AIP_MODE", "PREDICTION", "--allow-vertex-ai=false", "tritonserver_vertex_ai"),)
 
 
+def value_words(*values: str) -> list[str]:
+    """Values given to a parser as words of their own (argparse's nargs): none may read as an option. Secrets and
+    user values go as `--flag=value` wherever the parser allows it; where it does not, a value starting with '-' is
+    refused here (settings refuse such a key earlier, with the variable's name)."""
+    for value in values:
+        if not value or value.startswith("-"):
+            raise UsageError(
+                "a value passed as an argument of its own is empty or starts with '-' (the value is not shown), so "
+                "the server's parser would read it as an option",
+                "use values that do not start with '-' (admin keys: e.g. openssl rand -hex 32)",
+            )
+    return list(values)
+
+
 @dataclass(frozen=True)
 class Option:
     """One argument of a command line as the program reads it."""

@@ -528,9 +528,15 @@ def _admin_values(env: _Env, command_line: CommandLine) -> dict[str, Any]:
         )
     return {
         "restricted_apis": apis,
-        "admin_key": _checked_key(key, variable) if key else secrets.token_urlsafe(32),
+        "admin_key": _checked_key(key, variable) if key else generated_key(),
         "admin_key_generated": key is None,
     }
+
+
+def generated_key() -> str:
+    """A random key that no parser reads as an option: hex digits never start with '-' (token_urlsafe's alphabet
+    has '-', so about one start in 64 got a key that looked like an option)."""
+    return secrets.token_hex(32)
 
 
 def _checked_key(key: str, variable: str) -> str:
@@ -560,7 +566,17 @@ def _cache_dir(env: _Env) -> tuple[Path, str | None]:
     default = Path(contract.DEFAULT_CACHE_DIR)
     if _writable(default):
         return default, None
-    fallback = Path(tempfile.gettempdir()) / FALLBACK_CACHE_NAME
+    # Per UID, and used only while it is this UID's own directory: TMPDIR may be shared, and another UID could
+    # create the name first (a link, or a directory it can change).
+    fallback = Path(tempfile.gettempdir()) / f"{FALLBACK_CACHE_NAME}-{os.geteuid()}"
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(fallback)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise UsageError(
+                f"the default CACHE_DIR {default} is not writable, and the fallback {fallback} was not created by "
+                "this UID (another user may have put it there)",
+                f"set CACHE_DIR to a directory of your own, or mount a volume at {default}",
+            )
     reason = (
         f"the default CACHE_DIR {default} is not writable (read-only root file system?); using {fallback}, "
         f"which is lost with the container: mount a volume at {default} or set CACHE_DIR to keep engines"
@@ -580,6 +596,13 @@ def _check_frontend(s: Settings, facts: ImageFacts) -> None:
             f"handles the llmapi model {where}",
             "set WORKFLOW=engine (with a checkpoint that has an engine converter)"
             + (f", or use image {first} or later" if first else ""),
+        )
+    if s.restricted_apis and s.admin_key.startswith("-"):
+        variable = "TRITON_ADMIN_KEY_FILE" if "triton_admin_key_file" in s.explicit else "TRITON_ADMIN_KEY"
+        raise UsageError(
+            f"{variable} is not allowed with FRONTEND=openai (the value is not shown): it starts with '-', and the "
+            "OpenAI frontend takes the key as an argument of its own, which its parser would read as an option",
+            "use a key that does not start with '-' (e.g. openssl rand -hex 32)",
         )
     if s.openai_kserve_frontends and s.restricted_apis:
         raise bad(

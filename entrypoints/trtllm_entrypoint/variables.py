@@ -270,7 +270,7 @@ TABLE: tuple[Variable, ...] = (
         "Downloads (`models/`), engines (`engines/`) and generated repositories (`repositories/`). Mount a volume here "
         "to keep engines across restarts.",
         shown_default=f"`{contract.DEFAULT_CACHE_DIR}`; if that is not writable (read-only root file system) and "
-        "`CACHE_DIR` is unset, `<tmp>/trtllm-cache` with a warning",
+        "`CACHE_DIR` is unset, `<tmp>/trtllm-cache-<uid>` with a warning",
         shown_allowed=f"a writable directory outside `{contract.KSERVE_MODEL_DIR}`, apart from the model, the engine "
         "and the templates (a model or engine under its `engines/` or `models/` is fine)",
     ),

@@ -1,0 +1,218 @@
+"""Hostile values that reach a parser, a path or another UID's reach: keys that look like options, fixed names under a
+shared TMPDIR, hub answers, group settings."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import stat
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests import image_data
+from trtllm_entrypoint import group, launch, main, paths, security, server_args
+from trtllm_entrypoint import settings as settings_mod
+from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.settings import Settings, generated_key
+
+OPENAI_FACTS = image_data.image_facts("25.09")
+
+
+@pytest.fixture(autouse=True)
+def writable_default_cache(monkeypatch, tmp_path):
+    monkeypatch.setattr(settings_mod.contract, "DEFAULT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def frontend_parser() -> argparse.ArgumentParser:
+    """How Triton's OpenAI frontend (r25.09 on) declares its restriction flag: three words per use, appended."""
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    parser.add_argument("--model-repository")
+    parser.add_argument("--tokenizer")
+    parser.add_argument("--openai-port", type=int)
+    parser.add_argument("--backend")
+    parser.add_argument("--openai-restricted-api", nargs=3, action="append")
+    return parser
+
+
+def test_generated_keys_never_look_like_an_option():
+    keys = [generated_key() for _ in range(5000)]
+    assert not any(key.startswith("-") for key in keys)
+    assert len(set(keys)) == len(keys) and all(len(key) >= 32 for key in keys)
+
+
+OPENAI = {"FRONTEND": "openai", "MODEL_ID": "org/model", "WORKFLOW": "engine"}
+
+
+def test_the_default_start_passes_its_generated_key_to_the_frontends_parser():
+    """Every start's key survives the parser (token_urlsafe gave a key starting with '-' about once in 64 starts)."""
+    for _ in range(500):
+        settings = Settings.from_env(OPENAI, OPENAI_FACTS)
+        argv = launch.server_argv(settings, OPENAI_FACTS, Path("/repo"), 1, tokenizer="/tok")
+        parsed = frontend_parser().parse_args(argv[2:])
+        assert parsed.openai_restricted_api[0][2] == settings.admin_key
+
+
+@pytest.mark.parametrize("key", ["-starts-with-a-dash-0123", "--looks-like-a-flag-0123", "-1234567890123456"])
+def test_a_given_key_that_reads_as_an_option_is_refused_for_the_openai_frontend(key, tmp_path):
+    with pytest.raises(UsageError, match="TRITON_ADMIN_KEY is not allowed with FRONTEND=openai") as error:
+        Settings.from_env({**OPENAI, "TRITON_ADMIN_KEY": key}, OPENAI_FACTS)
+    assert key not in str(error.value)
+    key_file = tmp_path / "key"
+    key_file.write_text(key)
+    with pytest.raises(UsageError, match="TRITON_ADMIN_KEY_FILE is not allowed"):
+        Settings.from_env({**OPENAI, "TRITON_ADMIN_KEY_FILE": str(key_file)}, OPENAI_FACTS)
+    # tritonserver takes it inside one `--flag=value` word, which no parser splits
+    facts = replace(image_data.FACTS, restricted_apis=True)
+    argv = security.restriction(Settings.from_env({"TRITON_ADMIN_KEY": key}, facts), facts).argv()
+    assert argv and all(word.startswith("--") and word.endswith(f":admin-key={key}") for word in argv)
+
+
+def test_no_value_word_of_any_launch_reads_as_an_option():
+    """Every argument the launch gives is an option (`--name` or `--name=value`), or a value word that cannot be
+    read as one."""
+    for env in (OPENAI, {"TP_SIZE": "2"}, {}):
+        settings = Settings.from_env(env, OPENAI_FACTS)
+        argv = launch.server_argv(settings, OPENAI_FACTS, Path("/repo"), settings.world_size, tokenizer="/tok", uid=1)
+        words = [i for i, word in enumerate(argv) if word == server_args.OPENAI_RESTRICTION_FLAG]
+        value_words = {i + n for i in words for n in (1, 2, 3)}
+        assert words or env != OPENAI
+        for i, word in enumerate(argv):
+            if i in value_words:
+                assert not word.startswith("-"), shlex.join(argv)
+            elif word.startswith("-"):
+                assert word.startswith("--") or word in ("-n", "-x"), shlex.join(argv)
+
+
+def test_value_words_refuses_what_reads_as_an_option():
+    assert server_args.value_words("inference", "admin-key", "k" * 20) == ["inference", "admin-key", "k" * 20]
+    for bad in ("-k", "--x", ""):
+        with pytest.raises(UsageError, match="starts with '-'") as error:
+            server_args.value_words("inference", bad)
+        assert bad not in error.value.message or not bad
+
+
+# --- fixed names under a shared TMPDIR ----------------------------------------------------------------------------
+# Another UID cannot be played here without root, so its planted names are links and directories made beforehand
+# under the names an earlier version used, and names of this UID's state that are not private.
+
+
+@pytest.fixture
+def tmpdir_env(tmp_path, monkeypatch):
+    shared = tmp_path / "shared-tmp"
+    shared.mkdir(mode=0o1777)
+    monkeypatch.setenv("TMPDIR", str(shared))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    paths.state_dir.cache_clear()
+    yield shared
+    paths.state_dir.cache_clear()
+    tempfile.tempdir = None
+
+
+def test_state_lives_in_a_new_private_directory_never_at_a_fixed_name(tmpdir_env, tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    # what an earlier version used, planted as links into a directory the other UID reads
+    for name in ("trtllm-mpi-ssh", "trtllm-entrypoint", f"trtllm-entrypoint-{os.geteuid()}"):
+        (tmpdir_env / name).symlink_to(victim)
+    state = paths.state_dir()
+    assert state.parent == tmpdir_env and not state.is_symlink()
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700 and state.stat().st_uid == os.geteuid()
+    main.record_health_url("http://127.0.0.1:8000/v2/health/ready")
+    files = main.ssh_files()
+    assert files.directory.parent == state
+    assert list(victim.iterdir()) == []
+    assert main.recorded_health_url() == "http://127.0.0.1:8000/v2/health/ready"
+
+
+def test_ssh_keys_are_copied_into_the_private_state_directory(tmpdir_env, tmp_path):
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nk\n-----END OPENSSH PRIVATE KEY-----\n")
+    (secret / "id_ed25519.pub").write_text("ssh-ed25519 AAAA group\n")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmpdir_env / "trtllm-mpi-ssh").symlink_to(victim)
+    installed = group.install_ssh_files(secret, main.ssh_files().directory)
+    assert installed.key.read_text().startswith("-----BEGIN") and list(victim.iterdir()) == []
+    assert paths.is_private(installed.directory.parent, directory=True)
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        "link_to_other_file",  # a link named health.json in a directory of ours
+        "open_directory",  # a state directory that group or others may write
+        "foreign_url",  # a URL that is not the loopback server's
+    ],
+)
+def test_health_reads_only_its_own_private_record(tmpdir_env, tmp_path, plant):
+    directory = tmpdir_env / f"{paths.state_prefix()}planted"
+    directory.mkdir(mode=0o700)
+    record = json.dumps({"url": "http://127.0.0.1:1/ready"})
+    if plant == "link_to_other_file":
+        other = tmp_path / "other.json"
+        other.write_text(record)
+        (directory / main.HEALTH_FILE).symlink_to(other)
+    elif plant == "open_directory":
+        (directory / main.HEALTH_FILE).write_text(record)
+        directory.chmod(0o777)
+    else:
+        (directory / main.HEALTH_FILE).write_text(json.dumps({"url": "http://evil.example:80/ok"}))
+    assert main.recorded_health_url() is None
+
+
+def test_serve_never_writes_through_a_planted_health_file(tmpdir_env, tmp_path):
+    target = tmp_path / "victims-file"
+    target.write_text("precious")
+    (tmpdir_env / "trtllm-entrypoint").mkdir()
+    (tmpdir_env / "trtllm-entrypoint" / "health.json").symlink_to(target)
+    main.record_health_url("http://127.0.0.1:8000/v2/health/ready")
+    assert target.read_text() == "precious"
+
+
+def test_health_against_a_planted_ready_server_reports_unhealthy_with_no_server(tmpdir_env, tmp_path):
+    """A planted record pointing at a server another UID runs must not make `health` pass."""
+    import http.server
+    import threading
+
+    class Ready(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's naming)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Ready)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        planted = tmpdir_env / "trtllm-entrypoint"
+        planted.mkdir()
+        (planted / "health.json").write_text(json.dumps({"url": f"http://127.0.0.1:{server.server_address[1]}/"}))
+        planted.chmod(0o777)
+        assert main.health({"HTTP_PORT": "1"}) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_fallback_cache_is_per_uid_and_refused_when_not_this_uids(tmpdir_env, monkeypatch, tmp_path):
+    monkeypatch.setattr(settings_mod, "_writable", lambda path: False)  # a read-only root file system
+    settings = Settings.from_env({}, image_data.FACTS)
+    assert settings.cache_dir == tmpdir_env / f"trtllm-cache-{os.geteuid()}"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    settings.cache_dir.symlink_to(elsewhere)
+    with pytest.raises(UsageError, match="was not created by this UID"):
+        Settings.from_env({}, image_data.FACTS)
+    if os.geteuid() == 0:  # root can play the other UID
+        settings.cache_dir.unlink()
+        settings.cache_dir.mkdir()
+        os.chown(settings.cache_dir, 4242, 4242)
+        with pytest.raises(UsageError, match="was not created by this UID"):
+            Settings.from_env({}, image_data.FACTS)

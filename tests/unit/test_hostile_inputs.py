@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests import image_data
-from trtllm_entrypoint import group, launch, main, paths, security, server_args
+from tests.fake_hub import FakeHub
+from tests.unit.test_main import Image, templates_for
+from trtllm_entrypoint import group, hub_answer, launch, main, paths, security, server_args
 from trtllm_entrypoint import settings as settings_mod
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.settings import Settings, generated_key
@@ -216,3 +218,86 @@ def test_the_fallback_cache_is_per_uid_and_refused_when_not_this_uids(tmpdir_env
         os.chown(settings.cache_dir, 4242, 4242)
         with pytest.raises(UsageError, match="was not created by this UID"):
             Settings.from_env({}, image_data.FACTS)
+
+
+# --- the hub's answers --------------------------------------------------------------------------------------------
+
+HUB_FILES = {
+    "config.json": json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}).encode(),
+    "tokenizer.json": b"{}",
+    "model.safetensors": b"weights" * 100,
+}
+INFO = {"id": "org/model", "sha": FakeHub.COMMIT, "siblings": [{"rfilename": name} for name in HUB_FILES]}
+
+
+def model_api(body: object, status: int = 200, headers: dict[str, str] | None = None):
+    def answer(path: str):
+        if not path.startswith("/api/models/org/model"):
+            return None
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return status, {"Content-Type": "application/json", **(headers or {})}, data
+
+    return answer
+
+
+def config_file(status: int, headers: dict[str, str], body: bytes = HUB_FILES["config.json"]):
+    def answer(path: str):
+        return (status, headers, body) if path.startswith("/org/model/resolve/") else None
+
+    return answer
+
+
+HOSTILE = {
+    "config.json commit climbing out": config_file(
+        200, {"X-Repo-Commit": "../../../../outside/planted", "ETag": '"abc"'}
+    ),
+    "config.json bare 302": config_file(302, {}, b""),
+    "config.json without headers": config_file(200, {}),
+    "sha climbing out of the cache": model_api({**INFO, "sha": "../../../../outside/planted"}),
+    "sha forging a log line": model_api({**INFO, "sha": FakeHub.COMMIT + "\n[trtllm-entrypoint] info: ready"}),
+    "sha in upper case": model_api({**INFO, "sha": FakeHub.COMMIT.upper()}),
+    "numeric sha": model_api({**INFO, "sha": 1234}),
+    "sha as an object": model_api({**INFO, "sha": {"a": 1}}),
+    "non-string rfilename": model_api({**INFO, "siblings": [{"rfilename": 7}, {"rfilename": "config.json"}]}),
+    "rfilename climbing out": model_api({**INFO, "siblings": [*INFO["siblings"], {"rfilename": "../../x.py"}]}),
+    "rfilename with a newline": model_api({**INFO, "siblings": [*INFO["siblings"], {"rfilename": "a\nb.json"}]}),
+    "siblings as an object": model_api({**INFO, "siblings": {"rfilename": "config.json"}}),
+    "sibling as a string": model_api({**INFO, "siblings": ["config.json"]}),
+    "negative size": model_api({**INFO, "siblings": [{"rfilename": "model.safetensors", "size": -1}]}),
+    "a list where an object belongs": model_api([INFO]),
+    "a bare string": model_api("hello"),
+    "a bare 302 without Location": model_api(b"", status=302),
+    "a 302 to nowhere": model_api(b"", status=302, headers={"Location": "::::"}),
+    "HTML instead of JSON": model_api(b"<html>login</html>"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_a_hostile_hub_answer_is_one_error_line_and_nothing_outside_the_cache(tmp_path, case):
+    pytest.importorskip("huggingface_hub")
+    hub = FakeHub("org/model", HUB_FILES, override=HOSTILE[case])
+    try:
+        image = Image(tmp_path, "25.01", templates_for("v0.17.0"))
+        result = image.run("prepare", MODEL_ID="org/model", HF_ENDPOINT=hub.url, HF_HUB_DISABLE_TELEMETRY="1")
+    finally:
+        hub.close()
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    assert "ready" not in result.stderr.replace(errors[0], "")
+    outside = [p for p in tmp_path.rglob("*") if "planted" in p.name or p.name == "x.py"]
+    assert outside == []
+    assert not list((tmp_path / "outside").glob("*")) if (tmp_path / "outside").exists() else True
+    forged = [line for line in result.stderr.splitlines() if line.startswith("[trtllm-entrypoint] info: ready")]
+    assert forged == []
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer.model", "sub/dir/file.bin", "a b.json"])
+def test_plain_file_names_from_the_hub_are_taken(name):
+    assert hub_answer.file_name(name)
+
+
+@pytest.mark.parametrize("name", ["", "/etc/passwd", "../x", "a/../b", "a//b", "a\\b", "x\n", ".", 5, None])
+def test_file_names_that_leave_the_snapshot_are_refused(name):
+    assert not hub_answer.file_name(name)

@@ -37,6 +37,23 @@ def untrusted(path: Path) -> str | None:
     return None
 
 
+def renamable(directory: Path) -> str | None:
+    """Why another UID could rename or replace the entries of `directory` (an entry served from it could be moved
+    away after the check), or None: it is a link, belongs to another UID (a directory's owner may rename in it even
+    when it is sticky), or its group or others may write it without the sticky bit."""
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return None  # made by us when needed (shared_dir makes it sticky)
+    if stat.S_ISLNK(st.st_mode):
+        return f"{directory} is a symbolic link"
+    if not _trusted_owner(st):
+        return f"{directory} belongs to UID {st.st_uid}, which may move what is in it"
+    if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
+        return f"{directory} is writable by its group or others and not sticky"
+    return None
+
+
 def restrict_writes(root: Path) -> None:
     """Drop group and other write permission on everything under `root` (read and search stay for all)."""
     for directory, dirs, files in os.walk(root):

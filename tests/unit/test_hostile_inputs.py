@@ -4,6 +4,7 @@ shared TMPDIR, hub answers, group settings."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shlex
@@ -17,7 +18,7 @@ import pytest
 from tests import image_data
 from tests.fake_hub import FakeHub
 from tests.unit.test_main import Image, templates_for
-from trtllm_entrypoint import group, hub_answer, launch, main, paths, security, server_args
+from trtllm_entrypoint import group, hub_answer, launch, main, paths, security, server_args, trust
 from trtllm_entrypoint import settings as settings_mod
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.settings import Settings, generated_key
@@ -301,3 +302,74 @@ def test_plain_file_names_from_the_hub_are_taken(name):
 @pytest.mark.parametrize("name", ["", "/etc/passwd", "../x", "a/../b", "a//b", "a\\b", "x\n", ".", 5, None])
 def test_file_names_that_leave_the_snapshot_are_refused(name):
     assert not hub_answer.file_name(name)
+
+
+# --- a shared cache another UID controls --------------------------------------------------------------------------
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="playing another UID needs root (chown)")
+
+
+def repository_plan():
+    from tests.upstream_files import upstream_path
+    from trtllm_entrypoint import fill as filling
+
+    root = upstream_path("tensorrt_llm/triton_backend/all_models")
+    settings = Settings.from_env({"CACHE_DIR": "/var/cache/trtllm"}, image_data.FACTS)
+    values = filling.fill_values(settings, image_data.FACTS, Path("/e"), Path("/t"))
+    return filling.plan_fill(root, values, settings=settings), root
+
+
+@needs_root
+@pytest.mark.parametrize("mode", [0o1777, 0o755, 0o777])
+def test_a_repositories_directory_of_another_uid_never_holds_the_served_repository(tmp_path, tmpdir_env, mode):
+    from trtllm_entrypoint import repository
+    from trtllm_entrypoint.log import Log
+
+    plan, templates = repository_plan()
+    cache = tmp_path / "cache"
+    shared = cache / "repositories"
+    shared.mkdir(parents=True)
+    os.chown(shared, 4242, 4242)
+    shared.chmod(mode)
+    served, _ = repository.write_cached(plan, shared, templates, Log(stream=io.StringIO()), timeout_s=5)
+    assert shared not in served.parents
+    assert served.parent == cache / f"repositories.uid{os.geteuid()}"
+    for directory in (served, *served.parents):
+        if directory == cache:
+            break
+        assert trust.renamable(directory.parent) is None
+    again, written = repository.write_cached(plan, shared, templates, Log(stream=io.StringIO()), timeout_s=5)
+    assert (again, written) == (served, False)
+    # the cache itself another UID's: only this process's private state directory is safe
+    os.chown(cache, 4242, 4242)
+    served, _ = repository.write_cached(plan, shared, templates, Log(stream=io.StringIO()), timeout_s=5)
+    assert paths.state_dir() in served.parents
+
+
+@needs_root
+def test_a_planted_private_root_is_not_used(tmp_path, tmpdir_env):
+    from trtllm_entrypoint import repository
+
+    cache = tmp_path / "cache"
+    (cache / "repositories").mkdir(parents=True)
+    os.chown(cache / "repositories", 4242, 4242)
+    planted = cache / f"repositories.uid{os.geteuid()}"
+    planted.mkdir()
+    os.chown(planted, 4242, 4242)
+    assert paths.state_dir() in repository.private_root(cache / "repositories").parents
+
+
+def test_renamable_names_what_lets_another_uid_move_entries(tmp_path):
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o755)
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    link = tmp_path / "link"
+    link.symlink_to(closed)
+    assert trust.renamable(closed) is None and trust.renamable(sticky) is None
+    assert "not sticky" in trust.renamable(open_dir)
+    assert "symbolic link" in trust.renamable(link)

@@ -155,6 +155,8 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
     settings = Settings.from_env(env, facts, command_line)
     pod_group = group_from_env(env)
     log = open_log(settings)
+    if pod_group is not None and command in ("serve", "prepare"):
+        group.require_frontend(settings.frontend, pod_group)  # before any download, as the checks below
     if pod_group is not None and command == "serve":
         # Refused before any download or build: the group's pods cannot hold TP x PP ranks.
         group.ranks_per_pod(settings.world_size, pod_group, gpu.detect_gpus(settings.gpu_visibility).count)

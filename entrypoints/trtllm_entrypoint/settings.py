@@ -7,6 +7,7 @@ and an empty value counts as unset. Tokens never appear in messages or in `descr
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import math
 import os
 import re
@@ -652,6 +653,16 @@ def _check_relations(s: Settings) -> None:
 
 
 LWS_VARIABLES = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")
+# One DNS label (RFC 1123): it reaches `mpirun --host` and ssh, where '-' first reads as an option and ',' adds hosts.
+DNS_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def is_host_address(address: str) -> bool:
+    """A DNS name or an IP address, and nothing else."""
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(address)
+        return True
+    return 0 < len(address) <= 253 and all(DNS_LABEL.fullmatch(label) for label in address.split("."))
 
 
 def group_from_env(env: Mapping[str, str]) -> Group | None:
@@ -679,8 +690,12 @@ def group_from_env(env: Mapping[str, str]) -> Group | None:
             f"LWS_WORKER_INDEX={index} is not below LWS_GROUP_SIZE={size}", "LeaderWorkerSet sets both consistently"
         )
     address = given["LWS_LEADER_ADDRESS"]
-    if any(not label or len(label) > 63 for label in address.split(".")) or " " in address:
-        raise UsageError(f"LWS_LEADER_ADDRESS={address!r} is not a DNS name", "LeaderWorkerSet sets it")
+    if not is_host_address(address):
+        raise UsageError(
+            f"LWS_LEADER_ADDRESS={address!r} is not allowed: expected a DNS name (labels of letters, digits and '-', "
+            "not starting or ending with '-', at most 253 characters) or an IP address",
+            "LeaderWorkerSet sets it; do not override it",
+        )
     timeout = numbers["WORKER_TIMEOUT_SECS"]
     low, high = cast(int, timeout_variable.low), cast(int, timeout_variable.high)
     if not low <= timeout <= high:

@@ -42,7 +42,7 @@ def test_leader_and_workers_are_named_as_lws_names_its_pods():
         ({"LWS_GROUP_SIZE": "2"}, "LWS_LEADER_ADDRESS, LWS_WORKER_INDEX not set, but LWS_GROUP_SIZE is"),
         ({**LWS, "LWS_WORKER_INDEX": "two"}, "LWS_WORKER_INDEX='two' is not a whole number"),
         ({**LWS, "LWS_WORKER_INDEX": "2"}, "LWS_WORKER_INDEX=2 is not below LWS_GROUP_SIZE=2"),
-        ({**LWS, "LWS_LEADER_ADDRESS": "llm-0..default"}, "is not a DNS name"),
+        ({**LWS, "LWS_LEADER_ADDRESS": "llm-0..default"}, "expected a DNS name"),
         ({**LWS, "WORKER_TIMEOUT_SECS": "0"}, "WORKER_TIMEOUT_SECS=0 is out of range"),
     ],
 )

@@ -373,3 +373,62 @@ def test_renamable_names_what_lets_another_uid_move_entries(tmp_path):
     assert trust.renamable(closed) is None and trust.renamable(sticky) is None
     assert "not sticky" in trust.renamable(open_dir)
     assert "symbolic link" in trust.renamable(link)
+
+
+# --- group settings -----------------------------------------------------------------------------------------------
+
+LWS = {"LWS_LEADER_ADDRESS": "llm-0.llm.default", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0"}
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "-oProxyCommand=sh",
+        "llm-0.llm.default,evil.example",
+        "llm-0\nevil",
+        "llm-0.llm default",
+        "-llm.default",
+        "llm-.default",
+        "llm_0.default",
+        "llm-0.llm.default:22",
+        "a" * 64 + ".default",
+        ".".join(["a" * 60] * 5),
+        "llm-0.llm.default.",
+        "user@llm-0",
+        "llm-0;reboot",
+    ],
+)
+def test_a_leader_address_that_is_not_a_host_never_reaches_mpirun(address):
+    with pytest.raises(UsageError, match="LWS_LEADER_ADDRESS=.* is not allowed: expected a DNS name"):
+        settings_mod.group_from_env({**LWS, "LWS_LEADER_ADDRESS": address})
+
+
+@pytest.mark.parametrize("address", ["llm-0.llm.default", "10.0.0.7", "fd00::7", "LLM-0.Team-A.svc"])
+def test_dns_names_and_ip_addresses_are_leader_addresses(address):
+    assert settings_mod.group_from_env({**LWS, "LWS_LEADER_ADDRESS": address}).leader_address == address
+
+
+def test_the_openai_frontend_in_a_multi_pod_group_is_refused_before_any_download(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    hub = FakeHub("org/model", HUB_FILES)
+    try:
+        image = Image(tmp_path, "25.09", None)
+        for command in ("serve", "prepare"):
+            result = image.run(
+                command,
+                MODEL_ID="org/model",
+                HF_ENDPOINT=hub.url,
+                FRONTEND="openai",
+                WORKFLOW="engine",
+                TP_SIZE="2",
+                NVIDIA_VISIBLE_DEVICES="0",
+                **LWS,
+            )
+            assert result.returncode == 2, result.stderr
+            errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+            assert len(errors) == 1 and "FRONTEND=openai cannot serve a multi-pod group" in errors[0]
+            assert "FRONTEND=triton" in result.stderr
+    finally:
+        hub.close()
+    assert hub.requests == []
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*.json"))

@@ -10,7 +10,6 @@ import contextlib
 import fnmatch
 import glob
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from trtllm_entrypoint import contract, fill, hub_answer, model_digest, model_files
+from trtllm_entrypoint.contract import HUB_ID_RULE, is_hub_id
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.paths import under_model_dir
@@ -25,14 +25,6 @@ from trtllm_entrypoint.paths import under_model_dir
 if TYPE_CHECKING:
     from trtllm_entrypoint.settings import Settings
 
-# Hub ids are "org/name" by the hub's rules: letters, digits, '-', '_', '.', each part starting and ending with a
-# letter, digit or '_', the name at most 96 characters, no '--' or '..' anywhere, no '.git' at the end.
-_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
-HUB_ID = re.compile(rf"(?:[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?)/{_HUB_PART}")
-HUB_ID_RULE = (
-    "a Hugging Face id (org/name: letters, digits, '-', '_' and '.', each part starting and ending with a "
-    "letter, digit or '_', the name at most 96 characters, no '--' or '..')"
-)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 LOOKED_FOR = (
     "a prebuilt engine (config.json with build_config, and rank*.engine files)",
@@ -120,10 +112,6 @@ def resolve_model(settings: Settings, exists: Callable[[str], bool] = os.path.ex
     raise UsageError(
         f"MODEL_ID={model_id!r} is not allowed: expected {HUB_ID_RULE}, or the path of an existing directory"
     )
-
-
-def is_hub_id(text: str) -> bool:
-    return bool(HUB_ID.fullmatch(text)) and ".." not in text and "--" not in text and not text.endswith(".git")
 
 
 def resolve(settings: Settings, exists: Callable[[str], bool] = os.path.exists) -> ModelSource:

@@ -18,9 +18,17 @@ from trtllm_entrypoint.settings import Settings
 HEADER = "admin-key"
 GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"
 # Triton's OpenAI frontend (server r25.09 on) restricts its own routes: `--openai-restricted-api <apis> <header>
-# <value>`, its APIs being inference, model-repository (GET /v1/models; later also loading models), metrics and
-# health. Our names map onto them; the others name nothing the frontend serves. Health stays open, as with Triton.
-OPENAI_APIS = {"inference": "inference", "model-repository": "model-repository", "statistics": "metrics"}
+# <value>`. Which groups of routes a tag's frontend defines is data (capabilities.yaml, features
+# openai_api_group_<group>); each is closed by one of our API names, health by none (probes call it, as with Triton).
+# A group not named here is closed whenever any API is: a new group is never left open by default.
+OPENAI_GROUP_FEATURE = "openai_api_group_"
+OPENAI_GROUPS: dict[str, str | None] = {
+    "inference": "inference",
+    "model-repository": "model-repository",
+    "model-management": "model-repository",  # loading and unloading, should a frontend split them off
+    "metrics": "statistics",
+    "health": None,
+}
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,11 @@ def restriction(settings: Settings, facts: ImageFacts) -> Restriction:
 def openai_restriction(settings: Settings, facts: ImageFacts) -> Restriction:
     """The OpenAI frontend's routes that RESTRICTED_APIS closes, where this image's frontend takes the flag
     (capability `openai_restricted_api`), with the same admin key."""
-    apis = tuple(dict.fromkeys(OPENAI_APIS[api] for api in settings.restricted_apis if api in OPENAI_APIS))
+    defined = [f.removeprefix(OPENAI_GROUP_FEATURE) for f in facts.features if f.startswith(OPENAI_GROUP_FEATURE)]
+    order = {api: i for i, api in enumerate(settings.restricted_apis)}
+    closed = [g for g in defined if settings.restricted_apis and (g not in OPENAI_GROUPS or OPENAI_GROUPS[g] in order)]
+    # In RESTRICTED_APIS' order; groups we do not know last.
+    apis = tuple(sorted(closed, key=lambda g: order.get(OPENAI_GROUPS.get(g) or "", len(order))))
     return Restriction(
         apis=apis,
         key=settings.admin_key,

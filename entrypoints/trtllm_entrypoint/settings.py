@@ -495,9 +495,13 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
     except ValueError as exc:
         raise bad("TRITON_ARGS", raw_args, f"arguments in shell quoting ({exc})") from None
     program = "openai" if frontend == "openai" else "tritonserver"  # as Settings.server_program
-    server_args.check_extra_arguments(triton_args, program=program)
+    # The OpenAI frontend's flags differ per tag (capabilities.yaml); tritonserver's are checked by its own table.
+    taken = facts.flags.get("openai_frontend") if program == "openai" else None
+    server_args.check_extra_arguments(triton_args, program=program, taken=taken, image=facts.tag)
     if not command_line.typed_server:
-        server_args.check_extra_arguments(command_line.server_args, source="the command line", program=program)
+        server_args.check_extra_arguments(
+            command_line.server_args, source="the command line", program=program, taken=taken, image=facts.tag
+        )
     ports = {
         name: command_line.ports.get(name) or env.integer(name.upper())
         for name in ("http_port", "grpc_port", "metrics_port", "openai_port")

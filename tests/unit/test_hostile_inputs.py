@@ -432,3 +432,86 @@ def test_the_openai_frontend_in_a_multi_pod_group_is_refused_before_any_download
         hub.close()
     assert hub.requests == []
     assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*.json"))
+
+
+# --- the OpenAI frontend's flags and route groups, per tag --------------------------------------------------------
+
+
+def openai_tags() -> list[str]:
+    from trtllm_images import matrix
+
+    return [entry.tag for entry in matrix.load().entries if image_data.image_facts(entry.tag).openai_frontend]
+
+
+def test_the_flag_table_holds_every_flag_any_tags_frontend_takes():
+    table = {flag.name for flag in server_args.OPENAI_FRONTEND} - {"--help"}
+    taken = set().union(*(image_data.image_facts(tag).flags["openai_frontend"] for tag in openai_tags()))
+    assert taken == table
+
+
+def test_the_oldest_frontends_flags_are_its_own_parsers():
+    """r24.12's main.py (the upstream copy the tests run) declares exactly the flags the data gives 24.12 tags."""
+    import ast
+
+    from tests.upstream_files import upstream_path
+
+    main_py = upstream_path("triton/server-r24.12/python/openai/openai_frontend/main.py")
+    declared = {
+        node.args[0].value
+        for node in ast.walk(ast.parse(main_py.read_text()))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", "") == "add_argument"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+    assert declared == set(image_data.image_facts("25.01").flags["openai_frontend"])
+
+
+@pytest.mark.parametrize(
+    "tag,args,refused",
+    [
+        ("25.09", "--model-control-mode=explicit --load-model=ensemble", "--model-control-mode"),
+        ("26.04", "--model-control-mode=explicit --load-model=ensemble", None),
+        ("26.04", "--startup-models=ensemble", "--startup-models"),
+        ("25.01", "--chat-template=/t.jinja", "--chat-template"),
+        ("25.05", "--chat-template /t.jinja --tool-call-parser=llama3", None),
+        ("26.05", "--http-max-input-size=1024", "--http-max-input-size"),
+        ("26.07", "--max-tool-call-parse-bytes=10 --http-max-input-size=1024", None),
+    ],
+)
+def test_triton_args_for_the_openai_frontend_hold_only_its_own_tags_flags(tag, args, refused):
+    facts = image_data.image_facts(tag)
+    env = {**OPENAI, "TRITON_ARGS": args, "WORKFLOW": "engine" if "engine" in facts.workflows else "llmapi"}
+    if refused is None:
+        assert Settings.from_env(env, facts).triton_args == tuple(shlex.split(args))
+        return
+    with pytest.raises(UsageError, match=f"may not contain {refused}: the openai frontend of image {tag}"):
+        Settings.from_env(env, facts)
+
+
+def test_every_route_group_a_tags_frontend_defines_is_closed_but_health():
+    for tag in openai_tags():
+        facts = image_data.image_facts(tag)
+        env = {**OPENAI, "WORKFLOW": "engine" if "engine" in facts.workflows else "llmapi"}
+        restriction = security.openai_restriction(Settings.from_env(env, facts), facts)
+        if "openai_restricted_api" not in facts.features:
+            assert not restriction.supported, tag
+            continue
+        defined = {f.removeprefix("openai_api_group_") for f in facts.features if f.startswith("openai_api_group_")}
+        assert defined >= {"inference", "model-repository", "metrics", "health"}, tag
+        # load and unload (POST /v1/models/…) are in model-repository, which the default closes
+        assert set(restriction.apis) == {"model-repository", "metrics"}, tag
+        everything = Settings.from_env(
+            {**env, "TRITON_ADMIN_KEY": "k" * 20, "RESTRICTED_APIS": "inference,model-repository,statistics"}, facts
+        )
+        assert set(security.openai_restriction(everything, facts).apis) == defined - {"health"}, tag
+
+
+def test_a_route_group_a_later_frontend_adds_is_closed_from_the_data_alone():
+    facts = image_data.image_facts("26.07")
+    later = replace(facts, features=(*facts.features, "openai_api_group_model-management", "openai_api_group_admin"))
+    env = {**OPENAI, "WORKFLOW": "engine" if "engine" in facts.workflows else "llmapi"}
+    apis = security.openai_restriction(Settings.from_env(env, later), later).apis
+    assert {"model-repository", "model-management", "admin"} <= set(apis) and "health" not in apis
+    opened = Settings.from_env({**env, "RESTRICTED_APIS": "none"}, later)
+    assert security.openai_restriction(opened, later).argv() == []

@@ -49,6 +49,7 @@ from trtllm_entrypoint.settings import (
     CommandLine,
     Settings,
     all_apis_open,
+    check_typed_keys,
     group_from_env,
     side_door_variables,
     token_values,
@@ -498,6 +499,8 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
         launch.exec_argv(args, env)
     args = args + server_args.completed_restriction(server_args.parse(args[1:]))
     given = launch.parse_passthrough(args)
+    check_typed_keys(given.restriction_keys)
+    retarget_stderr(Log(early_log(env).fmt, secrets=(*token_values(env), *given.restriction_keys)))
     store = given.repository
     kind = sources.classify_dir(store) if store is not None else "repository"
     opened = all_apis_open(env)

@@ -16,7 +16,7 @@ import shlex
 import stat
 import tempfile
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
@@ -554,6 +554,18 @@ def _checked_key(key: str, variable: str) -> str:
             "generate one with: openssl rand -hex 32",
         )
     return key
+
+
+def check_typed_keys(keys: Sequence[str]) -> None:
+    """Admin keys typed in a `tritonserver` command follow TRITON_ADMIN_KEY's character rule: a '"' or '\\' would
+    reach the logs escaped by JSON, past the mask (the value is never shown)."""
+    for key in keys:
+        if not set(key) <= KEY_CHARACTERS:
+            raise UsageError(
+                "an admin key in the typed command's --http-restricted-api/--grpc-restricted-protocol is not allowed "
+                "(the value is not shown): expected visible ASCII characters without spaces, '\"' or '\\'",
+                "generate one with: openssl rand -hex 32",
+            )
 
 
 def _writable(path: Path) -> bool:

@@ -171,3 +171,20 @@ def test_the_log_module_escapes_what_it_masks():
         log_module.mask_urls(f"see {URLS[0]}/x and {URLS[1]}")
         == "see http://***@mirror.example/x and https://***@mirror.example:8443/hub"
     )
+
+
+@pytest.mark.parametrize("key", ['quote"0123456789abcdef', "back\\slash0123456789abc", "tab\there0123456789"])
+def test_a_typed_admin_key_follows_the_admin_key_rule(tmp_path, key):
+    image = Image(tmp_path, "25.01", templates_for("v0.17.0"))
+    engine_dir = image.prebuilt()
+    result = image.run(
+        "tritonserver",
+        f"--model-repo={engine_dir}",
+        f"--http-restricted-api=logging:admin-key={key}",
+        MODEL_ID="",
+        LOG_LEVEL="debug",
+        LOG_FORMAT="json",
+    )
+    assert result.returncode == 2, result.stderr
+    assert key not in result.stderr and json.dumps(key)[1:-1] not in result.stderr
+    assert "typed command" in json.loads(result.stderr.splitlines()[-1])["msg"]

@@ -4,7 +4,6 @@ with its content, and never written over a directory that is not ours.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import json
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING
 from trtllm_entrypoint import contract, publish, served_code, trust
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.fill import FillPlan
-from trtllm_entrypoint.paths import open_lock, state_dir, under_model_dir, within
+from trtllm_entrypoint.paths import open_lock, under_model_dir, within
 from trtllm_entrypoint.repository_check import validate_repository
 
 if TYPE_CHECKING:
@@ -163,7 +162,7 @@ def write_cached(plan: FillPlan, root: Path, template_root: Path, log: Log, *, t
     if reason is not None:  # another UID's copy could change after the check: this UID writes its own
         log.info("writing this UID's own model repository: another UID could change the shared one", because=reason)
         # Beside the shared one, unless another UID may move entries there too: then where it may not.
-        dest = private_root(dest.parent) / digest if held else dest.with_name(f"{digest}.uid{os.geteuid()}")
+        dest = trust.private_root(dest.parent) / digest if held else dest.with_name(f"{digest}.uid{os.geteuid()}")
     if _problem(dest, plan, template_root, digest, None) is None:
         log.info("model repository up to date", repository=dest)
         return dest, False
@@ -178,20 +177,6 @@ def write_cached(plan: FillPlan, root: Path, template_root: Path, log: Log, *, t
             publish.discard(dest, log, problem)
         publish.publish(dest, _fill(plan, template_root, log), {"digest": digest}, STAMP, log)
     return dest, True
-
-
-def private_root(root: Path) -> Path:
-    """A directory for this UID's repositories that no other UID may rename entries in: `<root>.uid<UID>` beside
-    `root` when its parent allows that, else one in this process's private state directory (paths.state_dir)."""
-    mine = root.with_name(f"{root.name}.uid{os.geteuid()}")
-    if trust.renamable(mine.parent) is None:
-        with contextlib.suppress(FileExistsError):
-            mine.mkdir(mode=0o755)
-        if trust.renamable(mine) is None and mine.is_dir():
-            return mine
-    fallback = state_dir() / root.name
-    fallback.mkdir(exist_ok=True)
-    return fallback
 
 
 def write_named(plan: FillPlan, dest: Path, template_root: Path, log: Log, *, timeout_s: float) -> int:

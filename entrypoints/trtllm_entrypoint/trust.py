@@ -11,9 +11,12 @@ sticky like /tmp); `open_ancestors` names the ones that do, for a warning.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
+
+from trtllm_entrypoint.paths import state_dir
 
 OTHERS_WRITE = 0o022  # group and others
 
@@ -52,6 +55,21 @@ def renamable(directory: Path) -> str | None:
     if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
         return f"{directory} is writable by its group or others and not sticky"
     return None
+
+
+def private_root(root: Path) -> Path:
+    """A directory for this UID's own copies (repositories, engines) in which no other UID may rename entries:
+    `<root>.uid<UID>` beside `root` when its parent allows that, else one in this process's private state directory
+    (paths.state_dir)."""
+    mine = root.with_name(f"{root.name}.uid{os.geteuid()}")
+    if renamable(mine.parent) is None:
+        with contextlib.suppress(FileExistsError):
+            mine.mkdir(mode=0o755)
+        if renamable(mine) is None and mine.is_dir():
+            return mine
+    fallback = state_dir() / root.name
+    fallback.mkdir(exist_ok=True)
+    return fallback
 
 
 def restrict_writes(root: Path) -> None:

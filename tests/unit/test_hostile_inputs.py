@@ -348,15 +348,13 @@ def test_a_repositories_directory_of_another_uid_never_holds_the_served_reposito
 
 @needs_root
 def test_a_planted_private_root_is_not_used(tmp_path, tmpdir_env):
-    from trtllm_entrypoint import repository
-
     cache = tmp_path / "cache"
     (cache / "repositories").mkdir(parents=True)
     os.chown(cache / "repositories", 4242, 4242)
     planted = cache / f"repositories.uid{os.geteuid()}"
     planted.mkdir()
     os.chown(planted, 4242, 4242)
-    assert paths.state_dir() in repository.private_root(cache / "repositories").parents
+    assert paths.state_dir() in trust.private_root(cache / "repositories").parents
 
 
 def test_renamable_names_what_lets_another_uid_move_entries(tmp_path):
@@ -515,3 +513,24 @@ def test_a_route_group_a_later_frontend_adds_is_closed_from_the_data_alone():
     assert {"model-repository", "model-management", "admin"} <= set(apis) and "health" not in apis
     opened = Settings.from_env({**env, "RESTRICTED_APIS": "none"}, later)
     assert security.openai_restriction(opened, later).argv() == []
+
+
+@needs_root
+def test_an_engines_directory_of_another_uid_never_holds_the_served_engine(tmp_path, tmpdir_env):
+    from trtllm_entrypoint.engine_cache import EngineCache
+    from trtllm_entrypoint.log import Log
+
+    def build(out: Path, _log: Path) -> None:
+        (out / "config.json").write_text(json.dumps({"pretrained_config": {"mapping": {"world_size": 1}}}))
+        (out / "rank0.engine").write_bytes(b"engine")
+
+    cache = tmp_path / "cache"
+    engines = cache / "engines"
+    engines.mkdir(parents=True)
+    os.chown(engines, 4242, 4242)
+    engines.chmod(0o1777)
+    served, built = EngineCache(engines).ensure("k" * 20, {}, build, timeout_s=5, log=Log(stream=io.StringIO()))
+    assert built and engines not in served.parents
+    assert served.parent == cache / f"engines.uid{os.geteuid()}" and (served / "rank0.engine").read_bytes() == b"engine"
+    again, built = EngineCache(engines).ensure("k" * 20, {}, build, timeout_s=5, log=Log(stream=io.StringIO()))
+    assert (again, built) == (served, False)

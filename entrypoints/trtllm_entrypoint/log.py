@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
 from typing import IO
 
 from trtllm_entrypoint.errors import UsageError
@@ -105,10 +106,12 @@ class Log:
         if hint:
             self.write_line(f"hint: {escape(self.redact(hint))}")
 
-    def library_line(self, line: str) -> None:
-        """A line some library wrote to stderr: masked, and in JSON mode one object of its own."""
+    def library_line(self, line: str, level: str | None = None) -> None:
+        """A line some library wrote to stderr: masked, and in JSON mode one object of its own (at the level of the
+        logging record it came from, if any)."""
         if self.fmt == "json":
-            self.event("warning" if "warning" in line.lower() else "info", line.rstrip("\r"), source="stderr")
+            guessed = "warning" if "warning" in line.lower() else "info"
+            self.event(level or guessed, line.rstrip("\r"), source="stderr")
         else:
             self.write_line(self.redact(line))
 
@@ -180,11 +183,12 @@ class StderrLines(io.TextIOBase):
         return True
 
     def write(self, text: str) -> int:
+        level = _record_level(sys._getframe(1))
         with self._lock:
             self._pending += text
             *lines, self._pending = self._pending.split("\n")
             for line in lines:
-                self.log.library_line(line)
+                self.log.library_line(line, level)
         return len(text)
 
     def flush(self) -> None:
@@ -199,6 +203,21 @@ class StderrLines(io.TextIOBase):
 
     def isatty(self) -> bool:
         return False
+
+
+_LEVELS = {"DEBUG": "debug", "WARNING": "warning", "ERROR": "error", "CRITICAL": "error"}
+
+
+def _record_level(frame: FrameType | None) -> str | None:
+    """The level of the logging record a handler is writing, when the write comes from one (its `emit`)."""
+    for _ in range(4):
+        if frame is None:
+            return None
+        record = frame.f_locals.get("record") if frame.f_code.co_name == "emit" else None
+        if isinstance(record, logging.LogRecord):
+            return _LEVELS.get(record.levelname, "info")
+        frame = frame.f_back
+    return None
 
 
 def raw_stderr() -> IO[str]:

@@ -15,7 +15,9 @@ import os
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.report import Metric, Target
@@ -73,12 +75,20 @@ def scrape(metrics_url: str) -> dict[str, float]:
         return scaling.counters(response.read().decode(), scaling.ENGINE_STAGES)
 
 
-def measure(http_url: str, metrics_url: str, concurrency: int, seconds: float, warmup_s: float = 1.0) -> Step:
-    """`concurrency` clients, each sending the next request when its last one is answered, for `seconds` after a
-    warm-up; the ratio from the scrapes that bracket the measured window."""
+@dataclass
+class Load:
+    """What a closed loop of clients saw: (when answered, latency) per request, and the first errors."""
+
+    latencies: list[tuple[float, float]] = field(default_factory=list)
+    errors: list[OSError] = field(default_factory=list)
+
+
+@contextmanager
+def closed_loop(http_url: str, concurrency: int) -> Iterator[Load]:
+    """`concurrency` clients on the engine model, each sending the next request when its last one is answered, for
+    as long as the block runs; requests that failed raise when it ends."""
     body, url = _request_body(), f"{http_url}/v2/models/{ENGINE}/infer"
-    stop, latencies, errors = threading.Event(), [], []
-    lock = threading.Lock()
+    stop, load, lock = threading.Event(), Load(), threading.Lock()
 
     def client() -> None:
         while not stop.is_set():
@@ -87,24 +97,33 @@ def measure(http_url: str, metrics_url: str, concurrency: int, seconds: float, w
                 with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=120) as response:
                     response.read()
             except OSError as exc:
-                errors.append(exc)
+                load.errors.append(exc)
                 return
             with lock:
-                latencies.append((time.monotonic(), time.monotonic() - started))
+                load.latencies.append((time.monotonic(), time.monotonic() - started))
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
     for thread in threads:
         thread.start()
-    time.sleep(warmup_s)
-    before, start = scrape(metrics_url), time.monotonic()
-    time.sleep(seconds)
-    after, end = scrape(metrics_url), time.monotonic()
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=120)
-    if errors:
-        raise RuntimeError(f"requests failed at concurrency {concurrency}: {errors[0]}")
-    window = [latency for done, latency in latencies if start <= done <= end]
+    try:
+        yield load
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=120)
+    if load.errors:
+        raise RuntimeError(f"requests failed at concurrency {concurrency}: {load.errors[0]}")
+
+
+def measure(http_url: str, metrics_url: str, concurrency: int, seconds: float, warmup_s: float = 1.0) -> Step:
+    """`concurrency` clients for `seconds` after a warm-up; the ratio from the scrapes that bracket the measured
+    window."""
+    with closed_loop(http_url, concurrency) as load:
+        time.sleep(warmup_s)
+        before, start = scrape(metrics_url), time.monotonic()
+        time.sleep(seconds)
+        after, end = scrape(metrics_url), time.monotonic()
+    window = [latency for done, latency in load.latencies if start <= done <= end]
     return Step(
         concurrency=concurrency,
         ratio=scaling.ratio(before, after, end - start),

@@ -626,7 +626,9 @@ _KSERVE = {f.name: f.default for f in dataclasses.fields(kserve_options.KServeOp
     type=click.Choice(kserve_options.ACCESS_MODES),
     default=_KSERVE["pvc_access_mode"],
     show_default=True,
+    help="ReadWriteMany whenever several pods mount the cache (replicas, a group's pods, the warm Job).",
 )
+@click.option("--pvc-storage-class", help="The cache PVC's StorageClass (one that provides the access mode).")
 @click.option(
     "--namespaced-runtime", is_flag=True, help="A ServingRuntime in --namespace, not a ClusterServingRuntime."
 )
@@ -661,8 +663,8 @@ _KSERVE = {f.name: f.default for f in dataclasses.fields(kserve_options.KServeOp
     "--max-replicas",
     type=int,
     default=None,
-    help="Replicas at most; equal to --min-replicas: a fixed count, no autoscaler  [default: "
-    f"{_KSERVE['max_replicas']}; with --frontend openai, which serves no Triton metrics: --min-replicas]",
+    help="Replicas at most; above --min-replicas: autoscaling with KEDA on Triton's queue/compute ratio and a "
+    "PodMonitor (needs KEDA and the Prometheus Operator)  [default: --min-replicas, a fixed count]",
 )
 @click.option(
     "--scale-target",
@@ -688,6 +690,27 @@ _KSERVE = {f.name: f.default for f in dataclasses.fields(kserve_options.KServeOp
     help="Pods (nodes) per model replica; above 1: a LeaderWorkerSet group instead of an InferenceService.",
 )
 @click.option("--ssh-secret", help="Secret with the group's MPI ssh key  [default: <name>-mpi-ssh]")
+@click.option("--node-selector", multiple=True, metavar="KEY=VALUE", help="Node label every pod needs (repeatable).")
+@click.option(
+    "--toleration",
+    "tolerations",
+    multiple=True,
+    metavar="KEY[=VALUE][:EFFECT]",
+    help="A taint every pod tolerates, e.g. nvidia.com/gpu:NoSchedule (repeatable).",
+)
+@click.option("--affinity", metavar="JSON", help="A Kubernetes Affinity object for every pod, as JSON.")
+@click.option(
+    "--image-pull-secret", "image_pull_secrets", multiple=True, metavar="NAME", help="Pull secret (repeatable)."
+)
+@click.option("--service-account", metavar="NAME", help="Service account of every pod.")
+@click.option("--priority-class", metavar="NAME", help="PriorityClass of every pod.")
+@click.option(
+    "--env", multiple=True, metavar="NAME=VALUE", help="Extra environment of every pod, e.g. MAX_BATCH_SIZE=64."
+)
+@click.option("--cpu", default=_KSERVE["cpu"], show_default=True, help="CPU request of each serving pod.")
+@click.option("--memory", default=_KSERVE["memory"], show_default=True, help="Memory request of each serving pod.")
+@click.option("--cpu-limit", help="CPU limit  [default: none, a limit throttles tokenization]")
+@click.option("--memory-limit", help="Memory limit  [default: --memory]")
 @_matrix_option
 @click.option(
     "--out",
@@ -698,11 +721,11 @@ _KSERVE = {f.name: f.default for f in dataclasses.fields(kserve_options.KServeOp
 def kserve_command(
     matrix_path, out_dir, no_hf_token, hf_token_secret, no_admin_key, admin_key_secret, storage_writable, **values
 ):
-    """KServe manifests for one tag: runtime, autoscaled InferenceService, PodMonitor, optional cache PVC and warm-up
-    Job; with --nodes above 1, a LeaderWorkerSet group per replica with its Service, NetworkPolicy and autoscaler."""
-    if values["max_replicas"] is None:
-        fixed = values["frontend"] == "openai"  # nothing to scale on: only an explicit --max-replicas is refused
-        values["max_replicas"] = values["min_replicas"] if fixed else _KSERVE["max_replicas"]
+    """KServe manifests for one tag: runtime, InferenceService, optional cache PVC and warm-up Job, and with
+    --max-replicas above --min-replicas its KEDA autoscaling and PodMonitor; with --nodes above 1, a LeaderWorkerSet
+    group per replica with its Service and NetworkPolicy instead."""
+    if values["max_replicas"] is None:  # autoscaling is opt-in: it needs KEDA and the Prometheus Operator
+        values["max_replicas"] = values["min_replicas"]
     options = kserve_options.KServeOptions(
         hf_token_secret=None if no_hf_token else hf_token_secret,
         admin_key_secret=None if no_admin_key else admin_key_secret,

@@ -35,8 +35,8 @@ CONTAINER = "server"
 
 def documents(o: KServeOptions, image: str, workflow: str) -> list[dict]:
     docs = [_leader_worker_set(o, image), _leader_service(o), _network_policy(o)]
-    docs.append(kserve.pod_monitor(o, f"{o.name}-triton", {NAME_LABEL: o.name, ROLE_LABEL: "leader"}))
-    if o.autoscaled:
+    if o.autoscaled:  # the PodMonitor feeds the autoscaler: both need the Prometheus Operator and KEDA
+        docs.append(kserve.pod_monitor(o, f"{o.name}-triton", {NAME_LABEL: o.name, ROLE_LABEL: "leader"}))
         docs.append(_scaled_object(o, workflow))
     return docs
 
@@ -64,7 +64,7 @@ def _pod(o: KServeOptions, image: str, leader: bool) -> dict:
         "image": image,
         "env": env,
         "ports": _ports(leader),
-        "resources": kserve._gpu_resources(o.gpus_per_node, cpu="4", memory="32Gi"),
+        "resources": kserve._resources(o, o.gpus_per_node),
         **_probes(leader),
         "securityContext": kserve._security_context(),
         "volumeMounts": [
@@ -77,6 +77,7 @@ def _pod(o: KServeOptions, image: str, leader: bool) -> dict:
     return {
         "terminationGracePeriodSeconds": 60,
         "securityContext": {"fsGroup": UID},
+        **kserve.pod_settings(o),
         "containers": [container],
         "volumes": [kserve._cache_volume(o), kserve._shm_volume(), {"name": SSH_VOLUME, **ssh}],
     }

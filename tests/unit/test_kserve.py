@@ -8,6 +8,8 @@ import copy
 import dataclasses
 import functools
 import itertools
+import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -28,8 +30,17 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 HUB_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
 # The published examples: 25.01 is the first NGC tag that ships /app (backend templates) and the README's tag.
-DEPLOY_OPTIONS = kserve.KServeOptions(
-    tag="25.01", registry="ghcr.io/your-org", model_id=HUB_MODEL, cache="pvc", warm_job=True
+# deploy/kserve is the quick start's (docs/kserve.md): one pod on a ReadWriteOnce cache, what any cluster offers.
+DEPLOY_OPTIONS = kserve.KServeOptions(tag="25.01", registry="ghcr.io/your-org", model_id=HUB_MODEL, cache="pvc")
+# deploy/kserve-autoscaled: docs/kserve.md's autoscaled service, its replicas and warm Job on ReadWriteMany storage.
+AUTOSCALED_OPTIONS = kserve.KServeOptions(
+    tag="25.01",
+    registry="ghcr.io/your-org",
+    model_id=HUB_MODEL,
+    cache="pvc",
+    pvc_access_mode="ReadWriteMany",
+    warm_job=True,
+    max_replicas=4,
 )
 
 # docs/kserve.md's 2-node deployment: TP 16 over two 8-GPU nodes, the engine cache on ReadWriteMany storage.
@@ -42,8 +53,13 @@ MULTINODE_OPTIONS = kserve.KServeOptions(
     cache="pvc",
     pvc_access_mode="ReadWriteMany",
     pvc_size="2Ti",
+    max_replicas=4,
 )
-DEPLOY_EXAMPLES = {"kserve": DEPLOY_OPTIONS, "multinode": MULTINODE_OPTIONS}
+DEPLOY_EXAMPLES = {
+    "kserve": DEPLOY_OPTIONS,
+    "kserve-autoscaled": AUTOSCALED_OPTIONS,
+    "multinode": MULTINODE_OPTIONS,
+}
 
 
 @pytest.fixture(scope="session")
@@ -109,7 +125,27 @@ SCALE_OUT_CRDS = {
     ("monitoring.coreos.com/v1", "PodMonitor"): "prometheus-operator/monitoring.coreos.com_podmonitors.yaml",
     ("keda.sh/v1alpha1", "ScaledObject"): "keda/keda.sh_scaledobjects.yaml",
 }
-KUBERNETES_VERSION = "1.30"  # built-in kinds are validated against this release's own OpenAPI schemas
+KUBERNETES_VERSION = "1.30"
+AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["40000"]}]}
+            ]
+        }
+    },
+    "podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 100,
+                "podAffinityTerm": {
+                    "labelSelector": {"matchLabels": {"app.kubernetes.io/part-of": "trtllm-images"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                },
+            }
+        ]
+    },
+}  # built-in kinds are validated against this release's own OpenAPI schemas
 
 
 def builtin_errors(doc) -> list[str]:
@@ -134,14 +170,12 @@ def validation_errors(doc, crd_validators) -> list[str]:
 
 @pytest.mark.parametrize("key", list(SCALE_OUT_CRDS), ids=lambda key: key[1])
 def test_scale_out_kinds_match_their_crds(key, crd_validators):
-    """Each scale-out kind we render, against its own pinned CRD. Where no source has that CRD (a copy of the
-    upstream files made before it was added, and no GitHub), this skips with the reason: .ci/run allows exactly this
-    skip. The grid tests leave such documents to this test (Kubernetes' built-in schemas do not know the kind)."""
-    if key not in crd_validators:
-        try:
-            find_upstream(SCALE_OUT_CRDS[key])
-        except UpstreamMissing as exc:
-            pytest.skip(f"{key[1]} CRD unavailable: {exc}")
+    """Each scale-out kind we render, against its own pinned CRD (LWS, KEDA, the Prometheus Operator: each in the
+    upstream layout, tests/upstream_files.py). Where no source has that CRD this skips with the reason, and fails
+    under CI=true like every test that needs upstream files. The grid tests leave such documents to this test
+    (Kubernetes' built-in schemas do not know the kind)."""
+    assert upstream_path(SCALE_OUT_CRDS[key]).is_file()  # skips, or fails under CI=true, naming what is missing
+    assert key in crd_validators
     options = [param.values[0] for param in scale_out_grid()]
     rendered = [doc for o in options for doc in documents(o) if (doc["apiVersion"], doc["kind"]) == key]
     assert rendered, f"no {key[1]} rendered by {options}"
@@ -153,6 +187,32 @@ def schema_errors(doc, crd_validators) -> list[str]:
     validator, schema = crd_validators[(doc["apiVersion"], doc["kind"])]
     errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
     return errors + [f"{field}: not in the schema (would be pruned)" for field in unknown_fields(doc, schema)]
+
+
+# Every knob a cluster sets (docs/kserve.md, "Cluster settings").
+KNOBS = {
+    "node_selector": ("nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3", "pool=llm"),
+    "tolerations": ("nvidia.com/gpu:NoSchedule", "dedicated=llm:NoExecute", "spot"),
+    "affinity": json.dumps(AFFINITY),
+    "image_pull_secrets": ("regcred", "mirror-cred"),
+    "service_account": "llm-serving",
+    "priority_class": "high-priority",
+    "env": ("MAX_BATCH_SIZE=64", "NCCL_DEBUG=INFO"),
+    "cpu": "8",
+    "memory": "64Gi",
+    "cpu_limit": "16",
+    "memory_limit": "96Gi",
+}
+KNOBS_OPTIONS = kserve.KServeOptions(
+    tag="25.01",
+    model_id=HUB_MODEL,
+    cache="pvc",
+    pvc_access_mode="ReadWriteMany",
+    pvc_storage_class="nfs-rwx",
+    warm_job=True,
+    max_replicas=3,
+    **KNOBS,
+)
 
 
 def grid():
@@ -169,6 +229,7 @@ def grid():
         options = kserve.KServeOptions(
             tag="25.01",
             cache=cache,
+            pvc_access_mode="ReadWriteMany" if warm else "ReadWriteOnce",
             namespaced_runtime=namespaced,
             warm_job=warm,
             tp_size=tp,
@@ -178,27 +239,55 @@ def grid():
         yield pytest.param(
             options, id=f"{cache}-{'ns' if namespaced else 'cluster'}-{'warm' if warm else 'nojob'}-{source}-tp{tp}"
         )
-    for tag, cache, warm, tp in (
-        ("25.01", "emptydir", False, 1),
-        ("24.12", "pvc", True, 2),
-        ("26.07", "pvc", False, 4),
+    for tag, cache, warm, tp, replicas in (
+        ("25.01", "emptydir", False, 1, 1),
+        ("24.12", "pvc", True, 2, 3),
+        ("26.07", "pvc", False, 4, 1),
     ):
         options = kserve.KServeOptions(
-            tag=tag, cache=cache, warm_job=warm, tp_size=tp, model_id=HUB_MODEL, frontend="openai", max_replicas=1
+            tag=tag,
+            cache=cache,
+            pvc_access_mode="ReadWriteMany" if warm else "ReadWriteOnce",
+            warm_job=warm,
+            tp_size=tp,
+            model_id=HUB_MODEL,
+            frontend="openai",
+            max_replicas=replicas,
         )
-        yield pytest.param(options, id=f"openai-{tag}-{cache}-{'warm' if warm else 'nojob'}-tp{tp}")
+        yield pytest.param(options, id=f"openai-{tag}-{cache}-{'warm' if warm else 'nojob'}-tp{tp}-max{replicas}")
+    # Every knob a cluster sets, on a service and its warm Job: still valid against the schemas.
+    yield pytest.param(KNOBS_OPTIONS, id="knobs-warm")
 
 
 def scale_out_grid():
-    """Fixed and autoscaled services, and multi-node groups: every document they add is validated too."""
-    yield pytest.param(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, max_replicas=1), id="fixed-replicas")
+    """Fixed and autoscaled services (both frontends), and multi-node groups: every document they add is validated
+    too."""
+    yield pytest.param(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL), id="fixed-replicas")
     yield pytest.param(
         kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, min_replicas=2, max_replicas=10, scale_target=0.5),
         id="autoscaled",
     )
+    yield pytest.param(
+        kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, frontend="openai", max_replicas=4), id="openai-autoscaled"
+    )
     for nodes, tp, pp, cache, replicas in ((2, 16, 1, "pvc", 4), (2, 8, 2, "emptydir", 1), (4, 8, 4, "pvc", 3)):
         options = kserve.KServeOptions(
-            tag="25.01", model_id=HUB_MODEL, nodes=nodes, tp_size=tp, pp_size=pp, cache=cache, max_replicas=replicas
+            tag="25.01",
+            model_id=HUB_MODEL,
+            nodes=nodes,
+            tp_size=tp,
+            pp_size=pp,
+            cache=cache,
+            pvc_access_mode="ReadWriteMany",
+            max_replicas=replicas,
+            node_selector=("nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3",),
+            tolerations=("nvidia.com/gpu:NoSchedule",),
+            affinity=json.dumps(AFFINITY),
+            image_pull_secrets=("regcred",),
+            service_account="llm-serving",
+            priority_class="high-priority",
+            env=("NCCL_DEBUG=INFO",),
+            memory_limit="64Gi",
         )
         yield pytest.param(options, id=f"nodes{nodes}-tp{tp}-pp{pp}-{cache}-max{replicas}")
 
@@ -209,7 +298,7 @@ def test_every_scale_out_document_is_valid_and_sound(options, crd_validators):
     for doc in docs:
         assert validation_errors(doc, crd_validators) == [], doc["kind"]
     kinds = {doc["kind"] for doc in docs}
-    assert "PodMonitor" in kinds
+    assert ("PodMonitor" in kinds) == options.autoscaled  # the autoscaler's data, needing the Prometheus Operator
     if options.nodes > 1:
         assert {"LeaderWorkerSet", "Service", "NetworkPolicy"} <= kinds and "InferenceService" not in kinds
         assert ("ScaledObject" in kinds) == options.autoscaled
@@ -284,12 +373,13 @@ def test_runtime_contract(entry):
 
 
 def test_openai_runtime_serves_and_probes_the_frontend_on_the_http_port(the_matrix):
-    docs = documents(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, frontend="openai", max_replicas=1))
+    docs = documents(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, frontend="openai"))
     runtime, service = by_kind(docs, "ClusterServingRuntime"), by_kind(docs, "InferenceService")
     assert runtime["metadata"]["name"] == "trtllm-25-01-openai" == service["spec"]["predictor"]["model"]["runtime"]
     (container,) = runtime["spec"]["containers"]
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert (env["FRONTEND"], env["OPENAI_PORT"]) == ("openai", "8080") and "HTTP_PORT" not in env
+    assert (env["FRONTEND"], env["OPENAI_PORT"], env["METRICS_PORT"]) == ("openai", "8080", "8002")
+    assert "HTTP_PORT" not in env
     assert (
         container["startupProbe"]["httpGet"]
         == container["readinessProbe"]["httpGet"]
@@ -299,19 +389,40 @@ def test_openai_runtime_serves_and_probes_the_frontend_on_the_http_port(the_matr
         }
     )
     assert container["livenessProbe"]["tcpSocket"] == {"port": 8080}
-    # Not KServe's v2 protocol, and no gRPC or Triton metrics port: the frontend's KServe frontends are off.
-    assert runtime["spec"]["protocolVersions"] == ["v1"] and "annotations" not in runtime["spec"]
+    # The OpenAI API is none of KServe's protocols: neither the runtime nor the service claims one (v1 would be
+    # KServe's predict protocol). No gRPC port; tritonserver's metrics port beside the API, advertised as in Triton
+    # mode, for the autoscaler.
+    assert "protocolVersions" not in runtime["spec"]
+    assert runtime["spec"]["annotations"] == {
+        "prometheus.kserve.io/port": "8002",
+        "prometheus.kserve.io/path": "/metrics",
+    }
     model = service["spec"]["predictor"]["model"]
-    assert model["protocolVersion"] == "v1" and [p["containerPort"] for p in model["ports"]] == [8080]
-    assert "PodMonitor" not in {doc["kind"] for doc in docs}  # no Triton metrics port to scrape
+    assert "protocolVersion" not in model
+    assert [(p["name"], p["containerPort"]) for p in model["ports"]] == [("http1", 8080), ("metrics", 8002)]
     with pytest.raises(UsageError, match="image 24.11 has no Triton OpenAI frontend") as refused:
-        kserve.make_plan(
-            the_matrix, kserve.KServeOptions(tag="24.11", model_id=HUB_MODEL, frontend="openai", max_replicas=1)
-        )
+        kserve.make_plan(the_matrix, kserve.KServeOptions(tag="24.11", model_id=HUB_MODEL, frontend="openai"))
     assert "--tag 24.12" in refused.value.hint
-    for more, why in (({}, "fixed replica count"), ({"max_replicas": 1, "nodes": 2, "tp_size": 2}, "one node")):
-        with pytest.raises(UsageError, match=why):
-            kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, frontend="openai", **more)
+    with pytest.raises(UsageError, match="--frontend openai runs on one node"):
+        kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, frontend="openai", nodes=2, tp_size=2)
+
+
+def test_the_openai_mode_autoscales_on_the_same_signal_as_triton_mode():
+    """tritonserver serves its metrics port beside the OpenAI front: the same query, PodMonitor and target."""
+
+    def scaling_documents(frontend):
+        docs = documents(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, frontend=frontend, max_replicas=4))
+        service = by_kind(docs, "InferenceService")
+        return (
+            service["metadata"]["annotations"],
+            service["spec"]["predictor"]["autoScaling"],
+            by_kind(docs, "PodMonitor"),
+        )
+
+    openai, triton = scaling_documents("openai"), scaling_documents("triton")
+    assert openai == triton
+    assert openai[0]["serving.kserve.io/autoscalerClass"] == "keda"
+    assert openai[2]["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
 
 
 def test_inference_service_for_storage_uri_is_read_only_and_has_no_token(entry):
@@ -348,10 +459,7 @@ def test_hub_model_token_comes_from_a_secret(entry):
 
 
 def test_the_admin_key_comes_from_a_secret_for_the_serving_pod_only():
-    options = kserve.KServeOptions(
-        tag="25.01", model_id=HUB_MODEL, admin_key_secret="llm-admin", cache="pvc", warm_job=True
-    )
-    docs = documents(options)
+    docs = documents(dataclasses.replace(AUTOSCALED_OPTIONS, admin_key_secret="llm-admin"))
     model = by_kind(docs, "InferenceService")["spec"]["predictor"]["model"]
     env = {e["name"]: e for e in model["env"]}
     assert env["TRITON_ADMIN_KEY"] == {
@@ -376,13 +484,7 @@ def test_pvc_and_warm_job_share_the_cache_and_the_engine_settings(entry):
         pvc_access_mode="ReadWriteMany",
     )
     docs = documents(options)
-    assert [d["kind"] for d in docs] == [
-        "ClusterServingRuntime",
-        "PersistentVolumeClaim",
-        "InferenceService",
-        "PodMonitor",
-        "Job",
-    ]
+    assert [d["kind"] for d in docs] == ["ClusterServingRuntime", "PersistentVolumeClaim", "InferenceService", "Job"]
     pvc = by_kind(docs, "PersistentVolumeClaim")
     assert pvc["apiVersion"] == "v1" and pvc["metadata"]["name"] == "llm-trtllm-cache"
     assert pvc["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "500Gi"}}}
@@ -418,38 +520,44 @@ def test_explicit_image_and_registry(entry):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({}, "exactly one of model_id"),
-        ({"model_id": HUB_MODEL, "storage_uri": "s3://b/m"}, "exactly one of model_id"),
+        ({}, "exactly one of --model-id"),
+        ({"model_id": HUB_MODEL, "storage_uri": "s3://b/m"}, "exactly one of --model-id"),
         ({"storage_uri": "/data/model"}, "needs a scheme"),
-        ({"model_id": HUB_MODEL, "tp_size": 0}, "tp_size must be a positive integer"),
-        ({"model_id": HUB_MODEL, "pp_size": "2"}, "pp_size must be a positive integer"),
-        ({"model_id": HUB_MODEL, "cache": "hostpath"}, "cache 'hostpath' is not one of emptydir, pvc"),
-        ({"model_id": HUB_MODEL, "name": "My_Model"}, "name 'My_Model' must be a DNS label"),
-        ({"model_id": HUB_MODEL, "namespace": "x" * 64}, "namespace"),
+        ({"model_id": HUB_MODEL, "tp_size": 0}, "--tp-size must be a positive integer"),
+        ({"model_id": HUB_MODEL, "pp_size": "2"}, "--pp-size must be a positive integer"),
+        ({"model_id": HUB_MODEL, "cache": "hostpath"}, "--cache 'hostpath' is not one of emptydir, pvc"),
+        ({"model_id": HUB_MODEL, "name": "My_Model"}, "--name 'My_Model' must be a DNS label"),
+        ({"model_id": HUB_MODEL, "namespace": "x" * 64}, "--namespace"),
         ({"model_id": HUB_MODEL, "name": "x" * 46}, "longer than 45"),
         ({"model_id": HUB_MODEL, "name": "preprocessing"}, "clashes with a model inside the Triton repository"),
-        ({"model_id": HUB_MODEL, "cache": "pvc", "pvc_size": "lots"}, "pvc_size 'lots'"),
-        ({"model_id": HUB_MODEL, "pvc_access_mode": "ReadOnlyMany"}, "pvc_access_mode"),
-        ({"model_id": HUB_MODEL, "image": "a/b:c", "registry": "ghcr.io/x"}, "image and registry exclude each other"),
-        ({"model_id": HUB_MODEL, "warm_job": True}, "warm_job needs cache='pvc'"),
-        ({"storage_uri": "s3://b/m", "cache": "pvc", "warm_job": True}, "pvc:// storage_uri"),
-        ({"model_id": HUB_MODEL, "hf_token_secret": "HF"}, "hf token secret 'HF'"),
+        ({"model_id": HUB_MODEL, "cache": "pvc", "pvc_size": "lots"}, "--pvc-size 'lots'"),
+        ({"model_id": HUB_MODEL, "pvc_access_mode": "ReadOnlyMany"}, "--pvc-access-mode"),
+        (
+            {"model_id": HUB_MODEL, "image": "a/b:c", "registry": "ghcr.io/x"},
+            "--image and --registry exclude each other",
+        ),
+        ({"model_id": HUB_MODEL, "warm_job": True}, "--warm-job needs --cache pvc"),
+        ({"storage_uri": "s3://b/m", "cache": "pvc", "warm_job": True}, "pvc:// --storage-uri"),
+        ({"model_id": HUB_MODEL, "hf_token_secret": "HF"}, "--hf-token-secret 'HF'"),
         # what the entrypoint or the cluster refused later, after exit 0
-        ({"model_id": HUB_MODEL, "tp_size": 3}, "tp_size must be a power of two"),
-        ({"model_id": HUB_MODEL, "tp_size": 128}, "tp_size must be a power of two"),
-        ({"model_id": HUB_MODEL, "pp_size": 65}, "pp_size must be at most 64"),
+        ({"model_id": HUB_MODEL, "tp_size": 3}, "--tp-size must be a power of two"),
+        ({"model_id": HUB_MODEL, "tp_size": 128}, "--tp-size must be a power of two"),
+        ({"model_id": HUB_MODEL, "pp_size": 65}, "--pp-size must be at most 64"),
         ({"model_id": HUB_MODEL, "name": "1abc"}, "must start with a lowercase letter"),
         (
             {"model_id": HUB_MODEL, "cache": "pvc", "pvc_size": "0"},
-            "pvc_size '0' is not a Kubernetes quantity above zero",
+            "--pvc-size '0' is not a Kubernetes quantity above zero",
         ),
         ({"model_id": HUB_MODEL, "cache": "pvc", "pvc_size": "0Gi"}, "above zero"),
         ({"storage_uri": "pvc://"}, "must name a PersistentVolumeClaim"),
         ({"storage_uri": "pvc://claim/../etc"}, "may not leave the claim"),
         ({"storage_uri": "pvc://Claim_1/model"}, "must name a PersistentVolumeClaim"),
-        ({"model_id": HUB_MODEL, "image": "Bad Image"}, "image 'Bad Image' is not an image reference"),
+        ({"model_id": HUB_MODEL, "image": "Bad Image"}, "--image 'Bad Image' is not an image reference"),
         ({"model_id": HUB_MODEL, "image": "ghcr.io/Org/x:1"}, "is not an image reference"),
-        ({"model_id": HUB_MODEL, "registry": "ghcr.io/my org"}, "registry 'ghcr.io/my org' is not an image reference"),
+        (
+            {"model_id": HUB_MODEL, "registry": "ghcr.io/my org"},
+            "--registry 'ghcr.io/my org' is not an image reference",
+        ),
     ],
 )
 def test_bad_options_are_usage_errors(kwargs, message):
@@ -488,30 +596,35 @@ def test_kserve_command_refuses_bad_options_with_one_line_and_writes_nothing(tmp
 
 
 @pytest.mark.parametrize(
-    ("args", "replicas"),
-    [([], (1, 4)), (["--frontend", "openai"], (1, 1)), (["--frontend", "openai", "--min-replicas", "3"], (3, 3))],
+    ("args", "replicas", "kinds"),
+    [
+        ([], (1, 1), ["ClusterServingRuntime", "InferenceService"]),
+        (["--min-replicas", "3"], (3, 3), ["ClusterServingRuntime", "InferenceService"]),
+        (["--max-replicas", "4"], (1, 4), ["ClusterServingRuntime", "InferenceService", "PodMonitor"]),
+        (
+            ["--frontend", "openai", "--max-replicas", "3"],
+            (1, 3),
+            ["ClusterServingRuntime", "InferenceService", "PodMonitor"],
+        ),
+    ],
 )
-def test_kserve_command_defaults_max_replicas_to_what_the_frontend_can_scale(tmp_path, args, replicas):
-    """The OpenAI mode has no Triton metrics to scale on: its default is a fixed count, not a refusal."""
+def test_autoscaling_is_opt_in(tmp_path, args, replicas, kinds):
+    """By default a fixed count that runs on KServe alone; --max-replicas above --min-replicas adds KEDA autoscaling
+    and the PodMonitor it reads, in either frontend."""
     from click.testing import CliRunner
 
     from trtllm_images.cli import cli
 
     result = CliRunner().invoke(cli, ["kserve", "--tag", "25.01", "--model-id", HUB_MODEL, *args])
     assert result.exit_code == 0, result.output
-    service = next(d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "InferenceService")
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert [d["kind"] for d in docs] == kinds
+    service = by_kind(docs, "InferenceService")
     predictor = service["spec"]["predictor"]
     assert (predictor["minReplicas"], predictor["maxReplicas"]) == replicas
-
-
-def test_kserve_command_refuses_an_explicit_autoscaled_openai_service(tmp_path):
-    from click.testing import CliRunner
-
-    from trtllm_images.cli import cli
-
-    args = ["kserve", "--tag", "25.01", "--model-id", HUB_MODEL, "--frontend", "openai", "--max-replicas", "3"]
-    result = CliRunner().invoke(cli, args)
-    assert result.exit_code == 2 and "serves a fixed replica count" in result.stderr, result.output
+    autoscaled = replicas[1] > replicas[0]
+    assert ("autoScaling" in predictor) == autoscaled
+    assert ("serving.kserve.io/autoscalerClass" in service["metadata"]["annotations"]) == autoscaled
 
 
 def test_unsupported_tag_is_refused(the_matrix):
@@ -522,7 +635,7 @@ def test_unsupported_tag_is_refused(the_matrix):
 
 
 def _default_docs(entry):
-    options = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, cache="pvc", warm_job=True)
+    options = dataclasses.replace(AUTOSCALED_OPTIONS, registry=None)
     return documents(options)
 
 
@@ -547,7 +660,7 @@ BREAKAGES = {
         "startupProbe allows",
     ),
     "unknown image": (lambda d: _runtime_container(d).update(image="trtllm-serve:99.01-trtllm-9"), "not one build.py"),
-    "v1 protocol": (lambda d: _isvc_model(d).pop("protocolVersion"), "protocolVersion None"),
+    "v1 protocol": (lambda d: _isvc_model(d).pop("protocolVersion"), "protocolVersion 'v1' is not offered"),
     "wrong runtime": (lambda d: _isvc_model(d).update(runtime="kserve-tritonserver"), "runtime 'kserve-tritonserver'"),
     "wrong format": (lambda d: _isvc_model(d).update(modelFormat={"name": "onnx"}), "modelFormat"),
     "competes": (
@@ -729,11 +842,13 @@ def test_cli_reproduces_the_stamped_command(tmp_path, entry):
 
     from trtllm_images.cli import cli
 
-    args = shlex.split(kserve.command_line(DEPLOY_OPTIONS))[2:]  # drop "python build.py"
-    result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path)])
-    assert result.exit_code == 0, result.output
-    expected = kserve.render_files(kserve.make_plan(_matrix(), DEPLOY_OPTIONS))
-    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == expected
+    for options in (*DEPLOY_EXAMPLES.values(), KNOBS_OPTIONS):
+        out = tmp_path / str(id(options))
+        args = shlex.split(kserve.command_line(options))[2:]  # drop "python build.py"
+        result = CliRunner().invoke(cli, [*args, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        expected = kserve.render_files(kserve.make_plan(_matrix(), options))
+        assert {p.name: p.read_text() for p in out.iterdir()} == expected
 
 
 def _pod_environments(docs):
@@ -839,7 +954,8 @@ def test_an_llmapi_image_scales_on_its_one_model(the_matrix):
     llmapi = [e for e in the_matrix.supported() if e.default_workflow == "llmapi"]
     if not llmapi:
         pytest.skip("no supported tag defaults to the LLM-API workflow")
-    isvc = by_kind(documents(kserve.KServeOptions(tag=llmapi[0].tag, model_id=HUB_MODEL)), "InferenceService")
+    options = kserve.KServeOptions(tag=llmapi[0].tag, model_id=HUB_MODEL, max_replicas=2)
+    isvc = by_kind(documents(options), "InferenceService")
     query = isvc["spec"]["predictor"]["autoScaling"]["metrics"][0]["external"]["metric"]["query"]
     assert 'model=~"llm"' in query
 
@@ -956,14 +1072,14 @@ def test_a_group_whose_pods_cannot_hold_its_ranks_is_a_finding(entry):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"max_replicas": 0}, "max_replicas must be an integer of at least 1"),
-        ({"min_replicas": 3, "max_replicas": 2}, "max_replicas 2 is below min_replicas 3"),
-        ({"scale_target": 0}, "scale_target must be a ratio"),
-        ({"scale_down_window": -1}, "scale_down_window must be an integer of at least 0"),
+        ({"max_replicas": 0}, "--max-replicas must be an integer of at least 1"),
+        ({"min_replicas": 3, "max_replicas": 2}, "--max-replicas 2 is below --min-replicas 3"),
+        ({"scale_target": 0}, "--scale-target must be a ratio"),
+        ({"scale_down_window": -1}, "--scale-down-window must be an integer of at least 0"),
         ({"prometheus_url": "prometheus:9090"}, "is not an http(s) URL"),
         ({"nodes": 0}, "nodes must be an integer of at least 1"),
-        ({"nodes": 3, "tp_size": 8}, "cannot be split evenly over 3 nodes"),
-        ({"nodes": 2, "tp_size": 8, "ssh_secret": "Bad_Name"}, "ssh secret 'Bad_Name'"),
+        ({"nodes": 3, "tp_size": 8}, "cannot be split evenly over --nodes 3"),
+        ({"nodes": 2, "tp_size": 8, "ssh_secret": "Bad_Name"}, "--ssh-secret 'Bad_Name'"),
     ],
 )
 def test_bad_scale_out_options_are_usage_errors(kwargs, message):
@@ -973,7 +1089,213 @@ def test_bad_scale_out_options_are_usage_errors(kwargs, message):
 
 
 def test_a_group_reads_its_model_by_id_and_has_no_warm_job():
-    with pytest.raises(UsageError, match="multi-node group reads its model by model_id"):
+    with pytest.raises(UsageError, match="reads its model by --model-id"):
         kserve.KServeOptions(tag="25.01", storage_uri="s3://b/m", nodes=2, tp_size=8)
-    with pytest.raises(UsageError, match="warm_job is for single-node"):
+    with pytest.raises(UsageError, match="--warm-job is for single-node"):
         kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, nodes=2, tp_size=8, cache="pvc", warm_job=True)
+
+
+# Shared caches: every class of pods that mount one PVC at once, against each access mode.
+SHARING = {
+    "one pod": ({}, False),
+    "replicas": ({"max_replicas": 4}, True),
+    "fixed replicas": ({"min_replicas": 2, "max_replicas": 2}, True),
+    "warm job": ({"warm_job": True}, True),
+    "group": ({"nodes": 2, "tp_size": 16}, True),
+    "autoscaled groups": ({"nodes": 2, "tp_size": 16, "max_replicas": 3}, True),
+    "replicas and warm job": ({"max_replicas": 4, "warm_job": True}, True),
+}
+
+
+@pytest.mark.parametrize("case", SHARING)
+@pytest.mark.parametrize("mode", kserve_options.ACCESS_MODES)
+def test_a_cache_pvc_that_several_pods_mount_is_read_write_many(case, mode):
+    """Pods that may sit on different nodes cannot share a ReadWriteOnce volume: such a PVC is refused with one line
+    naming what to pass; ReadWriteMany is written as asked; one pod alone may have ReadWriteOnce."""
+    more, shared = SHARING[case]
+    options = {"tag": "25.01", "model_id": HUB_MODEL, "cache": "pvc", "pvc_access_mode": mode, **more}
+    if shared and mode == "ReadWriteOnce":
+        with pytest.raises(UsageError) as info:
+            kserve.KServeOptions(**options)
+        message = info.value.message
+        assert "\n" not in message and "--pvc-access-mode ReadWriteMany" in message, message
+        assert "--pvc-storage-class" in message and "--cache emptydir" in message, message
+        # The same options on a per-pod cache need no shared volume.
+        documents(kserve.KServeOptions(**{**options, "cache": "emptydir", "warm_job": False}))
+        return
+    docs = documents(kserve.KServeOptions(**options))
+    pvc = by_kind(docs, "PersistentVolumeClaim")
+    assert pvc["spec"]["accessModes"] == [mode]
+    claims = [v for pod in _pod_specs(docs) for v in pod["volumes"] if v["name"] == "trtllm-cache"]
+    assert claims and all(v["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"] for v in claims)
+    isvc = next((d for d in docs if d["kind"] == "InferenceService"), None)
+    if isvc is not None:  # one pod at a time on a ReadWriteOnce cache, in a rollout too
+        strategy = isvc["spec"]["predictor"].get("deploymentStrategy")
+        assert strategy == ({"type": "Recreate"} if mode == "ReadWriteOnce" else None)
+
+
+def test_the_cache_refusal_is_one_line_from_the_command(tmp_path):
+    from click.testing import CliRunner
+
+    from trtllm_images.cli import cli
+
+    args = ["kserve", "--tag", "25.01", "--model-id", HUB_MODEL, "--nodes", "2", "--tp-size", "16", "--cache", "pvc"]
+    result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 2, result.output
+    assert "the 2 pods of each group" in result.stderr and "--pvc-access-mode ReadWriteMany" in result.stderr
+    assert not (tmp_path / "out").exists()
+    storage_class = ["--pvc-access-mode", "ReadWriteMany", "--pvc-storage-class", "cephfs"]
+    result = CliRunner().invoke(cli, [*args, *storage_class])
+    pvc = next(d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "PersistentVolumeClaim")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"] and pvc["spec"]["storageClassName"] == "cephfs"
+
+
+def _pod_specs(docs):
+    """Every pod template the documents carry: the predictor, the warm Job's, a group's leader and worker."""
+    for doc in docs:
+        if doc["kind"] == "InferenceService":
+            yield doc["spec"]["predictor"]
+        elif doc["kind"] == "Job":
+            yield doc["spec"]["template"]["spec"]
+        elif doc["kind"] == "LeaderWorkerSet":
+            template = doc["spec"]["leaderWorkerTemplate"]
+            yield template["leaderTemplate"]["spec"]
+            yield template["workerTemplate"]["spec"]
+
+
+def _containers(pod):
+    return [pod["model"]] if "model" in pod else pod["containers"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [KNOBS_OPTIONS, dataclasses.replace(MULTINODE_OPTIONS, **KNOBS)],
+    ids=["service-and-warm-job", "group"],
+)
+def test_every_pod_gets_the_cluster_settings(options, crd_validators):
+    """Placement, identity, extra environment and resources reach every pod alike: a warm Job on another GPU model
+    than its service would build an engine the service cannot run."""
+    docs = documents(options)
+    pods = list(_pod_specs(docs))
+    assert len(pods) == 2  # the predictor and the warm Job, or the leader and the worker
+    for pod in pods:
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "pool": "llm"}
+        assert pod["tolerations"] == [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoExecute"},
+            {"key": "spot", "operator": "Exists"},
+        ]
+        assert pod["affinity"] == AFFINITY
+        assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror-cred"}]
+        assert (pod["serviceAccountName"], pod["priorityClassName"]) == ("llm-serving", "high-priority")
+        for container in _containers(pod):
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert (env["MAX_BATCH_SIZE"], env["NCCL_DEBUG"]) == ("64", "INFO")
+            assert env["TP_SIZE"] == str(options.tp_size)  # the generator's own variables stay
+            resources = container["resources"]
+            gpus = resources["limits"]["nvidia.com/gpu"]
+            assert resources["requests"] == {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": gpus}
+            assert resources["limits"] == {"cpu": "16", "memory": "96Gi", "nvidia.com/gpu": gpus}
+    for doc in docs:
+        assert validation_errors(doc, crd_validators) == [], doc["kind"]
+    assert kserve.semantic_findings(docs, _matrix()) == []
+
+
+def test_resources_default_to_a_memory_limit_and_no_cpu_limit():
+    """A namespace with a memory quota needs limits; a CPU limit would throttle tokenization, so none unless asked."""
+    model = _isvc_model(documents(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL)))
+    assert model["resources"] == {
+        "requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": "1"},
+        "limits": {"memory": "32Gi", "nvidia.com/gpu": "1"},
+    }
+    pod = next(_pod_specs(documents(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL))))
+    assert not {"nodeSelector", "tolerations", "affinity", "imagePullSecrets", "serviceAccountName"} & set(pod)
+
+
+BAD_KNOBS = [
+    ({"node_selector": ("gpu",)}, "--node-selector 'gpu' is not KEY=VALUE"),
+    ({"node_selector": ("bad key=x",)}, "--node-selector 'bad key=x'"),
+    ({"tolerations": ("gpu:Sometimes",)}, "--toleration 'gpu:Sometimes' has effect 'Sometimes'"),
+    ({"tolerations": ("=x:NoSchedule",)}, "--toleration '=x:NoSchedule' is not KEY[=VALUE][:EFFECT]"),
+    ({"affinity": "{nodeAffinity: 1}"}, "--affinity is not JSON"),
+    ({"affinity": '{"nodeAffinty": {}}'}, "--affinity has nodeAffinty"),
+    ({"affinity": '{"nodeAffinity": []}'}, "--affinity nodeAffinity must be a JSON object"),
+    ({"image_pull_secrets": ("Reg_Cred",)}, "--image-pull-secret 'Reg_Cred' must be a DNS subdomain"),
+    ({"service_account": "LLM"}, "--service-account 'LLM'"),
+    ({"priority_class": "a b"}, "--priority-class 'a b'"),
+    ({"env": ("NOVALUE",)}, "--env 'NOVALUE' is not NAME=VALUE"),
+    ({"env": ("1X=2",)}, "--env '1X=2' is not NAME=VALUE"),
+    ({"env": ("TP_SIZE=4",)}, "--env 'TP_SIZE=4' is set by the generator (use --tp-size)"),
+    ({"env": ("CACHE_DIR=/x",)}, "--env 'CACHE_DIR=/x' is set by the generator"),
+    ({"env": ("LWS_GROUP_SIZE=2",)}, "is set by the generator"),
+    ({"env": ("WANDB_API_KEY=abc",)}, "looks like a secret"),
+    ({"env": ("A=1", "A=2")}, "--env A is given twice"),
+    ({"cpu": "lots"}, "--cpu 'lots' is not a CPU quantity"),
+    ({"cpu": "0"}, "--cpu '0' is not a CPU quantity above zero"),
+    ({"memory": "32GB"}, "--memory '32GB' is not a memory quantity"),
+    ({"cpu_limit": "2"}, "--cpu-limit 2 is below the request --cpu 4"),
+    ({"memory_limit": "16Gi"}, "--memory-limit 16Gi is below the request --memory 32Gi"),
+    ({"pvc_storage_class": "nfs"}, "--pvc-storage-class needs --cache pvc"),
+    ({"pvc_storage_class": "NFS", "cache": "pvc"}, "--pvc-storage-class 'NFS' must be a DNS subdomain"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), BAD_KNOBS)
+def test_bad_cluster_settings_are_usage_errors(kwargs, message):
+    with pytest.raises(UsageError) as info:
+        kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, **kwargs)
+    assert message in info.value.message and info.value.exit_code == 2, info.value.message
+
+
+def test_option_errors_name_flags_the_command_has():
+    """Every refusal names what the user typed (`--tp-size`), never a field of the options (`tp_size`)."""
+    from trtllm_images.cli import cli
+
+    flags = {opt for param in cli.commands["kserve"].params for opt in param.opts}
+    cases = [
+        {"model_id": HUB_MODEL, "tp_size": 3, "pp_size": 0, "cache": "x", "pvc_access_mode": "x", "frontend": "x"},
+        {"storage_uri": "pvc://a/../b", "model_id": HUB_MODEL, "name": "1a", "namespace": "A", "pvc_size": "0"},
+        {"model_id": HUB_MODEL, "image": "A B", "registry": "x y", "warm_job": True, "hf_token_secret": "A"},
+        {"model_id": HUB_MODEL, "min_replicas": 0, "max_replicas": 0, "nodes": 0, "scale_down_window": -1},
+        {"model_id": HUB_MODEL, "scale_target": 0, "prometheus_url": "x", "ssh_secret": "A", "admin_key_secret": "A"},
+        {"storage_uri": "s3://b/m", "nodes": 3, "tp_size": 8, "warm_job": True, "cache": "pvc", "name": "a" * 41},
+        *(dict(kwargs, model_id=HUB_MODEL) for kwargs, _ in BAD_KNOBS),
+    ]
+    fields = {f.name for f in dataclasses.fields(kserve.KServeOptions) if "_" in f.name}
+    for kwargs in cases:
+        with pytest.raises(UsageError) as info:
+            kserve.KServeOptions(tag="25.01", **kwargs)
+        message = info.value.message
+        named = set(re.findall(r"--[a-z][a-z0-9-]*", message))
+        assert named and named <= flags, (named - flags, message)
+        assert not {field for field in fields if re.search(rf"\b{field}\b", message)}, message
+
+
+def _kserve_blocks(path):
+    """The bash blocks of a document that run `build.py kserve … --out DIR`."""
+    text = path.read_text(encoding="utf-8")
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        if "build.py kserve" in block and "--out" in block:
+            yield block
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/kserve.md"])
+def test_every_kserve_quick_start_applies_every_file_it_writes(document, tmp_path):
+    """Run each documented `build.py kserve … --out DIR` and check the same block applies every file it wrote."""
+    from click.testing import CliRunner
+
+    from trtllm_images.cli import cli
+
+    blocks = list(_kserve_blocks(REPO / document))
+    assert blocks, f"{document} has no build.py kserve command with --out"
+    for block in blocks:
+        joined = block.replace("\\\n", " ")
+        (command,) = [line for line in joined.splitlines() if "build.py kserve" in line]
+        args = shlex.split(command.split("#", 1)[0].replace("<you>", "you").replace("<rwx-class>", "nfs"))
+        args = args[args.index("kserve") :]
+        out = args[args.index("--out") + 1].rstrip("/")
+        result = CliRunner().invoke(cli, [*args[: args.index("--out")], "--out", str(tmp_path / out)])
+        assert result.exit_code == 0, (command, result.output)
+        written = {p.name for p in (tmp_path / out).iterdir()}
+        applied = set(re.findall(rf"-f {re.escape(out)}/([\w.-]+\.yaml)", joined))
+        assert written == applied, (document, command, written ^ applied)

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +111,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         fail(env, f"{exc.filename}: {exc.strerror or exc}" if exc.filename else str(exc.strerror or exc), hint, 1)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception:  # a bug: its traceback goes through the capture too (masked; JSON lines with LOG_FORMAT=json)
+        traceback.print_exc()
+        sys.exit(1)
     finally:
         release_stderr()
     sys.exit(code)

@@ -188,3 +188,24 @@ def test_a_typed_admin_key_follows_the_admin_key_rule(tmp_path, key):
     assert result.returncode == 2, result.stderr
     assert key not in result.stderr and json.dumps(key)[1:-1] not in result.stderr
     assert "typed command" in json.loads(result.stderr.splitlines()[-1])["msg"]
+
+
+def test_even_a_traceback_is_masked_and_json_lines(tmp_path, monkeypatch):
+    """A bug's traceback is written while stderr is still captured: each line masked, one JSON object each."""
+    from trtllm_entrypoint import main
+
+    def bug(args, env):
+        raise RuntimeError(f"unexpected while talking to https://u:{PASSWORD}@mirror")
+
+    monkeypatch.setattr(main, "run", bug)
+    real = sys.stderr
+    sys.stderr = captured = io.StringIO()
+    try:
+        with pytest.raises(SystemExit) as exited:
+            main.main(["serve"], {"LOG_FORMAT": "json"})
+    finally:
+        sys.stderr = real
+    assert exited.value.code == 1
+    lines = captured.getvalue().splitlines()
+    assert len(lines) > 2 and PASSWORD not in captured.getvalue()
+    assert all(isinstance(json.loads(line), dict) for line in lines)

@@ -8,6 +8,7 @@ import pytest
 
 from tests import realopenai, realtriton
 from tests.ci_skips import pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401  (hooks: CI's allowed skips)
+from tests.layers import _pure_tests_start_no_program, pytest_collection_modifyitems  # noqa: F401  (test layers)
 
 
 @pytest.fixture(scope="session")

@@ -7,9 +7,12 @@ import atexit
 import functools
 import shutil
 import tempfile
+from dataclasses import fields
 from pathlib import Path
 
 from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.settings import EngineSpec
+from trtllm_entrypoint.variables import VARIABLES
 from trtllm_images import matrix, support
 
 # The facts of a 25.05 image (both workflows, the OpenAI frontend, /app): what the unit tests of settings, launch and
@@ -24,6 +27,9 @@ FACTS = ImageFacts(
     openai_frontend=True,
     app_dir=Path("/app"),
 )
+
+# The engine spec of a start that sets none of its variables: the variable table's defaults.
+ENGINE_DEFAULTS = {f.name: VARIABLES[f.name.upper()].default for f in fields(EngineSpec)}
 
 
 def write_image_data(directory: Path, the_matrix: matrix.Matrix | None = None) -> Path:

@@ -1,4 +1,4 @@
-"""Static checks, before any Docker call: the matrix agrees with itself, the Dockerfiles follow our policy, hadolint.
+"""Static checks, before any Docker call: the matrix's own facts hold, the Dockerfiles follow our policy, hadolint.
 
 Each check returns Findings; `error` blocks a build, `warning` is reported. A check that cannot run (hadolint
 missing) is an error, never a silent pass.
@@ -23,9 +23,6 @@ from trtllm_images.plan import GROUP_PACKAGES, IMAGE_KINDS
 if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry
     from trtllm_images.support import Capabilities
-
-LAYOUT_A = ("triton-inference-server/tensorrtllm_backend", "")
-LAYOUT_B = ("NVIDIA/TensorRT-LLM", "triton_backend")
 
 REQUIRED_LABELS = (
     *(f"org.opencontainers.image.{key}" for key in ("title", "description", "version", "base.name", "licenses")),
@@ -70,8 +67,9 @@ class Finding:
 
 
 def matrix_findings(matrix: Matrix, capabilities: Capabilities | None = None) -> list[Finding]:
-    """Rules that tie an entry's fields to its named capabilities (capabilities.yaml); only supported entries are
-    checked (the others are not built)."""
+    """What the matrix cannot make true by loading it: uncertain facts, a TensorRT-LLM version for every supported
+    entry, and a Python that TensorRT-LLM has wheels for. Only supported entries are checked (the others are not
+    built); the fields that follow from capabilities.yaml are derived by the loader, not checked here."""
     capabilities = capabilities or support.load_capabilities()
     findings = []
     for entry in matrix.entries:
@@ -96,67 +94,17 @@ def _entry_findings(entry: MatrixEntry, capabilities: Capabilities) -> list[Find
                 "fill tensorrt_llm or mark the entry unsupported",
             )
         ]
-    features = capabilities.of(entry).features
-
-    def expect(code: str, ok: bool, message: str, hint: str) -> None:
-        if not ok:
-            found.append(Finding("error", code, tag, message, hint))
-
-    def feature_hint(name: str) -> str:
-        return f"capabilities.yaml: feature {name} ({'present' if name in features else 'absent'} for this entry)"
-
-    want_ref = "v" + ".".join(map(str, version_tuple(entry.tensorrt_llm)))
-    expect(
-        "backend-ref",
-        entry.backend.ref == want_ref,
-        f"backend ref {entry.backend.ref} does not match TensorRT-LLM {entry.tensorrt_llm}",
-        f"the backend is tagged with the TensorRT-LLM base release: use {want_ref}",
-    )
-    layout = LAYOUT_B if "backend_in_tensorrt_llm" in features else LAYOUT_A
-    expect(
-        "backend-layout",
-        (entry.backend.repo, entry.backend.subdir) == layout,
-        f"backend {entry.backend.repo!r} subdir {entry.backend.subdir!r} is wrong for TensorRT-LLM "
-        f"{entry.tensorrt_llm}",
-        f"use {layout}; " + feature_hint("backend_in_tensorrt_llm"),
-    )
-    expect(
-        "app-in-image",
-        entry.backend.in_image == ("app_in_image" in features),
-        f"backend.in_image is {entry.backend.in_image}",
-        feature_hint("app_in_image"),
-    )
-    expect(
-        "workflows",
-        ("llmapi" in entry.workflows) == ("llmapi_workflow" in features) and "engine" in entry.workflows,
-        f"workflows {list(entry.workflows)} do not fit TensorRT-LLM {entry.tensorrt_llm}",
-        "always 'engine'; 'llmapi' with " + feature_hint("llmapi_workflow"),
-    )
-    expect(
-        "engine-deprecated",
-        entry.engine_deprecated == ("engine_deprecated" in features),
-        f"engine_deprecated is {entry.engine_deprecated}",
-        feature_hint("engine_deprecated"),
-    )
-    expect(
-        "openai-frontend",
-        entry.openai_frontend == ("openai_frontend" in features),
-        f"openai_frontend is {entry.openai_frontend}",
-        feature_hint("openai_frontend"),
-    )
-    expect(
-        "restricted-apis",
-        entry.restricted_apis == ("restricted_apis" in features),
-        f"restricted_apis is {entry.restricted_apis}",
-        feature_hint("restricted_apis"),
-    )
-    if entry.python:
-        allowed = ((3, 10), (3, 12)) if "python_3_12_wheels" in features else ((3, 10),)
-        expect(
-            "python-version",
-            version_tuple(entry.python)[:2] in allowed,
-            f"Python {entry.python} has no TensorRT-LLM {entry.tensorrt_llm} wheel",
-            "TensorRT-LLM wheels are for Python 3.10, and 3.12 with " + feature_hint("python_3_12_wheels"),
+    wheels_3_12 = "python_3_12_wheels" in capabilities.features_of(entry)
+    if entry.python and version_tuple(entry.python)[:2] not in (((3, 10), (3, 12)) if wheels_3_12 else ((3, 10),)):
+        found.append(
+            Finding(
+                "error",
+                "python-version",
+                tag,
+                f"Python {entry.python} has no TensorRT-LLM {entry.tensorrt_llm} wheel",
+                "TensorRT-LLM wheels are for Python 3.10, and 3.12 with capabilities.yaml: feature python_3_12_wheels "
+                f"({'present' if wheels_3_12 else 'absent'} for this entry)",
+            )
         )
     return found
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import cast
+from typing import cast, get_args
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.contract import HUB_ID_RULE, is_hub_id
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.variables import VARIABLES
+from trtllm_entrypoint.variables import VARIABLES, Frontend
 
 CACHE_MODES = ("emptydir", "pvc")
-FRONTENDS = ("triton", "openai")  # the entrypoint's FRONTEND values
+FRONTENDS: tuple[str, ...] = get_args(Frontend)  # the entrypoint's FRONTEND values
 ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
 INT32_MAX = 2**31 - 1  # replica counts and sizes are int32 in the Kubernetes API
 HPA_MAX_WINDOW = 3600  # autoscaling/v2 stabilizationWindowSeconds: 0 to 3600

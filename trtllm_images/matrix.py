@@ -1,42 +1,53 @@
 """Load and validate matrix.yaml into frozen records; look entries up by NGC tag.
 
-Validation here is about shape (keys, types, version syntax, order). Whether the fields agree with each other
-(backend ref vs TensorRT-LLM version, ...) is checks.py's job.
+An entry in the file says what is true of its tag (versions, sources, uncertainty). What follows from those versions
+through capabilities.yaml's thresholds (the backend's location, the workflows, engine deprecation, the OpenAI frontend)
+is derived here, once, while the entry is loaded. Validation is about shape (keys, types, version syntax, order);
+whether the facts agree with each other is checks.py's job.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
-
-import yaml
+from typing import Any, NamedTuple
 
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.versions import version_tuple
+from trtllm_images.datafile import TAG_RE, VERSION_RE, read_yaml
+from trtllm_images.support import Capabilities, load_capabilities
 
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "matrix.yaml"
 
 STATUSES = ("supported", "unsupported")
-WORKFLOWS = ("engine", "llmapi")
 VERSION_FIELDS = ("triton", "tensorrt_llm", "tensorrt", "cuda", "python", "pytorch", "ubuntu")
+ENTRY_KEYS = ("tag", "status", "note", *VERSION_FIELDS, "uncertain", "sources")
+# A fact the thresholds cannot express, given only where it holds (its source under `sources`).
+OPTIONAL_KEYS = ("backend_ref",)
 BACKEND_KEYS = ("repo", "ref", "subdir", "in_image")
-CAPABILITIES = ("engine_deprecated", "openai_frontend", "restricted_apis")  # true/false per entry
-ENTRY_KEYS = ("tag", "status", "note", *VERSION_FIELDS, "backend", "workflows", *CAPABILITIES, "uncertain", "sources")
-# Fields an `uncertain` reason may name: the facts, not the bookkeeping keys.
-UNCERTAIN_KEYS = frozenset(
-    {"note", *VERSION_FIELDS, "backend", "workflows", *CAPABILITIES} | {f"backend.{key}" for key in BACKEND_KEYS}
+# matrix.json (what the images carry): the entry's facts with the derived fields in between.
+IMAGE_KEYS = (
+    "tag",
+    "status",
+    "note",
+    *VERSION_FIELDS,
+    "backend",
+    "workflows",
+    "engine_deprecated",
+    "openai_frontend",
+    "uncertain",
+    "sources",
 )
+# Fields an `uncertain` reason may name: the tag's facts (the backend ref, which follows from the TensorRT-LLM
+# version, is a fact of the tag too).
+UNCERTAIN_KEYS = frozenset({"note", *VERSION_FIELDS, "backend.ref"})
+# Where the Triton backend lives, before and from capability `backend_in_tensorrt_llm`: (repo, subdir).
+BACKEND_HOME = ("triton-inference-server/tensorrtllm_backend", "")
+BACKEND_HOME_IN_TENSORRT_LLM = ("NVIDIA/TensorRT-LLM", "triton_backend")
 
-# The spellings NVIDIA uses, a strict subset of PEP 440 (so packaging parses every one): release, optional
-# pre/post/dev segments, optional local part (NVIDIA's PyTorch builds).
-VERSION_RE = re.compile(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[A-Za-z0-9]+(\.[A-Za-z0-9]+)*)?$")
-TAG_RE = re.compile(r"^\d{2}\.(0[1-9]|1[0-2])$")
-REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$")
 
 
@@ -60,13 +71,13 @@ class MatrixEntry:
     python: str | None
     pytorch: str | None
     ubuntu: str | None
+    # Derived from the versions through capabilities.yaml (_derived()); not written in matrix.yaml.
     backend: Backend
     workflows: tuple[str, ...]
     engine_deprecated: bool
     openai_frontend: bool
     uncertain: Mapping[str, str] = field(hash=False)
     sources: tuple[str, ...]
-    restricted_apis: bool = False  # tritonserver takes --http-restricted-api / --grpc-restricted-protocol
 
     @property
     def supported(self) -> bool:
@@ -82,8 +93,8 @@ class MatrixEntry:
         return f"nvcr.io/nvidia/tritonserver:{self.tag}-trtllm-python-py3"
 
     def to_dict(self) -> dict:
-        """The entry as plain JSON-able data, same keys and shape as in matrix.yaml (the images carry this)."""
-        data: dict[str, Any] = {key: getattr(self, key) for key in ENTRY_KEYS}
+        """The entry as plain JSON-able data, its derived fields included (the images carry this)."""
+        data: dict[str, Any] = {key: getattr(self, key) for key in IMAGE_KEYS}
         data["backend"] = {key: getattr(self.backend, key) for key in BACKEND_KEYS}
         data["workflows"] = list(self.workflows)
         data["uncertain"] = dict(self.uncertain)
@@ -112,57 +123,20 @@ class Matrix:
     def tags(self) -> list[str]:
         return [e.tag for e in self.entries]
 
-    def to_json(self) -> str:
-        """A JSON list of entries; deterministic, because it is baked into image layers."""
-        return json.dumps([e.to_dict() for e in self.entries], indent=2) + "\n"
 
-
-class _StrictLoader(yaml.SafeLoader):
-    """safe_load that rejects a key given twice in one mapping (plain YAML keeps the last one silently)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: set = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def load(path: Path = DEFAULT_PATH) -> Matrix:
+def load(path: Path = DEFAULT_PATH, capabilities: Capabilities | None = None) -> Matrix:
     path = Path(path)
     return parse(
-        read_yaml(path, "matrix file", "run from a checkout of trtllm-images or pass --matrix FILE"), str(path)
+        read_yaml(path, "matrix file", "run from a checkout of trtllm-images or pass --matrix FILE"),
+        str(path),
+        capabilities,
     )
 
 
-def read_yaml(path: Path, what: str, missing_hint: str) -> object:
-    """The YAML document at `path` (duplicate keys rejected); a missing file or a syntax error is one UsageError."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{what} {path} does not exist", missing_hint) from None
-    except OSError as exc:
-        raise UsageError(f"{what} {path} cannot be read: {exc.strerror}", missing_hint) from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{what} {path} is not UTF-8 text (byte {exc.start})", f"give a YAML {what}") from None
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise UsageError(
-            f"{path}: YAML syntax error{where}: {problem}", 'fix the YAML; quote versions and tags ("25.01")'
-        ) from None
-    return data
-
-
-def parse(data: object, source: str) -> Matrix:
-    """Validate the loaded document; every problem is collected and reported in one UsageError."""
+def parse(data: object, source: str, capabilities: Capabilities | None = None) -> Matrix:
+    """Validate the loaded document and derive each entry's capabilities-given fields (capabilities.yaml unless
+    given); every problem is collected and reported in one UsageError."""
+    capabilities = capabilities or load_capabilities()
     errors: list[str] = []
     if not isinstance(data, dict) or set(data) != {"entries"}:
         keys = sorted(map(str, data)) if isinstance(data, dict) else type(data).__name__
@@ -170,7 +144,7 @@ def parse(data: object, source: str) -> Matrix:
     elif not isinstance(data["entries"], list) or not data["entries"]:
         errors.append("entries: expected a non-empty list of entries")
     else:
-        parsed = [_entry(raw, f"#{i}", errors) for i, raw in enumerate(data["entries"])]
+        parsed = [_entry(raw, f"#{i}", errors, capabilities) for i, raw in enumerate(data["entries"])]
         entries = [e for e in parsed if e is not None]
         _check_order(entries, errors)
         if not errors:
@@ -197,7 +171,7 @@ def _check_order(entries: list[MatrixEntry], errors: list[str]) -> None:
         previous = entry
 
 
-def _entry(raw: object, index: str, errors: list[str]) -> MatrixEntry | None:
+def _entry(raw: object, index: str, errors: list[str], capabilities: Capabilities) -> MatrixEntry | None:
     """One entry, or None after appending its problems to `errors`."""
     if not isinstance(raw, dict):
         errors.append(f"entry {index}: expected a mapping of fields, got {type(raw).__name__}")
@@ -209,31 +183,49 @@ def _entry(raw: object, index: str, errors: list[str]) -> MatrixEntry | None:
     def problem(key: str, text: str) -> None:
         errors.append(f"entry {name}: {key}: {text}")
 
-    _check_keys(raw, ENTRY_KEYS, "", problem)
+    _check_keys(raw, problem)
     _check_scalars(raw, problem)
     # Missing keys are already reported; the helpers only see values that are present.
-    backend = _backend(raw["backend"], problem) if "backend" in raw else None
-    workflows = _string_list(raw["workflows"], "workflows", problem, WORKFLOWS) if "workflows" in raw else []
     sources = _string_list(raw["sources"], "sources", problem) if "sources" in raw else []
     uncertain = _uncertain(raw["uncertain"], problem) if "uncertain" in raw else {}
-    if len(errors) > before or backend is None:
+    if len(errors) > before:
         return None
+    release = _Release(raw["tag"], raw["tensorrt_llm"])
     return MatrixEntry(
-        **{key: raw[key] for key in ("tag", "status", "note", *VERSION_FIELDS, *CAPABILITIES)},
-        backend=backend,
-        workflows=tuple(workflows),
+        **{key: raw[key] for key in ("tag", "status", "note", *VERSION_FIELDS)},
+        **_derived(raw["tensorrt_llm"], raw.get("backend_ref"), capabilities.features_of(release)),
         uncertain=MappingProxyType(dict(uncertain)),
         sources=tuple(sources),
     )
 
 
-def _check_keys(raw: dict, expected: tuple[str, ...], prefix: str, problem) -> None:
+class _Release(NamedTuple):
+    """What capabilities.yaml's rules compare, before the entry exists."""
+
+    tag: str
+    tensorrt_llm: str | None
+
+
+def _derived(tensorrt_llm: str | None, backend_ref: str | None, features: tuple[str, ...]) -> dict[str, Any]:
+    """The fields of an entry that follow from its versions: its named capabilities (capabilities.yaml) and the
+    backend's tag, "v" + the TensorRT-LLM base release (0.17.0.post1 -> v0.17.0) unless the entry gives backend_ref."""
+    repo, subdir = BACKEND_HOME_IN_TENSORRT_LLM if "backend_in_tensorrt_llm" in features else BACKEND_HOME
+    ref = backend_ref or "v" + ".".join(map(str, version_tuple(tensorrt_llm or "")))
+    return {
+        "backend": Backend(repo, ref, subdir, in_image="app_in_image" in features),
+        "workflows": ("engine", "llmapi") if "llmapi_workflow" in features else ("engine",),
+        "engine_deprecated": "engine_deprecated" in features,
+        "openai_frontend": "openai_frontend" in features,
+    }
+
+
+def _check_keys(raw: dict, problem) -> None:
     for key in raw:
-        if key not in expected:
-            problem(f"{prefix}{key}", f"unknown key; allowed keys: {', '.join(expected)}")
-    for key in expected:
+        if key not in ENTRY_KEYS and key not in OPTIONAL_KEYS:
+            problem(key, f"unknown key; allowed keys: {', '.join((*ENTRY_KEYS, *OPTIONAL_KEYS))}")
+    for key in ENTRY_KEYS:
         if key not in raw:
-            problem(f"{prefix}{key}", "missing key")
+            problem(key, "missing key")
 
 
 def _type_name(value: object) -> str:
@@ -252,9 +244,11 @@ def _check_scalars(raw: dict, problem) -> None:
         problem("note", f"expected a string, got {_type_name(note)}")
     elif status == "unsupported" and not note:
         problem("note", "an unsupported entry needs a note saying why")
-    for key in CAPABILITIES:
-        if key in raw and not isinstance(raw[key], bool):
-            problem(key, f"expected true or false, got {_type_name(raw[key])}")
+    ref = raw.get("backend_ref")
+    if "backend_ref" in raw and not (isinstance(ref, str) and REF_RE.match(ref)):
+        problem("backend_ref", f"expected a git tag such as v0.7.2, got {_type_name(ref)}")
+    elif "tensorrt_llm" in raw and raw["tensorrt_llm"] is None and "backend_ref" not in raw:
+        problem("backend_ref", "needed when tensorrt_llm is null: the backend's tag follows from that version")
     uncertain = raw.get("uncertain")
     if not isinstance(uncertain, dict):
         uncertain = {}
@@ -274,37 +268,13 @@ def _check_scalars(raw: dict, problem) -> None:
             )
 
 
-def _backend(raw: object, problem) -> Backend | None:
-    if not isinstance(raw, dict):
-        problem("backend", f"expected a mapping with keys {', '.join(BACKEND_KEYS)}, got {_type_name(raw)}")
-        return None
-    _check_keys(raw, BACKEND_KEYS, "backend.", problem)
-    checks = {
-        "repo": (lambda v: isinstance(v, str) and REPO_RE.match(v), "a GitHub owner/name"),
-        "ref": (lambda v: isinstance(v, str) and REF_RE.match(v), "a git tag or branch such as v0.17.0"),
-        "subdir": (
-            lambda v: isinstance(v, str) and not v.startswith("/") and ".." not in v.split("/"),
-            'a relative directory or ""',
-        ),
-        "in_image": (lambda v: isinstance(v, bool), "true or false"),
-    }
-    for key, (ok, expected) in checks.items():
-        if key in raw and not ok(raw[key]):
-            problem(f"backend.{key}", f"expected {expected}, got {_type_name(raw[key])}")
-    if not set(BACKEND_KEYS) <= set(raw):
-        return None
-    return Backend(**{key: raw[key] for key in BACKEND_KEYS})
-
-
-def _string_list(raw: object, key: str, problem, allowed: tuple[str, ...] = ()) -> list[str]:
+def _string_list(raw: object, key: str, problem) -> list[str]:
     if not isinstance(raw, list) or not raw:
         problem(key, f"expected a non-empty list, got {_type_name(raw)}")
         return []
     for item in raw:
         if not isinstance(item, str) or not item:
             problem(key, f"expected non-empty strings, got {_type_name(item)}")
-        elif allowed and item not in allowed:
-            problem(key, f"unknown workflow {item!r}; allowed: {', '.join(allowed)}")
     if len(set(map(str, raw))) != len(raw):
         problem(key, "an item is listed twice")
     return list(raw)
@@ -332,10 +302,10 @@ def markdown_table(matrix: Matrix) -> str:
         ("TensorRT", lambda e: e.tensorrt, ("tensorrt",)),
         ("CUDA", lambda e: e.cuda, ("cuda",)),
         ("Python", lambda e: e.python, ("python",)),
-        ("backend", _backend_cell, ("backend", "backend.repo", "backend.ref", "backend.subdir")),
-        ("templates in image", lambda e: "yes" if e.backend.in_image else "no", ("backend.in_image",)),
-        ("workflows", lambda e: ", ".join(e.workflows), ("workflows",)),
-        ("OpenAI", lambda e: "yes" if e.openai_frontend else "no", ("openai_frontend",)),
+        ("backend", _backend_cell, ("backend.ref",)),
+        ("templates in image", lambda e: "yes" if e.backend.in_image else "no", ()),
+        ("workflows", lambda e: ", ".join(e.workflows), ()),
+        ("OpenAI", lambda e: "yes" if e.openai_frontend else "no", ()),
     ]
     lines = ["| " + " | ".join(title for title, _, _ in columns) + " |", "|" + "---|" * len(columns)]
     notes: list[str] = []

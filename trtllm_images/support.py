@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.versions import version_tuple
-from trtllm_images.matrix import TAG_RE, VERSION_RE, read_yaml
+from trtllm_images.datafile import TAG_RE, VERSION_RE, read_yaml
 
 if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry
@@ -33,6 +33,16 @@ ENGINE_KEYS = ("since", "folder", "args")
 UNCERTAIN_MODEL_KEYS = ("engine", "engine.args", "llmapi")
 
 
+class Release(Protocol):
+    """What a rule compares: an NGC tag and its TensorRT-LLM version (a matrix entry, also while it is loaded)."""
+
+    @property
+    def tag(self) -> str: ...
+
+    @property
+    def tensorrt_llm(self) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class Rule:
     """since <= TensorRT-LLM version < until; since_tag <= NGC tag. No bound: every release."""
@@ -41,7 +51,7 @@ class Rule:
     until: str | None = None
     since_tag: str | None = None
 
-    def applies(self, entry: MatrixEntry) -> bool:
+    def applies(self, entry: Release) -> bool:
         if self.since_tag is not None and version_tuple(entry.tag) < version_tuple(self.since_tag):
             return False
         if self.since is None and self.until is None:
@@ -76,7 +86,10 @@ class Capabilities:
     layouts: Mapping[str, Rule] = field(hash=False)
     flags: Mapping[str, Mapping[str, Rule]] = field(hash=False)
 
-    def of(self, entry: MatrixEntry) -> TagCapabilities:
+    def features_of(self, entry: Release) -> tuple[str, ...]:
+        return tuple(name for name, rule in self.features.items() if rule.applies(entry))
+
+    def of(self, entry: Release) -> TagCapabilities:
         layouts = [name for name, rule in self.layouts.items() if rule.applies(entry)]
         if len(layouts) != 1:
             raise UsageError(
@@ -86,7 +99,7 @@ class Capabilities:
             )
         return TagCapabilities(
             examples_layout=layouts[0],
-            features=tuple(name for name, rule in self.features.items() if rule.applies(entry)),
+            features=self.features_of(entry),
             flags=MappingProxyType(
                 {
                     program: tuple(flag for flag, rule in flags.items() if rule.applies(entry))

@@ -36,7 +36,6 @@ class ImageFacts:
     examples_layout: str = "flat"  # "flat": examples/<dir>/; "models": examples/models/{core,contrib}/<dir>/
     features: tuple[str, ...] = ()
     flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)  # program -> flags it takes
-    restricted_apis: bool = False  # tritonserver takes --http-restricted-api and --grpc-restricted-protocol
     models_file: Path = Path(contract.MODELS_FILE)  # the model list (`python build.py models --json`)
     # Feature -> the first supported tag of the matrix that has it: what a refusal names as the way out.
     first_tag_with: Mapping[str, str] = field(default_factory=dict, hash=False)
@@ -101,10 +100,6 @@ def models_file(environ: Mapping[str, str]) -> Path:
     return Path(contract.MODELS_FILE)
 
 
-def load_entry(environ: Mapping[str, str]) -> dict[str, Any]:
-    return _load_entries(environ)[0]
-
-
 def _load_entries(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The entry of MATRIX_TAG and every entry of the matrix file."""
     tag = environ.get("MATRIX_TAG", "")
@@ -163,7 +158,6 @@ def load_facts(environ: Mapping[str, str]) -> ImageFacts:
         examples_layout=capabilities["examples_layout"],
         features=tuple(capabilities["features"]),
         flags={program: tuple(f) for program, f in capabilities["flags"].items()},
-        restricted_apis=bool(entry["restricted_apis"]),
         models_file=models_file(environ),
         first_tag_with=first_tags(entries),
     )

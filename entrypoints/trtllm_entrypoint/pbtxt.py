@@ -149,12 +149,6 @@ class _Parser:
         self.pos += 1
         return token
 
-    def expect(self, value: str) -> Token:
-        token = self.take()
-        if token.kind != "punct" or token.value != value:
-            raise self.unexpected(token, f"'{value}'")
-        return token
-
     def unexpected(self, token: Token, wanted: str) -> EntrypointError:
         found = "end of file" if token.kind == "end" else repr(token.value)
         return _error(self.source, token.line, token.col, f"expected {wanted}, found {found}")

@@ -37,7 +37,7 @@ class Restriction:
 
     apis: tuple[str, ...]
     key: str = field(repr=False)
-    supported: bool  # the program that serves has the flags (tritonserver: matrix capability `restricted_apis`)
+    supported: bool  # the program that serves has the flags (tritonserver: capability `restricted_apis`)
     openai: bool = False  # the program is Triton's OpenAI frontend, which takes OPENAI_RESTRICTION_FLAG
 
     def argv(self) -> list[str]:
@@ -55,7 +55,7 @@ def restriction(settings: Settings, facts: ImageFacts) -> Restriction:
     return Restriction(
         apis=settings.restricted_apis,
         key=settings.admin_key,
-        supported=facts.restricted_apis and settings.frontend == "triton",
+        supported=settings.frontend == "triton" and "restricted_apis" in facts.features,
     )
 
 
@@ -95,6 +95,6 @@ def start_warnings(settings: Settings, facts: ImageFacts) -> list[str]:
                 f"(--openai-restricted-api comes with {first}); /v1/models and /metrics are open to any client"
             ]
         return []
-    if not facts.restricted_apis:
+    if "restricted_apis" not in facts.features:
         return [f"tritonserver {facts.triton} in image {facts.tag} cannot restrict APIs; {what} stay open"]
     return []

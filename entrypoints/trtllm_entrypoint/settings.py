@@ -256,18 +256,24 @@ class _Env:
     def integer(self, name: str, default: int | None = None) -> int:
         """A whole number within the table's bounds (and choices, if any); `default` when the table's is derived."""
         variable = VARIABLES[name]
-        low, high = cast(int, variable.low), cast(int, variable.high)
+        value = self.whole(name, cast(int, variable.low), cast(int, variable.high))
+        if value is None:
+            return cast(int, variable.default if default is None else default)
+        if variable.choices and value not in variable.choices:
+            raise bad(name, value, variable.allowed_text)
+        return value
+
+    def whole(self, name: str, low: int, high: int | None = None) -> int | None:
+        """A whole number from `low` to `high` (no upper bound: None), or None when unset."""
         raw = self.text(name)
         if raw is None:
-            return cast(int, variable.default if default is None else default)
-        allowed = f"a whole number from {low} to {high}"
+            return None
+        allowed = f"a whole number from {low} to {high}" if high is not None else f"a whole number of at least {low}"
         if not WHOLE_NUMBER.fullmatch(raw):  # int() alone takes "٨", and str.isdigit() takes "²"
             raise bad(name, raw, allowed)
         value = int(raw)
-        if not low <= value <= high:
+        if value < low or (high is not None and value > high):
             raise bad(name, raw, allowed)
-        if variable.choices and value not in variable.choices:
-            raise bad(name, value, variable.allowed_text)
         return value
 
     def fraction(self, name: str) -> float:
@@ -681,9 +687,10 @@ def is_host_address(address: str) -> bool:
     return 0 < len(address) <= 253 and all(DNS_LABEL.fullmatch(label) for label in address.split("."))
 
 
-def group_from_env(env: Mapping[str, str]) -> Group | None:
+def group_from_env(environ: Mapping[str, str]) -> Group | None:
     """The group this pod belongs to; None outside a LeaderWorkerSet (or in a group of one pod)."""
-    given = {name: (env.get(name) or "").strip() for name in LWS_VARIABLES}
+    env = _Env(environ)
+    given = {name: env.text(name) for name in LWS_VARIABLES}
     if not any(given.values()):
         return None
     missing = [name for name, value in given.items() if not value]
@@ -692,29 +699,16 @@ def group_from_env(env: Mapping[str, str]) -> Group | None:
             f"{', '.join(missing)} not set, but {', '.join(n for n in LWS_VARIABLES if n not in missing)} is",
             "LeaderWorkerSet sets all three; set all of them or none",
         )
-    numbers = {}
-    timeout_variable = VARIABLES["WORKER_TIMEOUT_SECS"]
-    given["WORKER_TIMEOUT_SECS"] = (env.get("WORKER_TIMEOUT_SECS") or str(timeout_variable.default)).strip()
-    for name in ("LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "WORKER_TIMEOUT_SECS"):
-        value = given[name]
-        if not (value.isascii() and value.isdigit()):
-            raise UsageError(f"{name}={value!r} is not a whole number", "LeaderWorkerSet sets it; do not override it")
-        numbers[name] = int(value)
-    size, index = numbers["LWS_GROUP_SIZE"], numbers["LWS_WORKER_INDEX"]
-    if size < 1 or index >= size:
-        raise UsageError(
-            f"LWS_WORKER_INDEX={index} is not below LWS_GROUP_SIZE={size}", "LeaderWorkerSet sets both consistently"
-        )
-    address = given["LWS_LEADER_ADDRESS"]
+    size = cast(int, env.whole("LWS_GROUP_SIZE", 1))
+    index = cast(int, env.whole("LWS_WORKER_INDEX", 0, size - 1))
+    address = cast(str, given["LWS_LEADER_ADDRESS"])
     if not is_host_address(address):
         raise UsageError(
-            f"LWS_LEADER_ADDRESS={address!r} is not allowed: expected a DNS name (labels of letters, digits and '-', "
-            "not starting or ending with '-', at most 253 characters) or an IP address",
+            f"LWS_LEADER_ADDRESS={address!r} is not a DNS name or an IP address: expected labels of letters, "
+            "digits and '-', not starting or ending with '-', at most 253 characters in all (it reaches mpirun "
+            "--host and ssh)",
             "LeaderWorkerSet sets it; do not override it",
         )
-    timeout = numbers["WORKER_TIMEOUT_SECS"]
-    low, high = cast(int, timeout_variable.low), cast(int, timeout_variable.high)
-    if not low <= timeout <= high:
-        raise UsageError(f"WORKER_TIMEOUT_SECS={timeout} is out of range", f"a number of seconds from {low} to {high}")
-    ssh_dir = Path(env.get("MPI_SSH_DIR") or contract.MPI_SSH_DIR)
+    timeout = env.integer("WORKER_TIMEOUT_SECS")
+    ssh_dir = Path(env.text("MPI_SSH_DIR") or contract.MPI_SSH_DIR)
     return None if size == 1 else Group(address, size, index, timeout, ssh_dir)

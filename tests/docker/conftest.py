@@ -42,13 +42,6 @@ BUILD_TIMEOUT_S = 900
 E2E_TOKEN = "hf_e2eDoNotLeakMe0123456789"
 
 
-def pytest_collection_modifyitems(items):
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.docker)
-
-
 def unavailable(reason: str):
     if IN_CI:
         pytest.fail(f"CI=true, so the Docker end-to-end tests must run: {reason}")

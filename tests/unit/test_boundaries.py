@@ -83,6 +83,7 @@ def python_3_10() -> str | None:
     return None
 
 
+@pytest.mark.process
 def test_container_side_compiles_and_imports_on_python_3_10():
     interpreter = python_3_10()
     if interpreter is None:

@@ -39,12 +39,14 @@ def run_sample(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.process
 def test_an_unlisted_skip_fails_the_run_under_ci_and_names_the_test(tmp_path):
     result = run_sample(tmp_path, CI="true")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "test_sample.py::test_needs_a_tool[1]: Skipped: the tool is missing" in result.stdout
 
 
+@pytest.mark.process
 def test_a_listed_skip_passes_and_outside_ci_nothing_changes(tmp_path):
     allowed = "test_sample.py::test_needs_a_tool | no such tool on CI"
     assert run_sample(tmp_path, CI="true", CI_ALLOWED_SKIPS=allowed).returncode == 0

@@ -72,7 +72,9 @@ def test_list_json_is_the_matrix_json_the_images_carry():
     assert result.exit_code == 0
     assert result.stdout == support.image_matrix_json(MATRIX, support.load_capabilities())
     entries = json.loads(result.stdout)
-    assert [{k: v for k, v in e.items() if k != "capabilities"} for e in entries] == json.loads(MATRIX.to_json())
+    assert [{k: v for k, v in e.items() if k != "capabilities"} for e in entries] == [
+        e.to_dict() for e in MATRIX.entries
+    ]
     by_tag = {e["tag"]: e["capabilities"] for e in entries}
     assert (by_tag["25.05"]["examples_layout"], by_tag["25.06"]["examples_layout"]) == ("flat", "models")
     assert "--max_output_len" in by_tag["24.05"]["flags"]["trtllm-build"]
@@ -209,6 +211,7 @@ def test_render_needs_out_or_print():
 # --- check --------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 @needs_hadolint
 def test_check_all_passes_on_the_repository():
     result = run("check", "--all")
@@ -216,15 +219,16 @@ def test_check_all_passes_on_the_repository():
     assert f"{len(SUPPORTED)} tag(s) checked: 0 error(s)" in result.stdout
 
 
+@pytest.mark.process
 @needs_hadolint
 def test_check_fails_with_each_finding_and_its_hint(tmp_path):
     entry = MATRIX.get(IN_IMAGE_TAG)
-    bad = matrix_variant(tmp_path, entry.tag, f"ref: {entry.backend.ref}", "ref: v9.9.9")
+    bad = matrix_variant(tmp_path, entry.tag, f'python: "{entry.python}"', 'python: "3.11.4"')
     result = run("check", "--tag", entry.tag, "--matrix", str(bad))
     assert result.exit_code == 1
-    line = next(line for line in result.stdout.splitlines() if "backend-ref" in line)
-    assert line.startswith("error") and entry.tag in line and "v9.9.9" in line
-    assert "hint: the backend is tagged with the TensorRT-LLM base release" in result.stdout
+    line = next(line for line in result.stdout.splitlines() if "python-version" in line)
+    assert line.startswith("error") and entry.tag in line and "3.11.4" in line
+    assert "hint: TensorRT-LLM wheels are for Python 3.10" in result.stdout
     assert "error: 1 check(s) failed" in result.stderr
 
 
@@ -300,6 +304,7 @@ def test_click_usage_errors_exit_2():
     assert "requires an argument" in result.stderr
 
 
+@pytest.mark.process
 def test_main_prints_one_error_line_and_a_hint():
     proc = subprocess.run(
         [sys.executable, str(REPO / "build.py"), "--tag", "99.01"],
@@ -424,6 +429,7 @@ def read_report(out: Path, tag: str) -> dict:
     return json.loads((out / "reports" / f"{tag}.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.process
 @needs_hadolint
 def test_build_builds_verifies_and_reports(tmp_path, entry, fake_docker):
     result = run("--tag", entry.tag, "--out", str(tmp_path))
@@ -459,6 +465,7 @@ def test_build_builds_verifies_and_reports(tmp_path, entry, fake_docker):
     assert summary[1].split()[:2] == [entry.tag, "ok"]
 
 
+@pytest.mark.process
 @needs_hadolint
 def test_build_with_base_image_pulls_it_and_passes_it_as_build_arg(tmp_path, entry, fake_docker):
     result = run("--tag", entry.tag, "--out", str(tmp_path), "--base-image", "mirror.example/triton:25")
@@ -468,6 +475,7 @@ def test_build_with_base_image_pulls_it_and_passes_it_as_build_arg(tmp_path, ent
     assert read_report(tmp_path, entry.tag)["base_image"] == "mirror.example/triton:25"
 
 
+@pytest.mark.process
 @needs_hadolint
 def test_build_fails_listing_each_verification_mismatch(tmp_path, entry, fake_docker):
     fake_docker.probe = probe_of(entry, tensorrt_llm="0.0.1", openai_frontend=not entry.openai_frontend)
@@ -482,20 +490,22 @@ def test_build_fails_listing_each_verification_mismatch(tmp_path, entry, fake_do
     assert not set(built) & fake_docker.images, "an image that failed verification keeps no name"
 
 
+@pytest.mark.process
 @needs_hadolint
 def test_static_check_errors_stop_before_any_docker_call(tmp_path, entry, monkeypatch):
     def no_docker():
         raise AssertionError("Docker was contacted")
 
     monkeypatch.setattr(builder, "docker_client", no_docker)
-    bad = matrix_variant(tmp_path, entry.tag, f"ref: {entry.backend.ref}", "ref: v9.9.9")
+    bad = matrix_variant(tmp_path, entry.tag, f'python: "{entry.python}"', 'python: "3.11.4"')
     result = run("--tag", entry.tag, "--out", str(tmp_path), "--matrix", str(bad))
     assert result.exit_code == 1
-    assert "static check error(s): backend-ref" in result.stderr
+    assert "static check error(s): python-version" in result.stderr
     assert read_report(tmp_path, entry.tag)["error"]["message"].startswith(f"tag {entry.tag}: 1 static check")
     assert not (tmp_path / "context" / entry.tag).exists()
 
 
+@pytest.mark.process
 @needs_hadolint
 def test_no_docker_engine_is_one_error_and_a_report(tmp_path, entry, monkeypatch):
     def refuse():
@@ -511,6 +521,7 @@ def test_no_docker_engine_is_one_error_and_a_report(tmp_path, entry, monkeypatch
     assert read_report(tmp_path, entry.tag)["ok"] is False
 
 
+@pytest.mark.process
 @needs_hadolint
 def test_push_pushes_both_refs_after_verification(tmp_path, entry, fake_docker):
     result = run("--tag", entry.tag, "--out", str(tmp_path), "--registry", "ghcr.io/me", "--push")
@@ -520,6 +531,7 @@ def test_push_pushes_both_refs_after_verification(tmp_path, entry, fake_docker):
     assert read_report(tmp_path, entry.tag)["pushed"] == fake_docker.pushes
 
 
+@pytest.mark.process
 @needs_hadolint
 def test_a_failing_tag_does_not_stop_the_others(tmp_path, entry, fake_docker):
     other = next(e for e in MATRIX.supported() if e.backend.in_image and e.tag != entry.tag)
@@ -532,6 +544,7 @@ def test_a_failing_tag_does_not_stop_the_others(tmp_path, entry, fake_docker):
     assert read_report(tmp_path, other.tag)["ok"] is False
 
 
+@pytest.mark.process
 @needs_hadolint
 def test_revision_label_is_the_last_instruction_before_the_runtime_settings(tmp_path, entry, fake_docker):
     result = run("--tag", entry.tag, "--out", str(tmp_path), "--revision", "0123abc")

@@ -13,7 +13,7 @@ import pytest
 
 from tests.doubles.double_records import read_records
 from tests.doubles.install import double_environ, install_doubles
-from tests.image_data import image_facts, model_table
+from tests.image_data import ENGINE_DEFAULTS, image_facts, model_table
 from trtllm_entrypoint import models
 from trtllm_entrypoint.engine_build import (
     Command,
@@ -28,19 +28,8 @@ from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.settings import EngineSpec
 
-APP, MODEL, OUT, WORK = Path("/app"), Path("/m"), Path("/o"), Path("/o/checkpoint")
-DEFAULTS = dict(
-    dtype="auto",
-    quantization="none",
-    max_batch_size=64,
-    max_input_len=2048,
-    max_seq_len=4096,
-    max_num_tokens=8192,
-    max_beam_width=1,
-    tp_size=1,
-    pp_size=1,
-    enable_kv_cache_reuse=False,
-)
+MODEL, OUT, WORK = Path("/m"), Path("/o"), Path("/o/checkpoint")
+DEFAULTS = ENGINE_DEFAULTS
 
 
 def settings(**overrides):
@@ -133,8 +122,10 @@ def convert(script: str, dtype: str) -> list[str]:
 OLD = convert("llama/convert_checkpoint.py", "float16")
 NEW = convert("models/core/llama/convert_checkpoint.py", "auto")
 HEAD = ["trtllm-build", "--checkpoint_dir", "/o/checkpoint", "--output_dir", "/o"]
-LIMITS = ["--max_batch_size", "64", "--max_input_len", "2048"]
-TAIL = ["--max_num_tokens", "8192", "--max_beam_width", "1"]
+LIMITS = ["--max_batch_size", str(DEFAULTS["max_batch_size"]), "--max_input_len", str(DEFAULTS["max_input_len"])]
+TAIL = ["--max_num_tokens", str(DEFAULTS["max_num_tokens"]), "--max_beam_width", str(DEFAULTS["max_beam_width"])]
+SEQ = str(DEFAULTS["max_seq_len"])
+OUTPUT = str(DEFAULTS["max_seq_len"] - DEFAULTS["max_input_len"])  # before 0.11: the tokens after the input
 
 
 @pytest.mark.parametrize(
@@ -144,48 +135,48 @@ TAIL = ["--max_num_tokens", "8192", "--max_beam_width", "1"]
             "24.04",
             OLD,
             HEAD
-            + ["--gemm_plugin", "float16", *LIMITS, "--max_output_len", "2048", *TAIL, "--paged_kv_cache", "enable"],
+            + ["--gemm_plugin", "float16", *LIMITS, "--max_output_len", OUTPUT, *TAIL, "--paged_kv_cache", "enable"],
         ),  # 0.9.0
         (
             "24.06",
             OLD,
             HEAD
-            + ["--gemm_plugin", "float16", *LIMITS, "--max_output_len", "2048", *TAIL, "--paged_kv_cache", "enable"],
+            + ["--gemm_plugin", "float16", *LIMITS, "--max_output_len", OUTPUT, *TAIL, "--paged_kv_cache", "enable"],
         ),  # 0.10.0
         (
             "24.07",
             OLD,
-            HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", "4096", *TAIL, "--paged_kv_cache", "enable"],
+            HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", SEQ, *TAIL, "--paged_kv_cache", "enable"],
         ),  # 0.11.0
         (
             "24.08",
             OLD,
-            HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", "4096", *TAIL, "--kv_cache_type", "paged"],
+            HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", SEQ, *TAIL, "--kv_cache_type", "paged"],
         ),  # 0.12.0
         (
             "24.09",
             OLD,
-            HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", "4096", *TAIL, "--kv_cache_type", "paged"],
+            HEAD + ["--gemm_plugin", "float16", *LIMITS, "--max_seq_len", SEQ, *TAIL, "--kv_cache_type", "paged"],
         ),  # 0.13.0
         (
             "25.01",
             convert("llama/convert_checkpoint.py", "auto"),
-            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL, "--kv_cache_type", "paged"],
+            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", SEQ, *TAIL, "--kv_cache_type", "paged"],
         ),
         (
             "25.06",
             NEW,
-            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL, "--kv_cache_type", "paged"],
+            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", SEQ, *TAIL, "--kv_cache_type", "paged"],
         ),  # 0.20.0
         (
             "25.09",
             NEW,
-            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL, "--kv_cache_type", "paged"],
+            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", SEQ, *TAIL, "--kv_cache_type", "paged"],
         ),  # 1.0.0
         (
             "26.07",
             NEW,
-            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", "4096", *TAIL, "--kv_cache_type", "paged"],
+            HEAD + ["--gemm_plugin", "auto", *LIMITS, "--max_seq_len", SEQ, *TAIL, "--kv_cache_type", "paged"],
         ),  # 1.2.1
     ],
 )
@@ -293,6 +284,7 @@ def py(code: str, name: str = "step") -> Command:
     return Command((sys.executable, "-c", code), name)
 
 
+@pytest.mark.process
 def test_run_commands_appends_redacted_output_and_logs_each_step(tmp_path):
     log_path, stream = tmp_path / "build.log", io.StringIO()
     run_commands(
@@ -310,6 +302,7 @@ def test_run_commands_appends_redacted_output_and_logs_each_step(tmp_path):
     assert "step=convert" in stream.getvalue() and "step done step=trtllm-build" in stream.getvalue()
 
 
+@pytest.mark.process
 def test_a_long_step_logs_a_heartbeat_with_its_elapsed_time_and_output(tmp_path):
     log_path, stream = tmp_path / "build.log", io.StringIO()
     slow = py("import time\nfor i in range(4):\n    print(i, flush=True); time.sleep(0.3)", "trtllm-build")
@@ -323,6 +316,7 @@ def test_a_long_step_logs_a_heartbeat_with_its_elapsed_time_and_output(tmp_path)
     assert f"running step=trtllm-build output={log_path}" in lines[0] and "-c" not in lines[0]
 
 
+@pytest.mark.process
 def test_a_json_heartbeat_is_one_object_per_line(tmp_path):
     stream = io.StringIO()
     run_commands(
@@ -333,6 +327,7 @@ def test_a_json_heartbeat_is_one_object_per_line(tmp_path):
     assert beats and all(r["step"] == "convert" and isinstance(r["elapsed_s"], int) for r in beats)
 
 
+@pytest.mark.process
 def test_a_failing_command_stops_the_run_and_reports_its_tail(tmp_path):
     log_path, never = tmp_path / "build.log", tmp_path / "never"
     failing = py("import sys\nfor i in range(30): print(f'line {i}')\nsys.exit(3)", "convert")
@@ -345,6 +340,7 @@ def test_a_failing_command_stops_the_run_and_reports_its_tail(tmp_path):
     assert not never.exists()
 
 
+@pytest.mark.process
 def test_a_killed_command_and_a_missing_program_are_reported(tmp_path):
     killed = py("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "trtllm-build")
     with pytest.raises(EntrypointError, match="trtllm-build was killed by signal 9"):
@@ -387,6 +383,7 @@ def doubles(tmp_path):
     )
 
 
+@pytest.mark.process
 def test_engine_builder_publishes_only_the_engine(doubles):
     chosen = settings(tp_size=2)
     llama = models.Converter("llama", ())
@@ -410,6 +407,7 @@ def test_engine_builder_publishes_only_the_engine(doubles):
     assert "$ python3 " in (entry / "build.log").read_text()
 
 
+@pytest.mark.process
 def test_engine_builder_failure_publishes_nothing(doubles):
     env = {**doubles.env, "TRTLLM_BUILD_DOUBLE_FAIL": "1"}
     build = engine_builder(

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.image_data import ENGINE_DEFAULTS
 from trtllm_entrypoint.engine_cache import (
     EngineCache,
     cache_key,
@@ -38,17 +39,8 @@ SETTINGS = dict(
     templates_dir=Path("/app/all_models"),
     repository_dir=None,
     workflow="engine",
-    tp_size=1,
-    pp_size=1,
-    dtype="auto",
-    quantization="none",
-    max_batch_size=64,
-    max_input_len=2048,
-    max_seq_len=4096,
-    max_num_tokens=8192,
-    max_beam_width=1,
+    **ENGINE_DEFAULTS,
     kv_cache_free_gpu_mem_fraction=0.9,
-    enable_kv_cache_reuse=False,
     decoupled=False,
     http_port=8000,
     grpc_port=8001,

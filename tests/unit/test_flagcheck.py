@@ -80,6 +80,7 @@ def doubles_check(tmp_path: Path, tag: str, installed: str) -> dict[str, flagche
         os.environ.update(old_environ)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "tag,installed", [("24.05", "0.9.0"), ("24.06", "0.10.0"), ("24.08", "0.12.0"), ("25.06", "0.20.0")]
 )
@@ -94,6 +95,7 @@ def test_the_plans_of_each_image_pass_its_programs_help(tmp_path, tag, installed
     assert len(checks) == 3 + len(converters) > 10, "every converter, trtllm-build, quantize.py and tritonserver"
 
 
+@pytest.mark.process
 def test_a_plan_for_a_newer_release_fails_against_older_programs(tmp_path):
     """24.08's plans (TensorRT-LLM 0.12) against 0.9.0's trtllm-build: the renamed flags are caught."""
     checks = doubles_check(tmp_path, "24.08", "0.9.0")
@@ -101,6 +103,7 @@ def test_a_plan_for_a_newer_release_fails_against_older_programs(tmp_path):
     assert checks["examples/llama/convert_checkpoint.py"].missing == ()
 
 
+@pytest.mark.process
 def test_a_converter_the_image_lacks_is_an_error_and_a_help_without_flags_is_unverified(tmp_path):
     checks = doubles_check(tmp_path, "25.06", "0.20.0")
     shutil.rmtree(tmp_path / "doubles" / "app" / "examples" / "models" / "contrib" / "falcon")

@@ -40,10 +40,18 @@ def test_leader_and_workers_are_named_as_lws_names_its_pods():
     "env, message",
     [
         ({"LWS_GROUP_SIZE": "2"}, "LWS_LEADER_ADDRESS, LWS_WORKER_INDEX not set, but LWS_GROUP_SIZE is"),
-        ({**LWS, "LWS_WORKER_INDEX": "two"}, "LWS_WORKER_INDEX='two' is not a whole number"),
-        ({**LWS, "LWS_WORKER_INDEX": "2"}, "LWS_WORKER_INDEX=2 is not below LWS_GROUP_SIZE=2"),
-        ({**LWS, "LWS_LEADER_ADDRESS": "llm-0..default"}, "expected a DNS name"),
-        ({**LWS, "WORKER_TIMEOUT_SECS": "0"}, "WORKER_TIMEOUT_SECS=0 is out of range"),
+        (
+            {**LWS, "LWS_WORKER_INDEX": "two"},
+            "LWS_WORKER_INDEX='two' is not allowed: expected a whole number from 0 to 1",
+        ),
+        ({**LWS, "LWS_WORKER_INDEX": "2"}, "LWS_WORKER_INDEX='2' is not allowed: expected a whole number from 0 to 1"),
+        ({**LWS, "LWS_GROUP_SIZE": "0"}, "LWS_GROUP_SIZE='0' is not allowed: expected a whole number of at least 1"),
+        ({**LWS, "LWS_GROUP_SIZE": "²"}, "LWS_GROUP_SIZE='²' is not allowed"),
+        ({**LWS, "LWS_LEADER_ADDRESS": "llm-0..default"}, "is not a DNS name"),
+        (
+            {**LWS, "WORKER_TIMEOUT_SECS": "0"},
+            "WORKER_TIMEOUT_SECS='0' is not allowed: expected a whole number from 1 to",
+        ),
     ],
 )
 def test_bad_lws_variables_are_usage_errors(env, message):
@@ -193,6 +201,7 @@ def image(tmp_path):
     return Image(tmp_path, "25.01", templates_for("v0.17.0"))
 
 
+@pytest.mark.process
 def test_serve_refuses_a_group_that_cannot_hold_tp_x_pp_before_any_work(image):
     result = image.run("serve", **LWS, TP_SIZE="4", NVIDIA_SMI_DOUBLE_GPUS=ONE_GPU)
     assert result.returncode == 2, result.stderr
@@ -200,6 +209,7 @@ def test_serve_refuses_a_group_that_cannot_hold_tp_x_pp_before_any_work(image):
     assert read_records(image.records, "trtllm-build") == [] and read_records(image.records, "convert_checkpoint") == []
 
 
+@pytest.mark.process
 def test_the_leader_prepares_an_mpirun_across_the_group(image, tmp_path):
     result = image.run("prepare", **LWS, TP_SIZE="2", NVIDIA_SMI_DOUBLE_GPUS=ONE_GPU)
     assert result.returncode == 0, result.stderr
@@ -211,6 +221,7 @@ def test_the_leader_prepares_an_mpirun_across_the_group(image, tmp_path):
     assert "--load-model" not in rank0
 
 
+@pytest.mark.process
 def test_the_leader_fails_naming_a_worker_that_never_appears(image, tmp_path):
     secret = key_pair(tmp_path / "secret")
     result = image.run(

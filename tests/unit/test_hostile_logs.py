@@ -84,6 +84,7 @@ sys.stderr.flush()
 """
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_every_library_line_on_stderr_is_masked_and_json_in_json_mode(fmt):
     result = subprocess.run(
@@ -130,6 +131,7 @@ def failing_mirror():
     server.shutdown()
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("fmt", ["json"])  # the client retries for about 20 s; text lines are covered above
 def test_a_failing_authenticating_mirror_never_shows_its_password(tmp_path, failing_mirror, fmt):
     image = Image(tmp_path, "25.01", templates_for("v0.17.0"))
@@ -147,6 +149,7 @@ def test_a_failing_authenticating_mirror_never_shows_its_password(tmp_path, fail
         assert "error:" in result.stderr
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "endpoint",
     [
@@ -173,6 +176,7 @@ def test_the_log_module_escapes_what_it_masks():
     )
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("key", ['quote"0123456789abcdef', "back\\slash0123456789abc", "tab\there0123456789"])
 def test_a_typed_admin_key_follows_the_admin_key_rule(tmp_path, key):
     image = Image(tmp_path, "25.01", templates_for("v0.17.0"))

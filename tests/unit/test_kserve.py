@@ -817,12 +817,14 @@ def compose_config(path: Path, tmp_path: Path) -> list[str]:
     return [v1, "-p", name, "--project-directory", str(path.parent), "-f", str(copy_), "config", "--quiet"]
 
 
+@pytest.mark.process
 def test_compose_config_accepts_the_file(compose, tmp_path):
     path, _ = compose
     result = subprocess.run(compose_config(path, tmp_path), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.process
 def test_compose_config_refuses_a_broken_file(compose, tmp_path):
     """The check above can fail: an option Compose does not know is refused."""
     path, data = compose

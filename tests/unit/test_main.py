@@ -28,6 +28,8 @@ from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.fill import structural_placeholders
 from trtllm_images import matrix
 
+pytestmark = pytest.mark.process  # each test runs the entrypoint as its own process
+
 REPO = Path(__file__).resolve().parents[2]
 
 # Every template set of the upstream layout (tests/upstream_files.py), with the matrix tag whose TensorRT-LLM is

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
+from types import MappingProxyType
 
 import pytest
 from packaging.version import Version
 
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.versions import version_tuple
-from trtllm_images import matrix
+from trtllm_images import matrix, support
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +80,9 @@ def _release(version: str) -> tuple[int, ...]:
 
 
 @pytest.mark.parametrize("tag", [f"{y}.{m:02d}" for y in (24, 25, 26) for m in range(1, 13) if (y, m) <= (26, 7)])
-def test_real_entries_follow_the_version_rules_checks_py_enforces(real, tag):
-    """The data must pass checks.matrix_findings; a deviation is allowed only where `uncertain` explains it."""
+def test_derived_fields_follow_the_release_thresholds(real, tag):
+    """What the loader derives from capabilities.yaml, against the thresholds the release notes give; a backend ref
+    other than "v" + the base release is allowed only where `uncertain` explains it."""
     e = real.get(tag)
     trtllm, when = _release(e.tensorrt_llm), _release(e.tag)
     if "backend.ref" not in e.uncertain:
@@ -112,16 +113,6 @@ def _entry(tag: str, **changes) -> dict:
         "python": "3.12.3",
         "pytorch": "2.6.0a0+ecf3bae40a.nv25.1",
         "ubuntu": "24.04",
-        "backend": {
-            "repo": "triton-inference-server/tensorrtllm_backend",
-            "ref": "v0.17.0",
-            "subdir": "",
-            "in_image": True,
-        },
-        "workflows": ["engine"],
-        "engine_deprecated": False,
-        "openai_frontend": True,
-        "restricted_apis": True,
         "uncertain": {"ubuntu": "inferred"},
         "sources": ["Triton compatibility table"],
     }
@@ -137,6 +128,32 @@ def test_the_small_valid_document_parses():
     parsed = matrix.parse(_doc(), "test.yaml")
     assert parsed.tags() == ["24.12", "25.01"]
     assert parsed.get("25.01").uncertain == {"ubuntu": "inferred"}
+    assert parsed.get("25.01").backend == matrix.Backend(
+        "triton-inference-server/tensorrtllm_backend", "v0.17.0", "", True
+    )
+
+
+def test_derived_fields_come_from_the_capabilities_given():
+    """One source: move a threshold in capabilities.yaml and every entry's derived field follows."""
+    real_caps = support.load_capabilities()
+    features = dict(real_caps.features)
+    features["llmapi_workflow"] = support.Rule(since="0.17.0")
+    features["openai_frontend"] = support.Rule(since_tag="25.01")
+    moved = dataclasses.replace(real_caps, features=MappingProxyType(features))
+    before, after = matrix.parse(_doc(), "m.yaml"), matrix.parse(_doc(), "m.yaml", moved)
+    assert [e.workflows for e in before.entries] == [("engine",), ("engine",)]
+    assert [e.workflows for e in after.entries] == [("engine", "llmapi"), ("engine", "llmapi")]
+    assert [e.openai_frontend for e in before.entries] == [True, True]
+    assert [e.openai_frontend for e in after.entries] == [False, True]
+
+
+def test_backend_ref_is_the_base_release_unless_the_entry_gives_one(real):
+    assert real.get("24.01").backend.ref == "v0.7.2"  # the backend release built into 24.01 ships TensorRT-LLM 0.7.1
+    assert real.get("24.01").uncertain["backend.ref"]
+    doc = {"entries": [_entry("25.01", tensorrt_llm="0.17.0.post1", backend_ref="v0.17.1")]}
+    assert matrix.parse(doc, "m.yaml").get("25.01").backend.ref == "v0.17.1"
+    doc = {"entries": [_entry("25.01", tensorrt_llm="0.17.0.post1")]}
+    assert matrix.parse(doc, "m.yaml").get("25.01").backend.ref == "v0.17.0"
 
 
 def _set(index, key, value):
@@ -146,18 +163,15 @@ def _set(index, key, value):
     return change
 
 
-def _set_backend(key, value):
+def _delete(key):
     def change(doc):
-        doc["entries"][1]["backend"][key] = value
+        del doc["entries"][1][key]
 
     return change
 
 
-def _delete(key, backend=False):
-    def change(doc):
-        del (doc["entries"][1]["backend"] if backend else doc["entries"][1])[key]
-
-    return change
+def _unknown_tensorrt_llm(doc):
+    doc["entries"][1].update(tensorrt_llm=None, uncertain={"tensorrt_llm": "not documented"})
 
 
 def _swap(doc):
@@ -172,7 +186,7 @@ MALFORMED = [
     # (id, change, words the message must contain: the entry and the field)
     ("unknown key", _set(1, "colour", "red"), ["entry 25.01", "colour", "unknown key"]),
     ("missing key", _delete("cuda"), ["entry 25.01", "cuda", "missing key"]),
-    ("bool as string", _set(1, "engine_deprecated", "no"), ["entry 25.01", "engine_deprecated", "true or false"]),
+    ("derived field given", _set(1, "workflows", ["engine"]), ["entry 25.01", "workflows", "unknown key"]),
     ("unquoted version", _set(1, "triton", 2.54), ["entry 25.01", "triton", "quoted version"]),
     ("malformed version", _set(1, "tensorrt", "10.8.x"), ["entry 25.01", "tensorrt", "malformed version"]),
     ("version with spaces", _set(1, "tensorrt_llm", "0.17.0 post1"), ["entry 25.01", "tensorrt_llm", "malformed"]),
@@ -181,9 +195,6 @@ MALFORMED = [
     ("tag as float", _set(1, "tag", 25.01), ["entry #1", "tag", "float"]),
     ("duplicate tag", _set(0, "tag", "25.01"), ["entry 25.01", "tag", "duplicate tag"]),
     ("not sorted", _swap, ["entry 24.12", "tag", "not sorted"]),
-    ("unknown workflow", _set(1, "workflows", ["engine", "vllm"]), ["entry 25.01", "workflows", "'vllm'"]),
-    ("workflow twice", _set(1, "workflows", ["engine", "engine"]), ["entry 25.01", "workflows", "twice"]),
-    ("empty workflows", _set(1, "workflows", []), ["entry 25.01", "workflows", "non-empty"]),
     ("null without reason", _set(1, "pytorch", None), ["entry 25.01", "pytorch", "uncertain"]),
     ("uncertain names no field", _set(1, "uncertain", {"colour": "why"}), ["entry 25.01", "uncertain.colour"]),
     ("uncertain empty reason", _set(1, "uncertain", {"ubuntu": " "}), ["entry 25.01", "uncertain.ubuntu", "reason"]),
@@ -191,13 +202,13 @@ MALFORMED = [
     ("bad status", _set(1, "status", "maybe"), ["entry 25.01", "status", "supported, unsupported"]),
     ("unsupported without note", _set(1, "status", "unsupported"), ["entry 25.01", "note", "why"]),
     ("note not a string", _set(1, "note", None), ["entry 25.01", "note", "string"]),
-    ("backend key missing", _delete("in_image", backend=True), ["entry 25.01", "backend.in_image", "missing"]),
-    ("backend unknown key", _set_backend("branch", "main"), ["entry 25.01", "backend.branch", "unknown key"]),
-    ("backend repo", _set_backend("repo", "tensorrtllm_backend"), ["entry 25.01", "backend.repo", "owner/name"]),
-    ("backend ref", _set_backend("ref", "v0.17.0; rm -rf /"), ["entry 25.01", "backend.ref"]),
-    ("backend subdir escapes", _set_backend("subdir", "../x"), ["entry 25.01", "backend.subdir"]),
-    ("backend in_image", _set_backend("in_image", "yes"), ["entry 25.01", "backend.in_image", "true or false"]),
-    ("backend null", _set(1, "backend", None), ["entry 25.01", "backend", "mapping"]),
+    ("backend_ref", _set(1, "backend_ref", "v0.17.0; rm -rf /"), ["entry 25.01", "backend_ref", "git tag"]),
+    ("backend_ref not a string", _set(1, "backend_ref", 17), ["entry 25.01", "backend_ref", "int"]),
+    (
+        "null tensorrt_llm without backend_ref",
+        _unknown_tensorrt_llm,
+        ["entry 25.01", "backend_ref", "needed when tensorrt_llm is null"],
+    ),
     ("sources empty", _set(1, "sources", []), ["entry 25.01", "sources", "non-empty"]),
     ("source not a string", _set(1, "sources", ["ok", 3]), ["entry 25.01", "sources", "int"]),
     ("entry not a mapping", _append_string, ["entry #2", "mapping"]),
@@ -333,26 +344,28 @@ def test_entries_are_immutable(real):
         entry.uncertain["ubuntu"] = "changed"
 
 
-def test_to_dict_round_trips_and_keeps_the_yaml_shape(real):
+def test_to_dict_carries_the_facts_and_the_derived_fields(real):
     dicts = [e.to_dict() for e in real.entries]
-    assert list(dicts[0]) == list(matrix.ENTRY_KEYS)
+    assert list(dicts[0]) == list(matrix.IMAGE_KEYS)
     assert list(dicts[0]["backend"]) == list(matrix.BACKEND_KEYS)
-    assert matrix.parse({"entries": dicts}, "dicts") == real
+    last = real.entries[-1]
+    assert dicts[-1]["workflows"] == list(last.workflows) and dicts[-1]["backend"]["ref"] == last.backend.ref
+    assert (dicts[-1]["uncertain"], dicts[-1]["sources"]) == (dict(last.uncertain), list(last.sources))
 
 
-def test_to_json_round_trips_and_is_deterministic(real):
-    text = real.to_json()
-    assert text == matrix.load().to_json()
-    assert matrix.parse({"entries": json.loads(text)}, "json") == real
-
-
-def test_the_container_side_reads_to_json(real, tmp_path):
+def test_the_container_side_reads_the_derived_fields(real, tmp_path):
     from trtllm_entrypoint import facts
 
     path = tmp_path / "matrix.json"
-    path.write_text(real.to_json())
-    entry = facts.load_entry({"MATRIX_TAG": "25.01", "TRTLLM_MATRIX_FILE": str(path)})
-    assert entry == real.get("25.01").to_dict()
+    path.write_text(support.image_matrix_json(real, support.load_capabilities()))
+    for entry in real.supported():
+        seen = facts.load_facts({"MATRIX_TAG": entry.tag, "TRTLLM_MATRIX_FILE": str(path)})
+        assert (seen.workflows, seen.engine_deprecated, seen.openai_frontend) == (
+            entry.workflows,
+            entry.engine_deprecated,
+            entry.openai_frontend,
+        ), entry.tag
+        assert seen.app_dir == facts.app_dir({}, entry.backend.in_image)
 
 
 def test_markdown_table_has_every_tag_and_footnotes_uncertain_cells(real):

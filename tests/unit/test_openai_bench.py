@@ -73,6 +73,7 @@ def process_group():
     proc.wait()
 
 
+@pytest.mark.process
 def test_group_cpu_counts_every_live_process_of_the_group(process_group):
     time.sleep(0.5)
     before = serving_bench.group_cpu_s(process_group.pid)
@@ -84,6 +85,7 @@ def test_group_cpu_counts_every_live_process_of_the_group(process_group):
     assert serving_bench.group_cpu_s(os.getpid() + 10**7) == 0.0  # no such group
 
 
+@pytest.mark.process
 def test_roles_name_the_frontend_and_each_stub_by_its_model(tmp_path):
     stub = tmp_path / "triton_python_backend_stub"
     stub.write_text("#!/bin/sh\nsleep 30\n")  # no exec: the shell keeps the stub's command line

@@ -16,6 +16,8 @@ import pytest
 
 from tests.unit.test_main import Image, free_port, records, templates_for
 
+pytestmark = pytest.mark.process  # each test runs the entrypoint as its own process
+
 ADMIN_KEY = "ready-admin-key-0123456789"
 
 

@@ -16,7 +16,7 @@ from trtllm_images import context, matrix, render, support
 from trtllm_images.checks import instructions
 from trtllm_images.plan import make_plan
 
-MODELS_JSON = support.models_json(support.load_models(), matrix.load(), support.load_capabilities())
+MATRIX_JSON, MODELS_JSON = support.image_data(matrix.load())
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +169,7 @@ def fake_vendor(tmp_path: Path) -> Path:
 def write(real_matrix, tag, tmp_path, wheel, assets):
     plan = make_plan(real_matrix.get(tag), out_dir=tmp_path / "out")
     return plan, context.write_context(
-        plan, render.render(plan), wheel, real_matrix.to_json(), assets, MODELS_JSON, fake_vendor(tmp_path)
+        plan, render.render(plan), wheel, MATRIX_JSON, assets, MODELS_JSON, fake_vendor(tmp_path)
     )
 
 
@@ -187,7 +187,7 @@ def test_context_holds_dockerfiles_matrix_wheel_and_assets(real_matrix, tmp_path
     ]
     assert (ctx / "models.json").read_text() == MODELS_JSON
     assert [p.name for p in (ctx / "wheels").iterdir()] == [wheel.name]
-    assert json.loads((ctx / "matrix.json").read_text()) == json.loads(real_matrix.to_json())
+    assert (ctx / "matrix.json").read_text() == MATRIX_JSON
     app = ctx / "backend" / "app"
     assert (app / "all_models/inflight_batcher_llm/ensemble/config.pbtxt").is_file()
     assert not (app / "examples/llama/__pycache__").exists()
@@ -244,6 +244,4 @@ def test_wheel_must_be_the_entrypoint_wheel(real_matrix, tmp_path):
     other.write_bytes(b"")
     plan = make_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
     with pytest.raises(Error, match="trtllm_entrypoint"):
-        context.write_context(
-            plan, render.render(plan), other, real_matrix.to_json(), None, MODELS_JSON, fake_vendor(tmp_path)
-        )
+        context.write_context(plan, render.render(plan), other, MATRIX_JSON, None, MODELS_JSON, fake_vendor(tmp_path))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.image_data import FACTS
+from tests.image_data import ENGINE_DEFAULTS, FACTS
 from tests.upstream_files import upstream_path
 from trtllm_entrypoint import contract, repository, repository_check
 from trtllm_entrypoint import fill as filling
@@ -138,11 +138,6 @@ def test_instance_counts_follow_settings(tmp_path):
         for model in ("preprocessing", "postprocessing", "tensorrt_llm_bls")
     }
     assert counts == {"preprocessing": 3, "postprocessing": 5, "tensorrt_llm_bls": 1}
-
-
-def write_template(root, model, text):
-    (root / "inflight_batcher_llm" / model).mkdir(parents=True, exist_ok=True)
-    (root / "inflight_batcher_llm" / model / "config.pbtxt").write_text(text)
 
 
 def copy_templates(tmp_path):
@@ -277,8 +272,8 @@ def test_llmapi_writes_model_yaml_from_settings(tmp_path):
         "pipeline_parallel_size": 1,
         "dtype": "bfloat16",
         "max_batch_size": 32,
-        "max_num_tokens": 8192,
-        "max_seq_len": 4096,
+        "max_num_tokens": ENGINE_DEFAULTS["max_num_tokens"],
+        "max_seq_len": ENGINE_DEFAULTS["max_seq_len"],
         "kv_cache_config": {"free_gpu_memory_fraction": 0.00001, "enable_block_reuse": True},
         "triton_config": {"max_batch_size": 0, "decoupled": True},
     }
@@ -495,6 +490,7 @@ print("protobuf from", google.protobuf.__file__)
 """
 
 
+@pytest.mark.process
 def test_the_validation_kit_checks_configs_with_its_own_protobuf_alone(tmp_path, validation_kit):
     # -S: no site-packages at all, as if the base image had no protobuf, or one of another version.
     root = small_repository(tmp_path)

@@ -12,7 +12,7 @@ from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.settings import Settings
 from trtllm_entrypoint.variables import VARIABLES
 
-FACTS = replace(image_data.FACTS, restricted_apis=True)
+FACTS = replace(image_data.FACTS, features=("restricted_apis",))
 KEY = "k3y-0123456789abcdef"
 DEFAULT_FLAGS = [
     f"--http-restricted-api=shared-memory,model-repository,statistics,trace,logging:admin-key={KEY}",
@@ -162,7 +162,7 @@ def test_only_rank_0_gets_the_flags_and_triton_args_come_last():
             {"FRONTEND": "openai", "MODEL_ID": "m", "RESTRICTED_APIS": "none", "OPENAI_KSERVE_FRONTENDS": "1"},
             "RESTRICTED_APIS=none: every Triton API",
         ),
-        (replace(FACTS, restricted_apis=False), {}, "tritonserver 2.58.0 in image 25.05 cannot restrict APIs"),
+        (replace(FACTS, features=()), {}, "tritonserver 2.58.0 in image 25.05 cannot restrict APIs"),
     ],
 )
 def test_what_stays_open_is_a_warning_and_gets_no_flags(facts, env, warning):

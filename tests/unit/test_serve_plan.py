@@ -22,7 +22,7 @@ FACTS = ImageFacts(
     engine_deprecated=True,
     openai_frontend=True,
     app_dir=Path("/app"),
-    restricted_apis=True,
+    features=("restricted_apis",),
 )
 CACHE = Path("/cache")
 

@@ -1,10 +1,10 @@
 import os
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
-from tests.image_data import FACTS
+from tests.image_data import ENGINE_DEFAULTS, FACTS
 from trtllm_entrypoint import settings as settings_mod
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.settings import Settings
@@ -26,14 +26,7 @@ def test_defaults(tmp_path):
     assert (s.model_id, s.model_revision, s.hf_token, s.engine_dir, s.repository_dir) == (None,) * 5
     assert s.cache_dir == tmp_path / "cache" and s.cache_fallback_reason is None
     assert s.templates_dir == Path("/app/all_models")
-    assert (s.workflow, s.tp_size, s.pp_size, s.dtype, s.quantization) == ("engine", 1, 1, "auto", "none")
-    assert (s.max_batch_size, s.max_input_len, s.max_seq_len, s.max_num_tokens, s.max_beam_width) == (
-        64,
-        2048,
-        4096,
-        8192,
-        1,
-    )
+    assert s.workflow == "engine" and asdict(s.engine_spec) == ENGINE_DEFAULTS
     assert s.kv_cache_free_gpu_mem_fraction == 0.9
     assert (s.enable_kv_cache_reuse, s.decoupled) == (False, False)
     assert (s.http_port, s.grpc_port, s.metrics_port, s.openai_port) == (8000, 8001, 8002, 9000)

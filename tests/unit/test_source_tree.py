@@ -15,7 +15,7 @@ import pytest
 from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import source_tree, upstream
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+pytestmark = [pytest.mark.process, pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")]
 
 PATHS = ("models", "tools")
 

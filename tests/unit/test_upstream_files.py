@@ -75,6 +75,7 @@ HELPER_TEST = textwrap.dedent("""
 """)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("ci, outcome", [("", "1 skipped"), ("true", "1 failed")])
 def test_missing_files_skip_with_one_line_or_fail_under_ci(tmp_path, ci, outcome):
     """In a separate pytest: a directory as TRTLLM_UPSTREAM_DIR that lacks the files."""

@@ -93,6 +93,7 @@ def test_wheel_layout_and_metadata(project, tmp_path):
             assert (digest, int(size)) == (f"sha256={expected}", len(data))
 
 
+@pytest.mark.process
 def test_pip_installs_it_offline_with_the_console_script(project, tmp_path):
     wheel = build_wheel(project, dest=tmp_path / "dist")
     target = tmp_path / "site"

@@ -1,7 +1,7 @@
 """Triton's OpenAI frontend against Triton's own generate_stream, side by side in one run: the same prepared
 repository (one `prepare`, the same engine double at the same delay per token), the same HTTP streaming client and
 load, alternating. Real: tritonserver 2.51.0, server r24.12's OpenAI frontend on the in-process core
-(tests/realopenai.py), upstream's pre/postprocessing. Targets (issue 19): at most 1 ms/token added at p50 at c=16,
+(tests/realopenai.py), upstream's pre/postprocessing. Targets: at most 1 ms/token added at p50 at c=16,
 at least 0.9x the tokens/s; if one is missed, `profile` records where the frontend's process spends its time.
 """
 

@@ -10,12 +10,17 @@ from dataclasses import dataclass
 from typing import cast, get_args
 
 from trtllm_entrypoint import contract
+from trtllm_entrypoint.contract import HUB_ID_RULE, is_hub_id
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.variables import VARIABLES, Frontend
 
 CACHE_MODES = ("emptydir", "pvc")
 FRONTENDS: tuple[str, ...] = get_args(Frontend)  # the entrypoint's FRONTEND values
 ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
+INT32_MAX = 2**31 - 1  # replica counts and sizes are int32 in the Kubernetes API
+HPA_MAX_WINDOW = 3600  # autoscaling/v2 stabilizationWindowSeconds: 0 to 3600
+# What the entrypoint reads from an environment variable: printable ASCII, no spaces (it strips and splits nothing).
+_PLAIN = re.compile(r"[!-~]+")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 
@@ -158,7 +163,7 @@ def _problems(o: KServeOptions) -> list[str]:
         ("--hf-token-secret", o.hf_token_secret or "x"),
         ("--admin-key-secret", o.admin_key_secret or "x"),
     ):
-        if len(value) > 63 or not _DNS_LABEL.match(value):
+        if len(value) > 63 or not _DNS_LABEL.fullmatch(value):
             problems.append(f"{label} {value!r} must be a DNS label (lowercase letters, digits, '-', at most 63)")
     if len(o.name) > 45:  # KServe and the warm Job append suffixes such as "-predictor" to it
         problems.append(f"--name {o.name!r} is longer than 45 characters")
@@ -166,14 +171,19 @@ def _problems(o: KServeOptions) -> list[str]:
         problems.append(f"--name {o.name!r} clashes with a model inside the Triton repository")
     if (o.model_id is None) == (o.storage_uri is None):
         problems.append("give exactly one of --model-id (a hub id) and --storage-uri (KServe puts it at /mnt/models)")
+    if o.model_id is not None and not (isinstance(o.model_id, str) and is_hub_id(o.model_id)):
+        problems.append(f"--model-id {o.model_id!r} is not allowed: the entrypoint takes {HUB_ID_RULE}")
+    for field, text in (("model_revision", o.model_revision), ("storage_uri", o.storage_uri)):
+        if text is not None and not (isinstance(text, str) and _PLAIN.fullmatch(text) and "${" not in text):
+            problems.append(f"{flag(field)} {text!r} must be printable ASCII without spaces or '${{'")
     if o.storage_uri is not None and "://" not in o.storage_uri:
         problems.append(f"--storage-uri {o.storage_uri!r} needs a scheme such as hf://, s3://, gs://, pvc://")
     problems += _parallelism_problems(o)
-    if not _DNS_1035_LABEL.match(o.name):
+    if not _DNS_1035_LABEL.fullmatch(o.name):
         problems.append(f"--name {o.name!r} must start with a lowercase letter (KServe's rule for service names)")
     problems += _storage_problems(o.storage_uri)
     for label, ref in (("image", o.image), ("registry", o.registry and f"{o.registry}/trtllm-serve:x")):
-        if ref and not _IMAGE_REF.match(ref):
+        if ref and not _IMAGE_REF.fullmatch(ref):
             problems.append(f"--{label} {getattr(o, label)!r} is not an image reference such as ghcr.io/org/name:tag")
     if o.frontend not in FRONTENDS:
         problems.append(f"--frontend {o.frontend!r} is not one of {', '.join(FRONTENDS)}")
@@ -183,7 +193,7 @@ def _problems(o: KServeOptions) -> list[str]:
         problems.append(f"--cache {o.cache!r} is not one of {', '.join(CACHE_MODES)}")
     if o.pvc_access_mode not in ACCESS_MODES:
         problems.append(f"--pvc-access-mode {o.pvc_access_mode!r} is not one of {', '.join(ACCESS_MODES)}")
-    if not _QUANTITY.match(o.pvc_size) or float(re.sub(r"[A-Za-z]+$", "", o.pvc_size) or 0) == 0:
+    if not _QUANTITY.fullmatch(o.pvc_size) or float(re.sub(r"[A-Za-z]+$", "", o.pvc_size) or 0) == 0:
         problems.append(f"--pvc-size {o.pvc_size!r} is not a Kubernetes quantity above zero such as 100Gi")
     problems += _scaling_problems(o)
     problems += _cache_problems(o) + _pod_problems(o)
@@ -219,7 +229,7 @@ def _counts_valid(o: KServeOptions) -> bool:
 
 
 def _dns_subdomain(value: str) -> bool:
-    return len(value) <= 253 and bool(_DNS_SUBDOMAIN.match(value))
+    return len(value) <= 253 and bool(_DNS_SUBDOMAIN.fullmatch(value))
 
 
 def _pod_problems(o: KServeOptions) -> list[str]:
@@ -227,7 +237,7 @@ def _pod_problems(o: KServeOptions) -> list[str]:
     problems = []
     for item in o.node_selector:
         key, sep, value = item.partition("=")
-        if not sep or not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+        if not sep or not _LABEL_KEY.fullmatch(key) or not _LABEL_VALUE.fullmatch(value):
             problems.append(f"--node-selector {item!r} is not KEY=VALUE with a label key and value")
     problems += [f"--toleration {item!r} {why}" for item in o.tolerations if (why := _toleration_problem(item))]
     if o.affinity is not None:
@@ -251,7 +261,7 @@ def _toleration_problem(item: str) -> str | None:
     key, _, value = rest.partition("=")
     if effect and effect not in TAINT_EFFECTS:
         return f"has effect {effect!r}, not one of {', '.join(TAINT_EFFECTS)}"
-    if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+    if not _LABEL_KEY.fullmatch(key) or not _LABEL_VALUE.fullmatch(value):
         return "is not KEY[=VALUE][:EFFECT] with a label key and value (e.g. nvidia.com/gpu:NoSchedule)"
     return None
 
@@ -297,7 +307,7 @@ OWNED_VARIABLES = {
 
 def _env_problem(item: str) -> str | None:
     name, sep, _ = item.partition("=")
-    if not sep or not _ENV_NAME.match(name):
+    if not sep or not _ENV_NAME.fullmatch(name):
         return "is not NAME=VALUE with a variable name (letters, digits, '_', not starting with a digit)"
     if name in OWNED_VARIABLES or name.startswith("LWS_"):
         owner = OWNED_VARIABLES.get(name)
@@ -312,10 +322,10 @@ def _resource_problems(o: KServeOptions) -> list[str]:
     cpus = {"cpu": o.cpu, "cpu_limit": o.cpu_limit}
     memories = {"memory": o.memory, "memory_limit": o.memory_limit}
     for field, value in cpus.items():
-        if value is not None and (not _CPU.match(value) or _millicores(value) == 0):
+        if value is not None and (not _CPU.fullmatch(value) or _millicores(value) == 0):
             problems.append(f"{flag(field)} {value!r} is not a CPU quantity above zero such as 4 or 500m")
     for field, value in memories.items():
-        if value is not None and (not _QUANTITY.match(value) or _bytes(value) == 0):
+        if value is not None and (not _QUANTITY.fullmatch(value) or _bytes(value) == 0):
             problems.append(f"{flag(field)} {value!r} is not a memory quantity above zero such as 32Gi")
     if problems:
         return problems
@@ -340,7 +350,7 @@ def _parallelism_problems(o: KServeOptions) -> list[str]:
     problems = []
     for field, size in (("tp_size", o.tp_size), ("pp_size", o.pp_size)):
         variable, label = VARIABLES[field.upper()], flag(field)
-        if not isinstance(size, int) or size < 1:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             problems.append(f"{label} must be a positive integer, got {size!r}")
         elif variable.choices and size not in variable.choices:
             problems.append(f"{label} must be {variable.allowed_text.replace('`', '')}, got {size}")
@@ -355,7 +365,7 @@ def _storage_problems(uri: str | None) -> list[str]:
         return []
     claim, _, path = uri[len("pvc://") :].partition("/")
     problems = []
-    if len(claim) > 253 or not _DNS_SUBDOMAIN.match(claim):
+    if len(claim) > 253 or not _DNS_SUBDOMAIN.fullmatch(claim):
         problems.append(f"--storage-uri {uri!r} must name a PersistentVolumeClaim: pvc://<claim>[/<path>]")
     if any(part in (".", "..") for part in path.split("/")):
         problems.append(f"--storage-uri {uri!r} may not leave the claim ('.' or '..' in the path)")
@@ -365,16 +375,19 @@ def _storage_problems(uri: str | None) -> list[str]:
 def _scaling_problems(o: KServeOptions) -> list[str]:
     problems = []
     counts = (("min_replicas", o.min_replicas, 1), ("max_replicas", o.max_replicas, 1), ("nodes", o.nodes, 1))
-    for field, value, least in counts + (("scale_down_window", o.scale_down_window, 0),):
-        if not isinstance(value, int) or value < least:
-            problems.append(f"{flag(field)} must be an integer of at least {least}, got {value!r}")
+    for field, value, least, most in (
+        *((field, value, least, INT32_MAX) for field, value, least in counts),
+        ("scale_down_window", o.scale_down_window, 0, HPA_MAX_WINDOW),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+            problems.append(f"{flag(field)} must be an integer of at least {least} and at most {most}, got {value!r}")
     if isinstance(o.min_replicas, int) and isinstance(o.max_replicas, int) and o.max_replicas < o.min_replicas:
         problems.append(f"--max-replicas {o.max_replicas} is below --min-replicas {o.min_replicas}")
     if not isinstance(o.scale_target, (int, float)) or not 0.001 <= o.scale_target <= 1000:
         problems.append(f"--scale-target must be a ratio from 0.001 to 1000, got {o.scale_target!r}")
-    if not re.match(r"^https?://[^\s/]+(/\S*)?$", o.prometheus_url):
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", o.prometheus_url):
         problems.append(f"--prometheus-url {o.prometheus_url!r} is not an http(s) URL")
-    if o.ssh_secret is not None and (len(o.ssh_secret) > 63 or not _DNS_LABEL.match(o.ssh_secret)):
+    if o.ssh_secret is not None and (len(o.ssh_secret) > 63 or not _DNS_LABEL.fullmatch(o.ssh_secret)):
         problems.append(f"--ssh-secret {o.ssh_secret!r} must be a DNS label")
     if not isinstance(o.nodes, int) or o.nodes < 2 or not isinstance(o.tp_size, int) or not isinstance(o.pp_size, int):
         return problems

@@ -10,7 +10,8 @@ does with host keys). The cache, $XDG_CACHE_HOME/trtllm-images (default ~/.cache
     sources/<digest hex>/   the pinned paths of one source, in the repository's layout, published by rename only
                             after their digest matched; checked again each time it is used
     trusted.json            the commit and digest of each source first fetched while the lock had none
-    layout/<key>/           the tests' upstream files (the layout of a TRTLLM_UPSTREAM_DIR copy)
+    layout/<key>/           the tests' upstream files (the layout of a TRTLLM_UPSTREAM_DIR copy), made from the
+                            verified sources and compared with them again each time it is used
 
 Nothing here runs inside `docker build`: build contexts receive files that were already verified.
 """
@@ -506,14 +507,20 @@ def materialize_layout(lock: Lock, cache: Path, *, local_copy: str, log: Callabl
     layouts = [[tree.name, dict(pin.layout)] for pin, tree in zip(pins, trees, strict=True)]
     key = hashlib.sha256(json.dumps(layouts, sort_keys=True).encode()).hexdigest()[:16]
     final = Path(cache) / "layout" / key
-    if final.is_dir():
-        return final
 
     def fill(tmp: Path) -> None:
         for pin, tree in zip(pins, trees, strict=True):
             copy_members(tree, pin.layout, tmp, pin.name, log)
 
-    return publish_dir(final, fill)
+    if not final.is_dir():
+        return publish_dir(final, fill)
+    # Checked at each use, as sources/ is: against the tree its verified sources give now (a few template files).
+    with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{final.name}.check-") as scratch:
+        fill(Path(scratch))
+        if source_tree.from_directory(Path(scratch)) == source_tree.from_directory(final):
+            return final
+    log(f"{final} differs from what its verified sources give; building it again")
+    return publish_dir(final, fill, replace=True)
 
 
 # --- refreshing the lock ---------------------------------------------------------------------------------------

@@ -132,7 +132,8 @@ class EngineCache:
             if entry.exists():  # everything under CACHE_DIR/engines is ours; an invalid copy is not kept
                 publish.discard(entry, log, _entry_problem(entry, key) or "invalid")
             lock_wait = round(time.monotonic() - waited_since, 3)
-            return self._build(key, stamp_inputs, build, lock_wait, log), True
+            built = self._build(key, stamp_inputs, build, lock_wait, log)
+        return self.served(built, key, timeout_s=timeout_s, log=log), True
 
     def private(self, key: str) -> Path:
         return self.root / f"{key}.uid{os.geteuid()}"
@@ -140,10 +141,11 @@ class EngineCache:
     def served(self, entry: Path, key: str, *, timeout_s: float, log: Log) -> Path:
         """`entry` when no other UID could change it before the server loads it (trust.untrusted), else this UID's
         private copy beside it: made once from the entry, checked against the entry's own stamp, then reused."""
-        reason = trust.untrusted(entry)
+        held = trust.renamable(self.root)  # another UID could move the entry away, however well it checks
+        reason = held or trust.untrusted(entry)
         if reason is None:
             return entry
-        private = self.private(key)
+        private = trust.private_root(self.root) / key if held else self.private(key)
         if private.exists() and _entry_problem(private, key) is None and trust.untrusted(private) is None:
             log.info("serving this UID's private copy of the engine", path=str(private), because=reason)
             return private

@@ -75,6 +75,18 @@ def ranks_per_pod(world_size: int, group: Group, gpus_per_pod: int) -> tuple[int
     return tuple(min(gpus_per_pod, world_size - i * gpus_per_pod) for i in range(group.size))
 
 
+def require_frontend(frontend: str, group: Group) -> None:
+    """Only tritonserver's ranks span pods (mpirun over ssh); the OpenAI frontend serves from one process, so the
+    other pods' ranks would never start. Refused before any download or build."""
+    if frontend != "triton":
+        raise UsageError(
+            f"FRONTEND={frontend} cannot serve a multi-pod group (LWS_GROUP_SIZE={group.size}): its frontend runs "
+            "in one pod, and the ranks on the other pods would never start",
+            "use FRONTEND=triton in a multi-pod group (Triton's HTTP/gRPC API), or serve the OpenAI API from one "
+            "pod (a LeaderWorkerSet of size 1, TP_SIZE x PP_SIZE within that pod's GPUs)",
+        )
+
+
 def require_ssh(group: Group, which: Callable[[str], str | None] = shutil.which) -> None:
     """The leader needs the ssh client, a worker sshd: refused before any work when the image lacks them."""
     program = "ssh" if group.is_leader else SSHD

@@ -12,15 +12,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trtllm_entrypoint.facts import ImageFacts
-from trtllm_entrypoint.server_args import OPENAI_RESTRICTION_FLAG, RESTRICTION_FLAGS, restriction_flags
+from trtllm_entrypoint.server_args import OPENAI_RESTRICTION_FLAG, RESTRICTION_FLAGS, restriction_flags, value_words
 from trtllm_entrypoint.settings import Settings
 
 HEADER = "admin-key"
 GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"
 # Triton's OpenAI frontend (server r25.09 on) restricts its own routes: `--openai-restricted-api <apis> <header>
-# <value>`, its APIs being inference, model-repository (GET /v1/models; later also loading models), metrics and
-# health. Our names map onto them; the others name nothing the frontend serves. Health stays open, as with Triton.
-OPENAI_APIS = {"inference": "inference", "model-repository": "model-repository", "statistics": "metrics"}
+# <value>`. Which groups of routes a tag's frontend defines is data (capabilities.yaml, features
+# openai_api_group_<group>); each is closed by one of our API names, health by none (probes call it, as with Triton).
+# A group not named here is closed whenever any API is: a new group is never left open by default.
+OPENAI_GROUP_FEATURE = "openai_api_group_"
+OPENAI_GROUPS: dict[str, str | None] = {
+    "inference": "inference",
+    "model-repository": "model-repository",
+    "model-management": "model-repository",  # loading and unloading, should a frontend split them off
+    "metrics": "statistics",
+    "health": None,
+}
 
 
 @dataclass(frozen=True)
@@ -36,7 +44,8 @@ class Restriction:
         if not self.apis or not self.supported:
             return []
         if self.openai:
-            return [OPENAI_RESTRICTION_FLAG, ",".join(self.apis), HEADER, self.key]
+            # nargs=3 takes no `=` form: the key is a word of its own, so it must not look like an option.
+            return [OPENAI_RESTRICTION_FLAG, *value_words(",".join(self.apis), HEADER, self.key)]
         value = f"{','.join(self.apis)}:{HEADER}={self.key}"
         return [f"{flag}={value}" for flag in RESTRICTION_FLAGS]
 
@@ -53,7 +62,11 @@ def restriction(settings: Settings, facts: ImageFacts) -> Restriction:
 def openai_restriction(settings: Settings, facts: ImageFacts) -> Restriction:
     """The OpenAI frontend's routes that RESTRICTED_APIS closes, where this image's frontend takes the flag
     (capability `openai_restricted_api`), with the same admin key."""
-    apis = tuple(dict.fromkeys(OPENAI_APIS[api] for api in settings.restricted_apis if api in OPENAI_APIS))
+    defined = [f.removeprefix(OPENAI_GROUP_FEATURE) for f in facts.features if f.startswith(OPENAI_GROUP_FEATURE)]
+    order = {api: i for i, api in enumerate(settings.restricted_apis)}
+    closed = [g for g in defined if settings.restricted_apis and (g not in OPENAI_GROUPS or OPENAI_GROUPS[g] in order)]
+    # In RESTRICTED_APIS' order; groups we do not know last.
+    apis = tuple(sorted(closed, key=lambda g: order.get(OPENAI_GROUPS.get(g) or "", len(order))))
     return Restriction(
         apis=apis,
         key=settings.admin_key,

@@ -107,12 +107,30 @@ OPENAI_FRONTEND = (
     Flag("--kserve-grpc-port", owner="GRPC_PORT"),
     # From r25.09: `--openai-restricted-api <apis> <header> <key>` (security.openai_restriction).
     Flag(OPENAI_RESTRICTION_FLAG, owner=RESTRICTION),
+    # Later branches' flags (capabilities.yaml `flags.openai_frontend` says which tag has which; settings refuses
+    # a flag the image's own frontend lacks).
+    *_flags("--chat-template", "--lora-separator", "--tool-call-parser", "--default-max-tokens"),
+    *_flags("--model-control-mode", "--load-model", "--http-max-input-size", "--max-tool-call-parse-bytes"),
 )
 PROGRAMS = {"tritonserver": TRITONSERVER, "openai": OPENAI_FRONTEND}
 # Variables that open a side door in the server's environment: (variable, value, how to keep it closed, feature).
 # tritonserver turns Vertex AI on by itself when AIP_MODE=PREDICTION (its --help: "Default is true if
 # AIP_MODE=PREDICTION"; measured on 2.51: it starts the service).
 SIDE_DOOR_VARIABLES = (("AIP_MODE", "PREDICTION", "--allow-vertex-ai=false", "tritonserver_vertex_ai"),)
+
+
+def value_words(*values: str) -> list[str]:
+    """Values given to a parser as words of their own (argparse's nargs): none may read as an option. Secrets and
+    user values go as `--flag=value` wherever the parser allows it; where it does not, a value starting with '-' is
+    refused here (settings refuse such a key earlier, with the variable's name)."""
+    for value in values:
+        if not value or value.startswith("-"):
+            raise UsageError(
+                "a value passed as an argument of its own is empty or starts with '-' (the value is not shown), so "
+                "the server's parser would read it as an option",
+                "use values that do not start with '-' (admin keys: e.g. openssl rand -hex 32)",
+            )
+    return list(values)
 
 
 @dataclass(frozen=True)
@@ -198,12 +216,29 @@ def reserved_argument(args: Sequence[str], table: Sequence[Flag] = TRITONSERVER)
     return None
 
 
-def check_extra_arguments(args: Sequence[str], source: str = "TRITON_ARGS", program: str = "tritonserver") -> None:
+def check_extra_arguments(
+    args: Sequence[str],
+    source: str = "TRITON_ARGS",
+    program: str = "tritonserver",
+    taken: Sequence[str] | None = None,
+    image: str = "",
+) -> None:
+    """`taken`: the flags this image's program takes, where known (the OpenAI frontend's differ per tag); an option
+    that is not one of them is refused, as the program's parser would refuse it at start."""
     found_arg = reserved_argument(args, PROGRAMS[program])
     if found_arg is not None:
         arg, variable = found_arg
         # The option's name only: the value of a restriction flag holds a key.
         raise UsageError(f"{source} may not contain {arg}: the entrypoint sets it itself", f"set {variable} instead")
+    if taken is None:
+        return
+    for option in parse(args, PROGRAMS[program]):
+        name = option.flag.name if option.flag is not None else option.given.partition("=")[0]
+        if name.startswith("--") and name not in taken and name != "--help":
+            raise UsageError(
+                f"{source} may not contain {name}: the {program} frontend of image {image} does not take it",
+                f"its flags: {', '.join(sorted(taken))}",
+            )
 
 
 def side_doors(args: Sequence[str], variables: Mapping[str, str], program: str = "tritonserver") -> list[str]:

@@ -12,7 +12,6 @@ import functools
 import glob
 import inspect
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from trtllm_entrypoint import contract, fill, model_digest, model_files
+from trtllm_entrypoint import contract, fill, hub_answer, model_digest, model_files
+from trtllm_entrypoint.contract import HUB_ID_RULE, is_hub_id
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.paths import under_model_dir
@@ -28,14 +28,6 @@ from trtllm_entrypoint.paths import under_model_dir
 if TYPE_CHECKING:
     from trtllm_entrypoint.settings import Settings
 
-# Hub ids are "org/name" by the hub's rules: letters, digits, '-', '_', '.', each part starting and ending with a
-# letter, digit or '_', the name at most 96 characters, no '--' or '..' anywhere, no '.git' at the end.
-_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
-HUB_ID = re.compile(rf"(?:[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?)/{_HUB_PART}")
-HUB_ID_RULE = (
-    "a Hugging Face id (org/name: letters, digits, '-', '_' and '.', each part starting and ending with a "
-    "letter, digit or '_', the name at most 96 characters, no '--' or '..')"
-)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 LOOKED_FOR = (
     "a prebuilt engine (config.json with build_config, and rank*.engine files)",
@@ -123,10 +115,6 @@ def resolve_model(settings: Settings, exists: Callable[[str], bool] = os.path.ex
     raise UsageError(
         f"MODEL_ID={model_id!r} is not allowed: expected {HUB_ID_RULE}, or the path of an existing directory"
     )
-
-
-def is_hub_id(text: str) -> bool:
-    return bool(HUB_ID.fullmatch(text)) and ".." not in text and "--" not in text and not text.endswith(".git")
 
 
 def resolve(settings: Settings, exists: Callable[[str], bool] = os.path.exists) -> ModelSource:
@@ -344,34 +332,32 @@ def _fetch(source: ModelSource, settings: Settings, cache_dir: Path, log: Log) -
     if _offline():
         # The file list needs the network; a cached snapshot is served as is, and its folder name is the commit.
         path = huggingface_hub.snapshot_download(**common)
-        return str(path), Path(path).name
+        return str(path), hub_answer.commit(Path(path).name, repo_id)
     with _one_try():
         info = huggingface_hub.HfApi().model_info(
             repo_id, revision=source.revision, token=settings.hf_token, files_metadata=True
         )
-    if info.sha is None:  # the weights must be named by their commit in the engine cache key
-        raise EntrypointError(
-            f"the Hugging Face hub did not say which commit of {repo_id} it serves",
-            "try again, or set MODEL_REVISION to a commit",
-        )
-    patterns = hub_allow_patterns([s.rfilename for s in info.siblings or ()])
+    # Checked before any of it names a path or reaches a log line.
+    commit = hub_answer.commit(getattr(info, "sha", None), repo_id)
+    listed = hub_answer.files(getattr(info, "siblings", None), repo_id)
+    patterns = hub_allow_patterns(list(listed))
     if not any(p.endswith((".safetensors", ".bin")) for p in patterns):
         raise UsageError(
             f"{source.repo_id} has no *.safetensors or *.bin weights at its top level",
             "choose a repository with Hugging Face weights (GGUF and ONNX files cannot be built)",
         )
-    if not set(TOKENIZER_FILES) & {s.rfilename for s in info.siblings or ()}:
+    if not set(TOKENIZER_FILES) & set(listed):
         raise UsageError(
             f"{source.repo_id} has no tokenizer files ({', '.join(TOKENIZER_FILES)}) at its top level",
             "choose a repository with the Hugging Face tokenizer; the pre/postprocessing models need it",
         )
-    sizes = {s.rfilename: s.size for s in info.siblings or () if glob.escape(s.rfilename) in patterns}
-    progress = DownloadProgress(_repo_dir(cache_dir, repo_id), info.sha, sizes)
+    sizes = {name: size for name, size in listed.items() if glob.escape(name) in patterns}
+    progress = DownloadProgress(_repo_dir(cache_dir, repo_id), commit, sizes)
     total = {} if progress.total is None else {"total": _size(progress.total)}
-    log.info("downloading", repo_id=repo_id, commit=info.sha, files=len(sizes), **total)
+    log.info("downloading", repo_id=repo_id, commit=commit, files=len(sizes), **total)
     started = time.monotonic()
     with log.heartbeat("downloading", progress.fields, repo_id=repo_id):
-        path = huggingface_hub.snapshot_download(**{**common, "revision": info.sha}, allow_patterns=patterns)
+        path = huggingface_hub.snapshot_download(**{**common, "revision": commit}, allow_patterns=patterns)
     seconds = time.monotonic() - started
     fetched = progress.measure()[1] - progress.already
     log.info(
@@ -383,7 +369,7 @@ def _fetch(source: ModelSource, settings: Settings, cache_dir: Path, log: Log) -
         rate=f"{_size(fetched / seconds if seconds > 0 else 0)}/s",
         **({"already_cached": _size(progress.already)} if progress.already else {}),
     )
-    return str(path), info.sha
+    return str(path), commit
 
 
 def read_config(source: ModelSource, settings: Settings) -> dict[str, Any]:
@@ -405,7 +391,7 @@ def read_config(source: ModelSource, settings: Settings) -> dict[str, Any]:
                     cache_dir=str(settings.cache_dir / "models" / "hub"),
                 )
         except Exception as exc:
-            error = _hub_error(exc, source)
+            error = _hub_error(exc, source) or hub_answer.client_failure(exc, source.repo_id)
             if error is None:
                 raise
             raise error from None  # as in download(): the chained traceback could show the token
@@ -423,7 +409,7 @@ def download(source: ModelSource, settings: Settings, log: Log) -> ModelSource:
     try:
         path, commit = _fetch(source, settings, settings.cache_dir / "models" / "hub", log)
     except Exception as exc:
-        error = _hub_error(exc, source)
+        error = _hub_error(exc, source) or hub_answer.client_failure(exc, source.repo_id)
         if error is None:
             raise
         # `from None`: the chained traceback would show request headers, and with them the token.

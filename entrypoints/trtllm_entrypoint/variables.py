@@ -152,6 +152,14 @@ TABLE: tuple[Variable, ...] = (
         shown_allowed="`1`",
     ),
     Variable(
+        "HF_ENDPOINT",
+        MODEL,
+        "special",
+        "Huggingface_hub's own: the hub (or a mirror) to download from. Credentials in it (`https://user:pass@host`) "
+        "are masked in every log line.",
+        shown_allowed="an `http://` or `https://` URL with a host",
+    ),
+    Variable(
         "MODEL_INIT_MODE",
         MODEL,
         "special",
@@ -264,7 +272,7 @@ TABLE: tuple[Variable, ...] = (
         "Downloads (`models/`), engines (`engines/`) and generated repositories (`repositories/`). Mount a volume here "
         "to keep engines across restarts.",
         shown_default=f"`{contract.DEFAULT_CACHE_DIR}`; if that is not writable (read-only root file system) and "
-        "`CACHE_DIR` is unset, `<tmp>/trtllm-cache` with a warning",
+        "`CACHE_DIR` is unset, `<tmp>/trtllm-cache-<uid>` with a warning",
         shown_allowed=f"a writable directory outside `{contract.KSERVE_MODEL_DIR}`, apart from the model, the engine "
         "and the templates (a model or engine under its `engines/` or `models/` is fine)",
     ),

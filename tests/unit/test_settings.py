@@ -1,3 +1,4 @@
+import os
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -294,7 +295,7 @@ def test_unwritable_default_cache_falls_back_to_temp(monkeypatch, tmp_path):
     monkeypatch.setattr(settings_mod, "_writable", lambda path: False)
     monkeypatch.setattr(settings_mod.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
     s = load()
-    assert s.cache_dir == tmp_path / "tmp" / "trtllm-cache"
+    assert s.cache_dir == tmp_path / "tmp" / f"trtllm-cache-{os.geteuid()}"
     assert "not writable" in s.cache_fallback_reason and str(tmp_path / "cache") in s.cache_fallback_reason
     assert not (tmp_path / "tmp").exists(), "from_env must not create directories"
 

@@ -443,3 +443,24 @@ def test_the_repository_lock_pins_every_mirrorable_source_the_matrix_needs():
 )
 def test_cache_root_follows_xdg(environ, expected):
     assert upstream.cache_root(environ) == expected
+
+
+@pytest.mark.parametrize("tamper", ["change", "add", "remove", "link"])
+def test_a_poisoned_layout_is_built_again_from_its_verified_sources(server, tmp_path, tamper):
+    lock = Lock((pin_for(server),))
+    root = upstream.materialize_layout(lock, tmp_path, local_copy="x", log=quiet)
+    crd = root / "kserve/crd/serving.kserve.io_servingruntimes.yaml"
+    if tamper == "change":
+        crd.write_text("evil\n")
+    elif tamper == "add":
+        (root / "kserve/crd/planted.py").write_text("import os\n")
+    elif tamper == "remove":
+        crd.unlink()
+    else:
+        crd.unlink()
+        crd.symlink_to("/etc/passwd")
+    said = []
+    assert upstream.materialize_layout(lock, tmp_path, local_copy="x", log=said.append) == root
+    assert tree_files(root) == {"kserve/crd/serving.kserve.io_servingruntimes.yaml": FILES[CRD].decode()}
+    assert any("differs from what its verified sources give" in line for line in said)
+    assert [p.name for p in (tmp_path / "layout").iterdir()] == [root.name]  # no scratch copies left

@@ -22,6 +22,7 @@ from trtllm_images import (
     kserve_options,
     render,
     report,
+    source_cache,
     source_tree,
     support,
     upstream,
@@ -633,9 +634,9 @@ def upstream_lock_command(matrix_path, lock_path, repin, git_dir, repo):
 def upstream_fetch_command(lock_path):
     """Download and verify the tests' upstream files into the cache; prints the directory (a TRTLLM_UPSTREAM_DIR).
     A source the lock does not pin yet is trusted on first use, with a line saying so."""
-    path = upstream.materialize_layout(
+    path = source_cache.materialize_layout(
         upstream.load_lock(lock_path),
-        upstream.cache_root(),
+        source_cache.cache_root(),
         local_copy="TRTLLM_UPSTREAM_DIR=<a copy> for the tests",
         log=_say,
     )

@@ -22,8 +22,8 @@ from trtllm_images import (
     context,
     render,
     report,
+    source_cache,
     support,
-    upstream,
     vendor,
     verify,
     wheel,
@@ -63,7 +63,7 @@ def write_context(
     assets = None
     if plan.needs_backend_assets:
         assets = backend_assets.fetch(
-            plan.entry, upstream.cache_root(), backend_dir, say, require_pinned=require_pinned
+            plan.entry, source_cache.cache_root(), backend_dir, say, require_pinned=require_pinned
         )
     matrix_json, models_json = support.image_data(matrix)
     return context.write_context(

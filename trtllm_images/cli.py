@@ -7,7 +7,6 @@ before anything is written or built), then executes them.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -20,10 +19,10 @@ from trtllm_images import (
     kserve,
     kserve_options,
     render,
-    report,
     source_cache,
     source_tree,
     support,
+    tables,
     upstream,
 )
 from trtllm_images import matrix as matrix_mod
@@ -247,7 +246,7 @@ def cli(
     for number, plan in enumerate(plans, 1):
         _say(f"[{plan.entry.tag}] tag {number} of {len(plans)}: {', '.join(spec.ref for spec in plan.images)}")
         outcomes.append(build_tag(plan, options, docker))
-    _print_summary([outcome.record for outcome in outcomes])
+    click.echo(tables.build_summary([outcome.record for outcome in outcomes]))
     if len(outcomes) == 1 and outcomes[0].error:
         raise outcomes[0].error
     failed = [outcome for outcome in outcomes if outcome.error]
@@ -258,33 +257,7 @@ def cli(
         )
 
 
-def _print_summary(records: list[report.BuildRecord]) -> None:
-    rows: list[tuple[str, ...]] = [("TAG", "RESULT", "IMAGES", "WARNINGS", "SECONDS")]
-    for record in records:
-        warnings = sum(len(v["warnings"]) for v in record.verifications)
-        refs = ", ".join(image["ref"] for image in record.images) or "-"
-        rows.append(
-            (record.tag, "ok" if record.ok else "FAILED", refs, str(warnings), f"{sum(record.durations.values()):.0f}")
-        )
-    click.echo(_table(rows))
-
-
-def _table(rows: Sequence[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
-
-
 # --- list, render, check -------------------------------------------------------------------------------------------
-
-LIST_COLUMNS = (
-    ("TAG", "tag"),
-    ("STATUS", "status"),
-    ("TRITON", "triton"),
-    ("TRT-LLM", "tensorrt_llm"),
-    ("TENSORRT", "tensorrt"),
-    ("PYTHON", "python"),
-    ("WORKFLOWS", "workflows"),
-)
 
 
 @cli.command("list")
@@ -304,19 +277,7 @@ def list_command(matrix_path, supported_only, as_json, markdown):
     elif markdown:
         click.echo(matrix_mod.markdown_table(matrix), nl=False)
     else:
-        click.echo(_list_table(matrix))
-
-
-def _list_table(matrix: matrix_mod.Matrix) -> str:
-    rows = [tuple(title for title, _ in LIST_COLUMNS) + ("NOTE",)]
-    for entry in matrix.entries:
-        cells = []
-        for _, field in LIST_COLUMNS:
-            value = getattr(entry, field)
-            text = ",".join(value) if isinstance(value, tuple) else (value or "-")
-            cells.append(text + ("?" if field in entry.uncertain else ""))
-        rows.append(tuple(cells) + (entry.note,))
-    return _table(rows) + "\n\n? = uncertain: matrix.yaml says why under `uncertain:`"
+        click.echo(tables.matrix_table(matrix))
 
 
 @cli.command("models")
@@ -336,40 +297,13 @@ def models_command(matrix_path, name, as_json):
         if as_json:
             click.echo(support.models_json(models, matrix, capabilities), nl=False)
         else:
-            click.echo(_models_table(models, matrix, capabilities))
+            click.echo(tables.models_table(models, matrix, capabilities))
         return
     model = support.find(models, name)
-    record = support.model_record(model, matrix, capabilities)
     if as_json:
-        click.echo(json.dumps(record, indent=2))
-        return
-    rows = [("TAG", "TRT-LLM", "ENGINE", "LLMAPI")]
-    for entry in matrix.supported():
-        caps = capabilities.of(entry)
-        engine = model.serves(entry, caps, "engine")
-        folder = model.converter_dir(caps.examples_layout) if engine else "-"
-        rows.append(
-            (entry.tag, entry.tensorrt_llm or "-", folder, "yes" if model.serves(entry, caps, "llmapi") else "-")
-        )
-    notes = [f"{key} is uncertain: {why}" for key, why in sorted(model.uncertain.items())]
-    click.echo(
-        f"{model.model_type} ({', '.join(model.architectures)}): engine from TensorRT-LLM "
-        f"{model.engine.since if model.engine else '(none)'}, llmapi from {model.llmapi_since or '(none)'}\n"
-    )
-    click.echo(_table(rows) + "".join(f"\n{note}" for note in notes))
-
-
-def _models_table(models, matrix: matrix_mod.Matrix, capabilities) -> str:
-    rows = [("MODEL_TYPE", "ARCHITECTURES", "ENGINE TAGS", "LLMAPI TAGS")]
-    for model in models:
-        record = support.model_record(model, matrix, capabilities)
-        spans = [_span(record[w]["tags"]) if record[w] else "-" for w in ("engine", "llmapi")]
-        rows.append((model.model_type + ("?" if model.uncertain else ""), ",".join(model.architectures), *spans))
-    return _table(rows) + "\n\n? = uncertain: models.yaml says why under `uncertain:`"
-
-
-def _span(tags: list[str]) -> str:
-    return f"{tags[0]}..{tags[-1]}" if tags else "none"
+        click.echo(json.dumps(support.model_record(model, matrix, capabilities), indent=2))
+    else:
+        click.echo(tables.model_table(model, matrix, capabilities))
 
 
 @cli.command("render")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -367,16 +368,18 @@ def _kserve_options(func):
         if option.kind is bool:
             func = click.option(option.name, option.keyword, is_flag=True, help=option.help)(func)
             continue
+        default: dict[str, Any] = {}  # none given where there is none: click takes None as a value for `required`
+        if option.default is not None:
+            default = {"default": option.default, "show_default": option.kind is not tuple}
         func = click.option(
             option.name,
             option.keyword,
             type=click.Choice(option.choices) if option.choices else _CLICK_TYPES[option.kind],
             multiple=option.kind is tuple,
             required=option.required,
-            default=option.default,
-            show_default=option.default is not None and option.kind is not tuple,
             metavar=option.metavar,
             help=option.help,
+            **default,
         )(func)
     return func
 

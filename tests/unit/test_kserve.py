@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 
@@ -756,19 +757,21 @@ def test_the_cli_takes_its_defaults_from_kserve_options():
     context = kserve_command.make_context("kserve", ["--tag", "25.01", "--model-id", HUB_MODEL])
     flags = {k: v for k, v in context.params.items() if k not in ("matrix_path", "out_dir")}
     assert kserve_options.from_flags(flags) == kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL)
-    params = {param.name: param for param in kserve_command.params}
     for field in dataclasses.fields(kserve.KServeOptions):
+        if field.name in ("tag", "model_id"):
+            continue
         (option,) = (o for o in kserve_options.OPTIONS if o.field == field.name and not o.clears)
-        default = params[option.keyword].default
-        if field.default is dataclasses.MISSING:
-            assert params[option.keyword].required, field.name
-        elif isinstance(field.default, bool):  # a switch: given, it flips the field's default
-            assert flags[option.keyword] is False, field.name
+        parsed = flags[option.keyword]
+        if isinstance(field.default, bool):  # a switch: given, it flips the field's default
+            assert parsed is False, field.name
         elif option.follows:  # left out, the field takes another's value (from_flags above)
-            assert default is None, field.name
+            assert parsed is None, field.name
         else:
-            assert default == field.default, field.name
+            assert parsed == field.default, field.name
     assert {o.keyword for o in kserve_options.OPTIONS} == set(flags), "every click option of kserve is in OPTIONS"
+    with pytest.raises(click.MissingParameter) as missing:  # a field without a default is a required flag
+        kserve_command.make_context("kserve", ["--model-id", HUB_MODEL])
+    assert missing.value.param is not None and missing.value.param.name == "tag"
 
 
 def test_flags_round_trip_through_the_option_table():

@@ -124,6 +124,7 @@ INPUT_NAMES: dict[str, dict[str, str]] = {
         "frequency_penalty": "frequency_penalty",
         "seed": "random_seed",
         "logprobs": "return_log_probs",
+        "stop": "stop_words",
     },
     "llmapi": {
         "prompt": "text_input",
@@ -135,6 +136,7 @@ INPUT_NAMES: dict[str, dict[str, str]] = {
         "presence_penalty": "sampling_param_presence_penalty",
         "frequency_penalty": "sampling_param_frequency_penalty",
         "seed": "sampling_param_seed",
+        "stop": "sampling_param_stop",
     },
 }
 # Sent whenever declared: older ensembles need the word lists (empty: stops are the front's), and the llmapi model
@@ -229,6 +231,9 @@ def backend_body(model: Model, prompt: str, s: Sampling, choice: int) -> dict[st
         body[names[param]] = value + choice if param == "seed" else value  # type: ignore[operator]
     if s.logprobs:
         body[names["logprobs"]] = True
+    stop = model.input_name("stop")
+    if s.stops and stop:  # the backend stops generating there too; the front still cuts the text exactly
+        body[stop] = list(s.stops)
     return body
 
 

@@ -38,12 +38,16 @@ def test_the_ensemble_gets_its_own_names_and_only_declared_inputs(templates):
     body = api.backend_body(served, "hi", api.sampling(req, served, req.max_tokens, False), choice=1)
     assert body["text_input"] == "hi" and body["max_tokens"] == 5 and body["stream"] is True
     assert body.get("random_seed", 4) == 4  # the choice's own seed
+    assert body["stop_words"] == ""  # older ensembles need the list, empty when no stop is asked for
+    stopping = api.sampling(request(api.CompletionRequest, stop="END"), served, None, False)
+    assert api.backend_body(served, "hi", stopping, choice=0)["stop_words"] == ["END"]
     assert set(body) <= served.inputs
 
 
 def test_the_llmapi_model_gets_its_sampling_param_names():
     served = model("triton_backend", "llmapi")
-    req = request(api.ChatRequest, messages=[{"role": "user", "content": "x"}], max_completion_tokens=7, seed=1)
+    messages = [{"role": "user", "content": "x"}]
+    req = request(api.ChatRequest, messages=messages, max_completion_tokens=7, seed=1, stop=["\n", "END"])
     req_sampling = api.sampling(req, served, req.max_completion_tokens, False)
     body = api.backend_body(served, "prompt", req_sampling, choice=0)
     assert body == {
@@ -52,6 +56,7 @@ def test_the_llmapi_model_gets_its_sampling_param_names():
         "streaming": True,
         "sampling_param_exclude_input_from_output": True,
         "sampling_param_seed": 1,
+        "sampling_param_stop": ["\n", "END"],  # the backend stops there too
     }
     assert set(body) <= served.inputs
 

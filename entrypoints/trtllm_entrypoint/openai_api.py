@@ -23,7 +23,7 @@ Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
 Probability = Annotated[float, msgspec.Meta(gt=0, le=1)]
 Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
 Stop = str | list[str] | None
-DEFAULT_MAX_TOKENS = 16  # OpenAI's own default for completions; chat takes it too (the backends need a number)
+DEFAULT_MAX_TOKENS = 16  # OpenAI's own default for completions (chat's is the rest of the context: room_left)
 MAX_STOPS = 4  # as OpenAI
 
 
@@ -189,6 +189,15 @@ class Sampling:
     values: Mapping[str, object]  # param -> value, only the ones set
     stops: tuple[str, ...]
     logprobs: bool
+
+
+def room_left(prompt_tokens: int, max_seq_len: int) -> int:
+    """What a chat answer may take when the request sets no limit: the rest of the model's context."""
+    if prompt_tokens >= max_seq_len:
+        raise ApiError(
+            400, f"the prompt has {prompt_tokens} tokens and the model takes {max_seq_len} in all", "messages"
+        )
+    return max_seq_len - prompt_tokens
 
 
 def _stops(stop: Stop) -> tuple[str, ...]:

@@ -80,6 +80,7 @@ class Front:
     count_tokens: Callable[[str], int]
     triton_url: str
     restricted: frozenset[str]
+    max_seq_len: int  # the served model's (MAX_SEQ_LEN, or the engine's own): a chat answer's default room
     key: str = field(repr=False)
     session: aiohttp.ClientSession | None = None
 
@@ -243,6 +244,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     api.check_chat(req)
     prompt = front.template.render(api.messages_of(req))
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    if max_tokens is None:  # as OpenAI's chat: up to the end of the context
+        max_tokens = api.room_left(front.count_tokens(prompt), front.max_seq_len)
     s = api.sampling(req, front.model, max_tokens, logprobs=req.logprobs)
     return await answer(request, front, req, s, [(prompt, Choice(k)) for k in range(req.n)], chat=True)
 
@@ -402,6 +405,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--config", type=Path, required=True, help="the served model's config.pbtxt")
     parser.add_argument("--tokenizer", type=Path, required=True)
     parser.add_argument("--restricted", default="", help="RESTRICTED_APIS groups, comma-separated")
+    parser.add_argument("--max-seq-len", type=int, required=True, help="prompt plus answer, in tokens")
     parser.add_argument("--shutdown-timeout", type=float, default=30)
     return parser.parse_args(argv)
 
@@ -414,6 +418,7 @@ def build(args: argparse.Namespace, key: str) -> Front:
         count_tokens=token_counter(args.tokenizer),
         triton_url=args.triton_url.rstrip("/"),
         restricted=frozenset(filter(None, args.restricted.split(","))),
+        max_seq_len=args.max_seq_len,
         key=key,
     )
 

@@ -125,6 +125,7 @@ def test_openai_runs_tritonserver_as_triton_mode_does_plus_the_front(tag, workfl
     assert front[:3] == ["/py", "-m", "trtllm_entrypoint.openai_front"]
     assert f"--config={repo / 'served' / 'config.pbtxt'}" in front and "--restricted=inference" in front
     assert f"--triton-url=http://127.0.0.1:{settings.http_port}" in front and f"--workflow={workflow}" in front
+    assert f"--max-seq-len={settings.max_seq_len}" in front  # a chat answer's default room
     assert not any("k" * 20 in arg for arg in front)  # the key reaches the front in its environment only
     assert settings.decoupled  # streaming follows from the front
     if workflow == "engine":  # several GPUs: the ranks under mpirun, as in Triton mode; the front stays one command

@@ -100,6 +100,13 @@ def test_stops_are_found_across_pieces_and_a_possible_start_is_held_back():
         api.sampling(request(api.CompletionRequest, stop=list("abcde")), model("v0.17.0", "engine"), None, False)
 
 
+def test_a_chat_answer_without_a_limit_gets_the_rest_of_the_context():
+    assert api.room_left(6, 256) == 250
+    with pytest.raises(api.ApiError, match="the prompt has 256 tokens and the model takes 256") as full:
+        api.room_left(256, 256)
+    assert full.value.param == "messages"
+
+
 def test_finish_reason_and_usage():
     assert api.finish_reason(False, 16, 16) == "length" and api.finish_reason(True, 16, 16) == "stop"
     assert api.finish_reason(False, 3, 16) == "stop"

@@ -106,18 +106,22 @@ class Front:
             )
 
     async def events(self, body: dict[str, object]) -> AsyncGenerator[dict[str, Any], None]:
-        """The backend's streamed responses, one dict each; its errors as ApiError."""
+        """The backend's streamed responses, one dict each; its errors, and a tritonserver that does not answer, as
+        ApiError."""
         assert self.session is not None
-        async with self.session.post(self.stream_url, data=_encode(body), headers=self.upstream_headers()) as reply:
-            if reply.status != 200:
-                raise backend_error(reply.status, await reply.read())
-            async for line in reply.content:
-                if not line.startswith(b"data: "):
-                    continue
-                event = msgspec.json.decode(line[6:])
-                if "error" in event:
-                    raise backend_error(400, line[6:])
-                yield event
+        try:
+            async with self.session.post(self.stream_url, data=_encode(body), headers=self.upstream_headers()) as reply:
+                if reply.status != 200:
+                    raise backend_error(reply.status, await reply.read())
+                async for line in reply.content:
+                    if not line.startswith(b"data: "):
+                        continue
+                    event = msgspec.json.decode(line[6:])
+                    if "error" in event:
+                        raise backend_error(400, line[6:])
+                    yield event
+        except aiohttp.ClientError as exc:
+            raise api.ApiError(503, f"tritonserver did not answer: {exc}", code="backend_unavailable") from None
 
     async def generate(self, prompt: str, s: api.Sampling, choice: Choice) -> AsyncIterator[tuple[str, float | None]]:
         """One choice's text as it comes (stop sequences cut, held back while they may be starting)."""

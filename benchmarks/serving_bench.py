@@ -148,7 +148,7 @@ RETIRED_THROUGHPUT = (
     "measures noise, not the pipeline"
 )
 RETIRED_READY = (
-    "retired target (was <= 1.1x, issue 19): set when the floor was our doubles' 0.9 s on 2 CPUs, where 0.1 s of "
+    "retired target (was <= 1.1x): set when the floor was our doubles' 0.9 s on 2 CPUs, where 0.1 s of "
     "Python start decided the ratio; upstream's models now make the floor seconds of imports, kept as information"
 )
 

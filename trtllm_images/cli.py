@@ -38,7 +38,7 @@ from trtllm_images import (
     wheel,
 )
 from trtllm_images import matrix as matrix_mod
-from trtllm_images.plan import BuildPlan, make_plan
+from trtllm_images.plan import STANDIN_LABEL_PREFIX, BuildPlan, make_plan
 
 DEFAULT_OUT = Path("out")
 PROG = "build.py"
@@ -291,6 +291,10 @@ def cli(
         revision=revision,
         multinode=multinode,
     )
+    if push:
+        for plan in plans:
+            if plan.standin:
+                raise _standin_push(plan.images[0].ref, plan.base_image)
     options = _BuildOptions(
         matrix=matrix, backend_dir=backend_dir, require_pinned=require_pinned, out_dir=out_dir, push=push
     )
@@ -381,7 +385,18 @@ def _build_images(plan: BuildPlan, context_dir: Path, record: report.BuildRecord
         record.add_image(spec.kind, spec.ref, image_id)
 
 
+def _standin_push(ref: str, base: str) -> UsageError:
+    return UsageError(
+        f"refusing to push {ref}: it is built FROM {base}, a stand-in of the NGC image with test doubles for the "
+        "GPU programs",
+        "push images built FROM the NGC image (or a mirror of it: --base-image)",
+    )
+
+
 def _push_images(plan: BuildPlan, record: report.BuildRecord, client) -> None:
+    for spec in plan.images:  # a stand-in under another name still carries its labels
+        if any(key.startswith(STANDIN_LABEL_PREFIX) for key in verify.image_labels(client, spec.ref)):
+            raise _standin_push(spec.ref, plan.base_image)
     for spec in plan.images:
         with _step(record, plan, f"push {spec.kind}") as progress:
             builder.push(client, spec.ref, progress(f"push {spec.kind}"))
@@ -458,7 +473,7 @@ LIST_COLUMNS = (
 @_matrix_option
 @click.option("--supported", "supported_only", is_flag=True, help="Only the tags that can be built.")
 @click.option("--json", "as_json", is_flag=True, help="The matrix as JSON (the format the images carry).")
-@click.option("--markdown", is_flag=True, help="The README table.")
+@click.option("--markdown", is_flag=True, help="The table in docs/matrix.md.")
 def list_command(matrix_path, supported_only, as_json, markdown):
     """Show the matrix: one row per NGC tag; `?` marks a value the matrix calls uncertain."""
     if as_json and markdown:

@@ -295,7 +295,7 @@ def _inference_service(o: KServeOptions, workflow: str) -> dict:
         predictor["deploymentStrategy"] = {"type": "Recreate"}
     predictor.update(
         {
-            "terminationGracePeriodSeconds": 60,  # Triton drains for 30 s on SIGTERM
+            "terminationGracePeriodSeconds": contract.STOP_GRACE_SECS,  # longer than the server's drain
             "securityContext": {"fsGroup": UID},
             **pod_settings(o),
             "model": model,

@@ -22,7 +22,7 @@ from trtllm_entrypoint.contract import (
 from trtllm_entrypoint.contract import (
     DEFAULT_METRICS_PORT as METRICS_PORT,
 )
-from trtllm_entrypoint.contract import MPI_SSH_DIR, MPI_SSH_PORT, UID
+from trtllm_entrypoint.contract import MPI_SSH_DIR, MPI_SSH_PORT, STOP_GRACE_SECS, UID
 from trtllm_images import kserve, scaling
 from trtllm_images.kserve_options import KServeOptions
 
@@ -75,7 +75,7 @@ def _pod(o: KServeOptions, image: str, leader: bool) -> dict:
     }
     ssh = {"secret": {"secretName": o.ssh_secret_name, "defaultMode": 0o400}}
     return {
-        "terminationGracePeriodSeconds": 60,
+        "terminationGracePeriodSeconds": STOP_GRACE_SECS,
         "securityContext": {"fsGroup": UID},
         **kserve.pod_settings(o),
         "containers": [container],

@@ -27,6 +27,13 @@ TINI = "/opt/trtllm-images/bin/tini"
 # Writable under any UID: the images create it with mode 1777.
 DEFAULT_CACHE_DIR = "/var/cache/trtllm"
 
+# On SIGTERM the server drains in-flight requests and unloads its models within EXIT_TIMEOUT_SECS, then exits 0
+# (1 if that time ran out). Unloading the Python models alone takes seconds, so Docker's default grace of 10 s
+# before SIGKILL is too short: the documented `docker run --stop-timeout`, the compose file's stop_grace_period and
+# the manifests' terminationGracePeriodSeconds all give this grace, which leaves time after the drain to exit.
+DEFAULT_EXIT_TIMEOUT_SECS = 30
+STOP_GRACE_SECS = DEFAULT_EXIT_TIMEOUT_SECS + 10
+
 # Triton's own defaults; KServe passes --http-port=8080 --grpc-port=9000 explicitly.
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_GRPC_PORT = 8001

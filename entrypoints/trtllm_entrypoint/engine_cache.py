@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from trtllm_entrypoint.log import Log
 
 # Bump when the layout, the stamp or the build commands change: old entries then no longer match any key.
-SCHEMA = 3  # 3: local models are named by their content digest
+SCHEMA = 3  # 3: local models are named by their content digest (not their path)
 KEY_LENGTH = 20
 STAMP = "stamp.json"
 BUILD_LOG = "build.log"
@@ -64,9 +64,18 @@ def key_inputs(
     }
 
 
-def stamp_inputs(inputs: dict[str, Any], facts: ImageFacts, gpu_info: GpuInfo) -> dict[str, Any]:
-    """The key inputs plus what is worth knowing about the builder but must not split the cache."""
-    return {**inputs, "image_tag": facts.tag, "gpus": {"count": gpu_info.count, "names": list(gpu_info.names)}}
+def stamp_inputs(
+    inputs: dict[str, Any], facts: ImageFacts, gpu_info: GpuInfo, model_path: Path | None = None
+) -> dict[str, Any]:
+    """The key inputs plus what is worth knowing about the builder but must not split the cache: the image tag, the
+    GPUs, and where the model was read from (the same bytes elsewhere share the engine)."""
+    gpus = {"count": gpu_info.count, "names": list(gpu_info.names)}
+    return {
+        **inputs,
+        "image_tag": facts.tag,
+        "gpus": gpus,
+        "model_path": None if model_path is None else str(model_path),
+    }
 
 
 def _entry_problem(entry: Path, key: str) -> str | None:

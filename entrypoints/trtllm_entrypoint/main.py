@@ -203,6 +203,8 @@ def open_log(settings: Settings, typed_keys: Sequence[str] = ()) -> Log:
     )
     if settings.cache_fallback_reason:
         log.warn(settings.cache_fallback_reason, cache_dir=settings.cache_dir)
+    for lookalike in settings.lookalikes:
+        log.warn(f"ignoring {lookalike}: not a variable trtllm-entrypoint reads")
     return log
 
 
@@ -389,7 +391,11 @@ def ensure_engine(
     build = engine_build.engine_builder(facts, spec, source.path, converter, log, env)
     with log.phase("engine", key=key) as extra:
         engine_dir, built = cache.ensure(
-            key, engine_cache.stamp_inputs(inputs, facts, gpus), build, timeout_s=settings.lock_timeout_secs, log=log
+            key,
+            engine_cache.stamp_inputs(inputs, facts, gpus, source.path),
+            build,
+            timeout_s=settings.lock_timeout_secs,
+            log=log,
         )
         extra.update(cache="built" if built else "hit", engine_dir=engine_dir)
     return engine_dir

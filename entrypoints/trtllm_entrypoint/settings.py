@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
 
-from trtllm_entrypoint import contract, cpus, server_args
+from trtllm_entrypoint import contract, cpus, server_args, variables
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.gpu import Visibility
@@ -160,6 +160,8 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
 
     # The fields whose variable was set (the others hold defaults): a prebuilt engine's own limits replace defaults.
     explicit: frozenset[str] = frozenset()
+    # Names that look like our variables but are not, each with the one it probably meant (warned at start).
+    lookalikes: tuple[str, ...] = ()
     gpu_visibility: Visibility = Visibility()  # NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES as given
 
     @property
@@ -185,6 +187,7 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
         values["gpu_visibility"] = Visibility(
             environ.get("NVIDIA_VISIBLE_DEVICES"), environ.get("CUDA_VISIBLE_DEVICES")
         )
+        values["lookalikes"] = _lookalikes(environ, env.boolean("STRICT_ENV"))
         settings = cls(**values, explicit=frozenset(name.lower() for name in env.given))
         _check_relations(settings)
         if settings.restricted_apis and not command_line.typed_server:  # main checks typed commands itself
@@ -213,6 +216,17 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
             out[f.name] = value
         out["world_size"] = self.world_size
         return out
+
+
+def _lookalikes(environ: Mapping[str, str], strict: bool) -> tuple[str, ...]:
+    """'NAME (did you mean KNOWN?)' for each variable that looks like ours but is not; STRICT_ENV refuses them."""
+    found = tuple(f"{name} (did you mean {meant}?)" for name, meant in variables.lookalikes(environ))
+    if found and strict:
+        raise UsageError(
+            f"not a variable trtllm-entrypoint reads: {', '.join(found)}",
+            "fix the names, or unset STRICT_ENV to start with a warning instead",
+        )
+    return found
 
 
 def all_apis_open(environ: Mapping[str, str]) -> bool:

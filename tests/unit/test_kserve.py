@@ -798,7 +798,7 @@ def test_compose_file_serves_one_gpu_host(compose, entry):
     assert env["TRITON_ADMIN_KEY_FILE"] == "/run/secrets/triton-admin-key" and "TRITON_ADMIN_KEY" not in env
     assert data["secrets"]["triton-admin-key"]["file"].endswith("./triton-admin-key}")
     assert service["volumes"] == [f"trtllm-cache:{contract.DEFAULT_CACHE_DIR}"] and "trtllm-cache" in data["volumes"]
-    assert service["stop_grace_period"] == "60s" and service["restart"] == "unless-stopped"
+    assert service["stop_grace_period"] == f"{contract.STOP_GRACE_SECS}s" and service["restart"] == "unless-stopped"
 
 
 def compose_config(path: Path, tmp_path: Path) -> list[str]:

@@ -120,9 +120,9 @@ def test_each_image_has_its_title_first_and_shares_the_rest():
 def test_base_image_override_is_a_build_arg_that_the_base_name_label_follows():
     default = make_plan(entry(), out_dir=OUT)
     assert default.base_image == default.entry.base_image
-    plan = make_plan(entry(), base_image="trtllm-standin:25.01", out_dir=OUT)
-    assert plan.base_image == "trtllm-standin:25.01"
-    assert plan.buildargs == {"BASE_IMAGE": "trtllm-standin:25.01"}
+    plan = make_plan(entry(), base_image="registry.example/mirror/tritonserver:25.01-trtllm-python-py3", out_dir=OUT)
+    assert plan.base_image == "registry.example/mirror/tritonserver:25.01-trtllm-python-py3"
+    assert plan.buildargs == {"BASE_IMAGE": "registry.example/mirror/tritonserver:25.01-trtllm-python-py3"}
     assert plan.image("server").labels["org.opencontainers.image.base.name"] == "${BASE_IMAGE}"
     assert plan.images == default.images
 
@@ -159,3 +159,18 @@ def test_entry_without_tensorrt_llm_version_is_refused():
 def test_label_values_with_quotes_are_refused():
     with pytest.raises(UsageError, match="label"):
         make_plan(entry(), revision='abc"; RUN x', out_dir=OUT)
+
+
+@pytest.mark.parametrize(
+    "base, standin",
+    [
+        ("trtllm-standin:25.01", True),
+        ("localhost:5000/ci/trtllm-standin-old:24.08", True),
+        ("nvcr.io/nvidia/tritonserver:25.01-trtllm-python-py3", False),
+        ("mirror.example/trtllm-standins-are-not-here/tritonserver:25.01", False),
+    ],
+)
+def test_images_built_from_a_stand_in_say_so_in_their_tag(base, standin):
+    plan = make_plan(entry(), base_image=base, out_dir=Path("/tmp/out"))
+    assert plan.standin is standin
+    assert all(spec.ref.endswith("-standin") is standin for spec in plan.images), [s.ref for s in plan.images]

@@ -121,7 +121,9 @@ def test_labels_are_rendered_exactly_as_planned(real_matrix):
 
 def test_base_image_override_does_not_change_the_text(real_matrix):
     """The override travels as a build arg; the base.name label is expanded by Docker from it."""
-    assert rendered(real_matrix, "25.01", base_image="trtllm-standin:25.01") == rendered(real_matrix, "25.01")
+    assert rendered(
+        real_matrix, "25.01", base_image="mirror.example/nvidia/tritonserver:25.01-trtllm-python-py3"
+    ) == rendered(real_matrix, "25.01")
     text = rendered(real_matrix, "25.01")["server.Dockerfile"]
     assert 'org.opencontainers.image.base.name="${BASE_IMAGE}"' in text
 

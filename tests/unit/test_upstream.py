@@ -229,7 +229,7 @@ def test_require_pinned_refuses_an_unpinned_source_without_any_request(server, t
     assert fetch(pin_for(server), tmp_path, require_pinned=True).is_dir()
 
 
-# --- safe extraction (issue 23: links already written are followed by the OS) ---------------------------------
+# --- safe extraction (links already written are followed by the OS) ------------------------------------------
 
 
 def extract_members(tmp_path: Path, members: list[tarfile.TarInfo], files: dict[str, bytes] | None = None) -> Path:

@@ -927,11 +927,7 @@ def test_the_entrypoint_accepts_every_generated_environment(options, entry, tmp_
         assert settings.tp_size == options.tp_size, kind
         if kind == "InferenceService" and options.frontend == "openai":
             # The OpenAI API on KServe's HTTP port, where the probes ask; nothing else is served.
-            assert (settings.frontend, settings.openai_port, settings.openai_kserve_frontends) == (
-                "openai",
-                8080,
-                False,
-            )
+            assert (settings.frontend, settings.openai_port) == ("openai", 8080)
         elif kind == "InferenceService":
             assert (settings.http_port, settings.grpc_port) == (8080, 9000)
 

@@ -33,7 +33,6 @@ from trtllm_entrypoint import contract
 from trtllm_entrypoint import openai_api as api
 
 ADMIN_HEADER = "admin-key"
-ROUTE_GROUPS = {"/v1/completions": "inference", "/v1/chat/completions": "inference", "/v1/models": "metadata"}
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
 _encode = msgspec.json.encode
@@ -92,9 +91,9 @@ class Front:
         # Triton closes inference to clients without the key when RESTRICTED_APIS has it; we carry it then.
         return {ADMIN_HEADER: self.key} if "inference" in self.restricted and self.key else {}
 
-    def authorize(self, request: web.Request) -> None:
-        group = ROUTE_GROUPS.get(request.path)
-        if group is None or group not in self.restricted:
+    def authorize(self, request: web.Request, group: str) -> None:
+        """Each handler names its RESTRICTED_APIS group itself: no path spelling can reach a route unchecked."""
+        if group not in self.restricted:
             return
         given = request.headers.get(ADMIN_HEADER, "")
         bearer = request.headers.get("Authorization", "")
@@ -191,13 +190,13 @@ def _check_model(front: Front, name: str) -> None:
 
 async def models(request: web.Request) -> web.Response:
     front = request.app[FRONT]
-    front.authorize(request)
+    front.authorize(request, "metadata")
     return web.Response(body=_encode(api.models_list(front.model)), content_type="application/json")
 
 
 async def model(request: web.Request) -> web.Response:
     front = request.app[FRONT]
-    front.authorize(request)
+    front.authorize(request, "metadata")
     _check_model(front, request.match_info["name"])
     return web.Response(body=_encode(api.model_card(front.model)), content_type="application/json")
 
@@ -229,7 +228,7 @@ def _chunk(kind: str, rid: str, created: int, model: str, choices: Sequence[Mapp
 async def _read(request: web.Request, kind: type[Any]) -> tuple[Front, Any]:
     """The front and the request's body as `kind`, once the key (where asked for) and the model name are right."""
     front = request.app[FRONT]
-    front.authorize(request)
+    front.authorize(request, "inference")
     req = api.decode(await request.read(), kind)
     _check_model(front, req.model)
     return front, req

@@ -96,3 +96,24 @@ def test_restricted_routes_want_the_admin_key_as_the_api_key(tmp_path):
 
     # With the key the request passes the front and reaches (here: misses) tritonserver.
     assert ask(front(tmp_path, {"inference"}), calls) == [401, 401, 503, 503, 200, 200]
+
+
+def test_every_route_of_a_restricted_group_wants_the_key_however_its_path_is_spelt(tmp_path):
+    """`metadata` closes the list and each model's card; `inference` closes both completions routes, also when the
+    path is spelt otherwise (percent-encoded); health stays open."""
+
+    async def calls(client):
+        body = {"model": "served", "prompt": "x", "messages": [{"role": "user", "content": "x"}]}
+        with_key = {"admin-key": KEY}
+        return [
+            (await client.get("/v1/models")).status,
+            (await client.get("/v1/models/served")).status,
+            (await client.get("/v1/models/served", headers=with_key)).status,
+            (await client.get("/v1/%6Dodels/served")).status,
+            (await client.post("/v1/chat/completions", json=body)).status,
+            (await client.post("/v1/%63hat/completions", json=body)).status,
+            (await client.post("/v1/completions", json=body)).status,
+            (await client.get("/health/ready")).status,
+        ]
+
+    assert ask(front(tmp_path, {"metadata", "inference"}), calls) == [401, 401, 200, 401, 401, 401, 401, 503]

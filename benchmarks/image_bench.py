@@ -20,7 +20,7 @@ from benchmarks.report import Metric, Target, median
 from trtllm_entrypoint.errors import Error
 from trtllm_images import builder, context, render, support, wheel
 from trtllm_images import matrix as matrix_mod
-from trtllm_images.plan import make_plan
+from trtllm_images.plan import make_build_plan
 
 TAG = "25.01"
 REGISTRY = "trtllm-bench"  # our own image names: never retag what the tests or users build
@@ -117,7 +117,7 @@ def one_round(client, standin: str, work: Path) -> Round:
     """A first build of the server image on a fresh base, then a rebuild after a one-line entrypoint edit."""
     matrix = matrix_mod.load()
     base = _fresh_base(client, standin)
-    plan = make_plan(matrix.get(TAG), base_image=base, registry=REGISTRY, out_dir=work / "out")
+    plan = make_build_plan(matrix.get(TAG), base_image=base, registry=REGISTRY, out_dir=work / "out")
     dockerfiles = render.render(plan)
     copy = work / "entrypoints"
     shutil.copytree(wheel.ENTRYPOINTS_DIR, copy, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))

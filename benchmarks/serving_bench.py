@@ -153,7 +153,7 @@ RETIRED_P99 = (
     "engine double alone 930), so the ratio measures noise, not the instance counts"
 )
 RETIRED_READY = (
-    "retired target (was <= 1.1x, issue 19): set when the floor was our doubles' 0.9 s on 2 CPUs, where 0.1 s of "
+    "retired target (was <= 1.1x): set when the floor was our doubles' 0.9 s on 2 CPUs, where 0.1 s of "
     "Python start decided the ratio; upstream's models now make the floor seconds of imports, kept as information"
 )
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from benchmarks.report import Metric, Target, median
 from trtllm_images import checks, render
 from trtllm_images import matrix as matrix_mod
-from trtllm_images.plan import make_plan
+from trtllm_images.plan import make_build_plan
 
 REPO = Path(__file__).resolve().parents[1]
 RENDER_ARGV = ("render", "--all", "--print")
@@ -38,7 +38,7 @@ def _timed(func: Callable[[], object]) -> float:
 
 def static_metrics(repeats: int, say: Say) -> list[Metric]:
     matrix = matrix_mod.load()
-    plans = {entry.tag: make_plan(entry, out_dir=Path("out")) for entry in matrix.supported()}
+    plans = {entry.tag: make_build_plan(entry, out_dir=Path("out")) for entry in matrix.supported()}
     rendered = {tag: render.render(plan) for tag, plan in plans.items()}
     texts = [(tag, name, text) for tag, files in rendered.items() for name, text in sorted(files.items())]
     say(f"render + check over {len(plans)} tags ({len(texts)} Dockerfiles): {repeats} runs")

@@ -9,12 +9,23 @@ import http.server
 import json
 import threading
 import time
+from collections.abc import Callable
+
+# (status, headers, body) for a request path, or None to answer as the hub does: a hostile or broken hub.
+Override = Callable[[str], "tuple[int, dict[str, str], bytes] | None"]
 
 
 class FakeHub:
     COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
-    def __init__(self, repo_id: str, files: dict[str, bytes], *, seconds_per_file: float = 0.0):
+    def __init__(
+        self,
+        repo_id: str,
+        files: dict[str, bytes],
+        *,
+        seconds_per_file: float = 0.0,
+        override: Override | None = None,
+    ):
         self.requests: list[str] = []
         self.headers: list[dict[str, str]] = []
         hub = self
@@ -49,6 +60,16 @@ class FakeHub:
             def _answer(self, body: bool) -> None:
                 hub.requests.append(f"{self.command} {self.path}")
                 hub.headers.append(dict(self.headers.items()))
+                answer = override(self.path) if override is not None else None
+                if answer is not None:
+                    status, headers, data = answer
+                    self.send_response(status)
+                    for name, value in {"Content-Length": str(len(data)), **headers}.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    if body:
+                        self.wfile.write(data)
+                    return
                 if self._model_info():
                     return
                 prefix = f"/{repo_id}/resolve/"

@@ -1,9 +1,9 @@
 """Regenerate the golden Dockerfiles under tests/golden/<tag>/, one directory per supported tag of matrix.yaml, and
-the README's environment tables from the variable table (entrypoints/trtllm_entrypoint/variables.py).
+docs/environment.md's tables from the variable table (entrypoints/trtllm_entrypoint/variables.py).
 
 Run `python tests/update_golden.py` after an intended template, matrix or variable change, then review `git diff`.
 It also removes the directories of tags that are no longer supported. tests/unit/test_render.py compares the same
-renders with these files byte for byte; tests/unit/test_readme.py compares the README's tables.
+renders with these files byte for byte; tests/unit/test_docs.py compares the tables.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN_DIR = REPO / "tests" / "golden"
 REGENERATE = "python tests/update_golden.py"
-README = REPO / "README.md"
+ENVIRONMENT_DOC = REPO / "docs" / "environment.md"
 ENVIRONMENT_START = "<!-- environment:start"
 ENVIRONMENT_END = "<!-- environment:end -->"
 
@@ -32,11 +32,13 @@ def render_tag(tag: str) -> dict[str, bytes]:
     from trtllm_images import matrix, plan, render
 
     # out_dir only decides where a context would go; it does not appear in the Dockerfiles.
-    texts = render.render(plan.make_plan(matrix.load().get(tag), out_dir=Path(tempfile.gettempdir()), multinode=True))
+    texts = render.render(
+        plan.make_build_plan(matrix.load().get(tag), out_dir=Path(tempfile.gettempdir()), multinode=True)
+    )
     return {name: text.encode("utf-8") for name, text in texts.items()}
 
 
-def split_readme(text: str) -> tuple[str, str, str]:
+def split_environment_doc(text: str) -> tuple[str, str, str]:
     """(before, the generated environment tables, after): the tables start on the line after the start marker."""
     head, _, rest = text.partition(ENVIRONMENT_START)
     marker, _, rest = rest.partition("\n")
@@ -51,9 +53,9 @@ def environment_tables() -> str:
 
 
 def main() -> None:
-    head, _, tail = split_readme(README.read_text())
-    README.write_text(head + environment_tables() + tail)
-    print(README.relative_to(REPO))
+    head, _, tail = split_environment_doc(ENVIRONMENT_DOC.read_text())
+    ENVIRONMENT_DOC.write_text(head + environment_tables() + tail)
+    print(ENVIRONMENT_DOC.relative_to(REPO))
     tags = golden_tags()
     for stale in sorted(p for p in GOLDEN_DIR.iterdir() if p.is_dir() and p.name not in tags):
         shutil.rmtree(stale)

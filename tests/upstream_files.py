@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from trtllm_entrypoint.errors import Error
-from trtllm_images import upstream
+from trtllm_images import source_cache, upstream
 
 ENV = "TRTLLM_UPSTREAM_DIR"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "upstream"
@@ -80,8 +80,8 @@ def _tell(message: str) -> None:
 def _pinned_layout() -> Path | str:
     """The layout made from the lock's pinned sources (downloaded once), or why there is none."""
     try:
-        return upstream.materialize_layout(
-            upstream.load_lock(), upstream.cache_root(), local_copy=f"{ENV}=<a copy>", log=_tell
+        return source_cache.materialize_layout(
+            upstream.load_lock(), source_cache.cache_root(), local_copy=f"{ENV}=<a copy>", log=_tell
         )
     except Error as exc:
         return f"the pinned sources are unavailable ({exc.message})"

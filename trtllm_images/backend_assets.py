@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import upstream
-from trtllm_images.files import publish_dir
+from trtllm_images import safe_archive, source_cache, upstream
+from trtllm_images.atomic import publish_dir
 
 if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry
@@ -96,7 +96,7 @@ def fetch(
     trees = []
     for archive, pin in parts:
         upstream.covering(pin, archive.members)
-        trees.append(upstream.source(pin, cache_dir, local_copy=local_copy, log=log, require_pinned=require_pinned))
+        trees.append(source_cache.source(pin, cache_dir, local_copy=local_copy, log=log, require_pinned=require_pinned))
     # Named after the sources, whose directory names are their digests: a changed source never reuses an old app dir.
     key = hashlib.sha256("".join(tree.name for tree in trees).encode()).hexdigest()[:16]
     final = root / f"{entry.backend.ref}-{key}"
@@ -106,7 +106,7 @@ def fetch(
 
     def copy_all(tmp: Path) -> None:
         for (archive, pin), tree in zip(parts, trees, strict=True):
-            upstream.copy_members(tree, archive.members, tmp, pin.name, log)
+            safe_archive.copy_members(tree, archive.members, tmp, pin.name, log)
 
     return publish_dir(final, _complete(copy_all))
 

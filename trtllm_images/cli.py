@@ -6,16 +6,9 @@ before anything is written or built), then executes them.
 
 from __future__ import annotations
 
-import atexit
-import dataclasses
-import functools
 import json
-import tempfile
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -23,25 +16,21 @@ from click.core import ParameterSource
 from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import (
     backend_assets,
-    builder,
     checks,
-    context,
     kserve,
     kserve_options,
     render,
-    report,
+    source_cache,
     source_tree,
     support,
+    tables,
     upstream,
-    vendor,
-    verify,
-    wheel,
 )
 from trtllm_images import matrix as matrix_mod
-from trtllm_images.plan import BuildPlan, make_plan
+from trtllm_images.pipeline import PROG, BuildOptions, LazyDocker, build_tag, check_errors, standin_push, write_context
+from trtllm_images.plan import BuildPlan, make_build_plan
 
 DEFAULT_OUT = Path("out")
-PROG = "build.py"
 
 
 class _Failure(click.ClickException):
@@ -167,47 +156,11 @@ def _plans(
             "build the tags one by one, each with its own --base-image",
         )
     return matrix, [
-        make_plan(e, base_image=base_image, registry=registry, out_dir=out_dir, revision=revision, multinode=multinode)
+        make_build_plan(
+            e, base_image=base_image, registry=registry, out_dir=out_dir, revision=revision, multinode=multinode
+        )
         for e in entries
     ]
-
-
-@functools.cache
-def _entrypoint_wheel() -> Path:
-    """Built once per process (identical for every tag); write_context copies it into each context."""
-    scratch = tempfile.TemporaryDirectory(prefix="trtllm-images-wheel-")
-    atexit.register(scratch.cleanup)
-    return wheel.build_wheel(dest=Path(scratch.name))
-
-
-@functools.cache
-def _vendor_dir() -> Path:
-    """tini and the validation kit (vendor.lock.json), verified and assembled once per process."""
-    scratch = tempfile.TemporaryDirectory(prefix="trtllm-images-vendor-")
-    atexit.register(scratch.cleanup)
-    return vendor.assemble(Path(scratch.name), _say)
-
-
-def _write_context(
-    plan: BuildPlan,
-    dockerfiles: dict[str, str],
-    matrix: matrix_mod.Matrix,
-    backend_dir: Path | None,
-    require_pinned: bool,
-) -> Path:
-    assets = None
-    if plan.needs_backend_assets:
-        assets = backend_assets.fetch(
-            plan.entry, upstream.cache_root(), backend_dir, _say, require_pinned=require_pinned
-        )
-    matrix_json, models_json = support.image_data(matrix)
-    return context.write_context(
-        plan, dockerfiles, _entrypoint_wheel(), matrix_json, assets, models_json, _vendor_dir()
-    )
-
-
-def _errors(findings) -> list:
-    return [f for f in findings if f.level == "error"]
 
 
 def _show_finding(finding) -> None:
@@ -217,15 +170,6 @@ def _show_finding(finding) -> None:
 
 
 # --- build (the group itself) --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _BuildOptions:
-    matrix: matrix_mod.Matrix
-    backend_dir: Path | None
-    require_pinned: bool
-    out_dir: Path
-    push: bool
 
 
 @click.group(
@@ -291,15 +235,19 @@ def cli(
         revision=revision,
         multinode=multinode,
     )
-    options = _BuildOptions(
-        matrix=matrix, backend_dir=backend_dir, require_pinned=require_pinned, out_dir=out_dir, push=push
+    if push:
+        for plan in plans:
+            if plan.standin:
+                raise standin_push(plan.images[0].ref, plan.base_image)
+    options = BuildOptions(
+        matrix=matrix, backend_dir=backend_dir, require_pinned=require_pinned, out_dir=out_dir, push=push, say=_say
     )
-    docker = _LazyDocker()
+    docker = LazyDocker()
     outcomes = []
     for number, plan in enumerate(plans, 1):
         _say(f"[{plan.entry.tag}] tag {number} of {len(plans)}: {', '.join(spec.ref for spec in plan.images)}")
-        outcomes.append(_build_tag(plan, options, docker))
-    _print_summary([outcome.record for outcome in outcomes])
+        outcomes.append(build_tag(plan, options, docker))
+    click.echo(tables.build_summary([outcome.record for outcome in outcomes]))
     if len(outcomes) == 1 and outcomes[0].error:
         raise outcomes[0].error
     failed = [outcome for outcome in outcomes if outcome.error]
@@ -310,155 +258,14 @@ def cli(
         )
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    record: report.BuildRecord
-    error: Error | None
-
-
-class _LazyDocker:
-    """Connects on first use, so tags that fail their static checks never need a Docker engine."""
-
-    def __init__(self):
-        self._client = None
-
-    def __call__(self):
-        if self._client is None:
-            self._client = builder.docker_client()
-        return self._client
-
-
-def _build_tag(plan: BuildPlan, options: _BuildOptions, docker: _LazyDocker) -> _Outcome:
-    """Check, write the context, build, verify and (maybe) push one tag; the report is written whatever happens."""
-    record = report.BuildRecord(plan.entry.tag)
-    record.base_image = plan.base_image
-    error = None
-    try:
-        with _step(record, plan, "checks"):
-            dockerfiles = render.render(plan)
-            findings = checks.static_findings(options.matrix, [plan.entry.tag], lambda tag: dockerfiles)
-            record.add_findings(findings)
-            _stop_on_check_errors(plan, findings)
-        with _step(record, plan, "context"):
-            context_dir = _write_context(plan, dockerfiles, options.matrix, options.backend_dir, options.require_pinned)
-        _build_images(plan, context_dir, record, docker())
-        _verify_images(plan, record, docker())
-        if options.push:
-            _push_images(plan, record, docker())
-    except Error as exc:
-        record.fail(exc.message, exc.hint)
-        error = exc
-        _say(f"[{plan.entry.tag}] failed: {exc.message}")
-    except BaseException as exc:
-        # A bug or Ctrl-C: the report must not claim success; the exception keeps its traceback.
-        record.fail(f"stopped by {type(exc).__name__}: {exc}", "")
-        raise
-    finally:
-        _say(f"[{plan.entry.tag}] report: {report.write_report(options.out_dir, record)}")
-    return _Outcome(record, error)
-
-
-def _stop_on_check_errors(plan: BuildPlan, findings) -> None:
-    for finding in findings:
-        _say(f"[{plan.entry.tag}] {finding.level}: {finding.code}: {finding.message}")
-    errors = _errors(findings)
-    if errors:
-        raise Error(
-            f"tag {plan.entry.tag}: {len(errors)} static check error(s): "
-            + "; ".join(f"{f.code}: {f.message}" for f in errors),
-            f"`{PROG} check --tag {plan.entry.tag}` shows each with its hint",
-        )
-
-
-def _build_images(plan: BuildPlan, context_dir: Path, record: report.BuildRecord, client) -> None:
-    with _step(record, plan, "base image") as progress:
-        builder.ensure_base_image(client, plan.base_image, progress("pull"))
-    for spec in plan.images:
-        with _step(record, plan, f"build {spec.kind}") as progress:
-            image_id = builder.build_image(
-                client, context_dir, spec.dockerfile, spec.ref, plan.buildargs, progress(spec.kind)
-            )
-        record.add_image(spec.kind, spec.ref, image_id)
-
-
-def _push_images(plan: BuildPlan, record: report.BuildRecord, client) -> None:
-    for spec in plan.images:
-        with _step(record, plan, f"push {spec.kind}") as progress:
-            builder.push(client, spec.ref, progress(f"push {spec.kind}"))
-        record.pushed.append(spec.ref)
-
-
-def _verify_images(plan: BuildPlan, record: report.BuildRecord, client) -> None:
-    results = []
-    for spec in plan.images:
-        with _step(record, plan, f"verify {spec.kind}"):
-            result = verify.verify_image(client, plan.entry, spec.kind, spec.ref)
-        record.add_verification(result)
-        for warning in result.warnings:
-            _say(f"[{plan.entry.tag} {spec.kind}] warning: {warning}")
-        results.append(result)
-    if any(result.errors for result in results):
-        # An image that does not match the matrix must not be found under its name, pushed or run by mistake.
-        for spec in plan.images:
-            builder.untag(client, spec.ref)
-        _say(f"[{plan.entry.tag}] removed the tags {', '.join(spec.ref for spec in plan.images)}")
-    for result in results:
-        result.raise_for_errors()
-
-
-@contextmanager
-def _step(record: report.BuildRecord, plan: BuildPlan, name: str) -> Iterator[Callable[[str], Callable[[str], None]]]:
-    """One timed phase of a tag, announced when it starts and ends with its elapsed time (the report records it too);
-    yields progress(what) -> a printer that prefixes each streamed line with the tag, `what` and the elapsed time."""
-    tag, started = plan.entry.tag, time.monotonic()
-    _say(f"[{tag}] {name} ...")
-
-    def progress(what: str) -> Callable[[str], None]:
-        return lambda line: _say(f"[{tag} {what} {time.monotonic() - started:.0f}s] {line}")
-
-    try:
-        with record.phase(name):
-            yield progress
-    except BaseException:
-        _say(f"[{tag}] {name} failed after {time.monotonic() - started:.1f}s")
-        raise
-    _say(f"[{tag}] {name} done in {time.monotonic() - started:.1f}s")
-
-
-def _print_summary(records: list[report.BuildRecord]) -> None:
-    rows: list[tuple[str, ...]] = [("TAG", "RESULT", "IMAGES", "WARNINGS", "SECONDS")]
-    for record in records:
-        warnings = sum(len(v["warnings"]) for v in record.verifications)
-        refs = ", ".join(image["ref"] for image in record.images) or "-"
-        rows.append(
-            (record.tag, "ok" if record.ok else "FAILED", refs, str(warnings), f"{sum(record.durations.values()):.0f}")
-        )
-    click.echo(_table(rows))
-
-
-def _table(rows: Sequence[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
-
-
 # --- list, render, check -------------------------------------------------------------------------------------------
-
-LIST_COLUMNS = (
-    ("TAG", "tag"),
-    ("STATUS", "status"),
-    ("TRITON", "triton"),
-    ("TRT-LLM", "tensorrt_llm"),
-    ("TENSORRT", "tensorrt"),
-    ("PYTHON", "python"),
-    ("WORKFLOWS", "workflows"),
-)
 
 
 @cli.command("list")
 @_matrix_option
 @click.option("--supported", "supported_only", is_flag=True, help="Only the tags that can be built.")
 @click.option("--json", "as_json", is_flag=True, help="The matrix as JSON (the format the images carry).")
-@click.option("--markdown", is_flag=True, help="The README table.")
+@click.option("--markdown", is_flag=True, help="The table in docs/matrix.md.")
 def list_command(matrix_path, supported_only, as_json, markdown):
     """Show the matrix: one row per NGC tag; `?` marks a value the matrix calls uncertain."""
     if as_json and markdown:
@@ -471,19 +278,7 @@ def list_command(matrix_path, supported_only, as_json, markdown):
     elif markdown:
         click.echo(matrix_mod.markdown_table(matrix), nl=False)
     else:
-        click.echo(_list_table(matrix))
-
-
-def _list_table(matrix: matrix_mod.Matrix) -> str:
-    rows = [tuple(title for title, _ in LIST_COLUMNS) + ("NOTE",)]
-    for entry in matrix.entries:
-        cells = []
-        for _, field in LIST_COLUMNS:
-            value = getattr(entry, field)
-            text = ",".join(value) if isinstance(value, tuple) else (value or "-")
-            cells.append(text + ("?" if field in entry.uncertain else ""))
-        rows.append(tuple(cells) + (entry.note,))
-    return _table(rows) + "\n\n? = uncertain: matrix.yaml says why under `uncertain:`"
+        click.echo(tables.matrix_table(matrix))
 
 
 @cli.command("models")
@@ -503,40 +298,13 @@ def models_command(matrix_path, name, as_json):
         if as_json:
             click.echo(support.models_json(models, matrix, capabilities), nl=False)
         else:
-            click.echo(_models_table(models, matrix, capabilities))
+            click.echo(tables.models_table(models, matrix, capabilities))
         return
     model = support.find(models, name)
-    record = support.model_record(model, matrix, capabilities)
     if as_json:
-        click.echo(json.dumps(record, indent=2))
-        return
-    rows = [("TAG", "TRT-LLM", "ENGINE", "LLMAPI")]
-    for entry in matrix.supported():
-        caps = capabilities.of(entry)
-        engine = model.serves(entry, caps, "engine")
-        folder = model.converter_dir(caps.examples_layout) if engine else "-"
-        rows.append(
-            (entry.tag, entry.tensorrt_llm or "-", folder, "yes" if model.serves(entry, caps, "llmapi") else "-")
-        )
-    notes = [f"{key} is uncertain: {why}" for key, why in sorted(model.uncertain.items())]
-    click.echo(
-        f"{model.model_type} ({', '.join(model.architectures)}): engine from TensorRT-LLM "
-        f"{model.engine.since if model.engine else '(none)'}, llmapi from {model.llmapi_since or '(none)'}\n"
-    )
-    click.echo(_table(rows) + "".join(f"\n{note}" for note in notes))
-
-
-def _models_table(models, matrix: matrix_mod.Matrix, capabilities) -> str:
-    rows = [("MODEL_TYPE", "ARCHITECTURES", "ENGINE TAGS", "LLMAPI TAGS")]
-    for model in models:
-        record = support.model_record(model, matrix, capabilities)
-        spans = [_span(record[w]["tags"]) if record[w] else "-" for w in ("engine", "llmapi")]
-        rows.append((model.model_type + ("?" if model.uncertain else ""), ",".join(model.architectures), *spans))
-    return _table(rows) + "\n\n? = uncertain: models.yaml says why under `uncertain:`"
-
-
-def _span(tags: list[str]) -> str:
-    return f"{tags[0]}..{tags[-1]}" if tags else "none"
+        click.echo(json.dumps(support.model_record(model, matrix, capabilities), indent=2))
+    else:
+        click.echo(tables.model_table(model, matrix, capabilities))
 
 
 @cli.command("render")
@@ -574,7 +342,7 @@ def render_command(
             for name, text in dockerfiles.items():
                 click.echo(f"# ===== {plan.entry.tag} {name} =====\n{text}")
         else:
-            click.echo(_write_context(plan, dockerfiles, matrix, backend_dir, require_pinned))
+            click.echo(write_context(plan, dockerfiles, matrix, backend_dir, require_pinned, _say))
 
 
 @cli.command("check")
@@ -587,130 +355,40 @@ def check_command(tags, all_tags, matrix_path):
     findings = checks.static_findings(matrix, by_tag, lambda tag: render.render(by_tag[tag]))
     for finding in findings:
         _show_finding(finding)
-    errors = _errors(findings)
+    errors = check_errors(findings)
     click.echo(f"{len(plans)} tag(s) checked: {len(errors)} error(s), {len(findings) - len(errors)} other finding(s)")
     if errors:
         raise Error(f"{len(errors)} check(s) failed", "each failing check above has its hint")
 
 
-# The options' defaults are KServeOptions' own.
-_KSERVE = {f.name: f.default for f in dataclasses.fields(kserve_options.KServeOptions)}
+def _kserve_options(func):
+    """The flags of kserve_options.OPTIONS as click options: each declared once there, its type and default the
+    KServeOptions field's."""
+    for option in reversed(kserve_options.OPTIONS):
+        if option.kind is bool:
+            func = click.option(option.name, option.keyword, is_flag=True, help=option.help)(func)
+            continue
+        default: dict[str, Any] = {}  # none given where there is none: click takes None as a value for `required`
+        if option.default is not None:
+            default = {"default": option.default, "show_default": option.kind is not tuple}
+        func = click.option(
+            option.name,
+            option.keyword,
+            type=click.Choice(option.choices) if option.choices else _CLICK_TYPES[option.kind],
+            multiple=option.kind is tuple,
+            required=option.required,
+            metavar=option.metavar,
+            help=option.help,
+            **default,
+        )(func)
+    return func
+
+
+_CLICK_TYPES = {str: str, int: int, float: float, tuple: str}  # a tuple field: a repeatable text option
 
 
 @cli.command("kserve")
-@click.option("--tag", required=True, help="The NGC tag whose server image the runtime runs, e.g. 25.01.")
-@click.option("--image", help="Full image ref (default: the server image build.py makes for --tag).")
-@click.option("--registry", metavar="HOST[/NAMESPACE]", help="Prefix of the default image ref, e.g. ghcr.io/my-org.")
-@click.option("--model-id", help="Hugging Face model id the pod downloads (or give --storage-uri).")
-@click.option("--model-revision", help="Pin the hub model to a revision.")
-@click.option("--storage-uri", help="KServe puts the model at /mnt/models: s3://, gs://, pvc://, hf://, …")
-@click.option("--tp-size", type=int, default=_KSERVE["tp_size"], show_default=True, help="Tensor parallelism.")
-@click.option(
-    "--pp-size", type=int, default=_KSERVE["pp_size"], show_default=True, help="Pipeline parallelism (GPUs = TP x PP)."
-)
-@click.option("--namespace", default=_KSERVE["namespace"], show_default=True)
-@click.option(
-    "--name", default=_KSERVE["name"], show_default=True, help="InferenceService name, also the served model name."
-)
-@click.option(
-    "--cache",
-    type=click.Choice(kserve_options.CACHE_MODES),
-    default=_KSERVE["cache"],
-    show_default=True,
-    help="Where engines are cached: per pod (emptydir) or on a PersistentVolumeClaim (pvc).",
-)
-@click.option("--pvc-name", help="Cache PVC name  [default: <name>-trtllm-cache]")
-@click.option("--pvc-size", default=_KSERVE["pvc_size"], show_default=True)
-@click.option(
-    "--pvc-access-mode",
-    type=click.Choice(kserve_options.ACCESS_MODES),
-    default=_KSERVE["pvc_access_mode"],
-    show_default=True,
-    help="ReadWriteMany whenever several pods mount the cache (replicas, a group's pods, the warm Job).",
-)
-@click.option("--pvc-storage-class", help="The cache PVC's StorageClass (one that provides the access mode).")
-@click.option(
-    "--namespaced-runtime", is_flag=True, help="A ServingRuntime in --namespace, not a ClusterServingRuntime."
-)
-@click.option(
-    "--warm-job", is_flag=True, help="Add a Job that builds the engine into the cache PVC (needs --cache pvc)."
-)
-@click.option(
-    "--hf-token-secret",
-    default=_KSERVE["hf_token_secret"],
-    show_default=True,
-    help="Secret holding the Hugging Face token under key 'token' (optional at run time).",
-)
-@click.option("--no-hf-token", is_flag=True, help="Reference no token Secret.")
-@click.option(
-    "--admin-key-secret",
-    default=_KSERVE["admin_key_secret"],
-    show_default=True,
-    help="Secret holding the key of Triton's restricted APIs under key 'key' (optional at run time; "
-    "without it those APIs stay closed).",
-)
-@click.option("--no-admin-key", is_flag=True, help="Reference no admin-key Secret.")
-@click.option("--storage-writable", is_flag=True, help="Mount /mnt/models read-write (default: read-only).")
-@click.option(
-    "--frontend",
-    type=click.Choice(kserve_options.FRONTENDS),
-    default="triton",
-    show_default=True,
-    help="openai: Triton's OpenAI-compatible frontend on the HTTP port, probed at /health/ready (tags from 24.12).",
-)
-@click.option("--min-replicas", type=int, default=1, show_default=True, help="Replicas (groups with --nodes) at least.")
-@click.option(
-    "--max-replicas",
-    type=int,
-    default=None,
-    help="Replicas at most; above --min-replicas: autoscaling with KEDA on Triton's queue/compute ratio and a "
-    "PodMonitor (needs KEDA and the Prometheus Operator)  [default: --min-replicas, a fixed count]",
-)
-@click.option(
-    "--scale-target",
-    type=float,
-    default=1.0,
-    show_default=True,
-    help="Scale out while Triton's queue time exceeds this multiple of its compute time.",
-)
-@click.option(
-    "--scale-down-window", type=int, default=600, show_default=True, help="Seconds of lower load before scaling in."
-)
-@click.option(
-    "--prometheus-url",
-    default="http://prometheus-operated.monitoring.svc:9090",
-    show_default=True,
-    help="The Prometheus the autoscaler queries.",
-)
-@click.option(
-    "--nodes",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Pods (nodes) per model replica; above 1: a LeaderWorkerSet group instead of an InferenceService.",
-)
-@click.option("--ssh-secret", help="Secret with the group's MPI ssh key  [default: <name>-mpi-ssh]")
-@click.option("--node-selector", multiple=True, metavar="KEY=VALUE", help="Node label every pod needs (repeatable).")
-@click.option(
-    "--toleration",
-    "tolerations",
-    multiple=True,
-    metavar="KEY[=VALUE][:EFFECT]",
-    help="A taint every pod tolerates, e.g. nvidia.com/gpu:NoSchedule (repeatable).",
-)
-@click.option("--affinity", metavar="JSON", help="A Kubernetes Affinity object for every pod, as JSON.")
-@click.option(
-    "--image-pull-secret", "image_pull_secrets", multiple=True, metavar="NAME", help="Pull secret (repeatable)."
-)
-@click.option("--service-account", metavar="NAME", help="Service account of every pod.")
-@click.option("--priority-class", metavar="NAME", help="PriorityClass of every pod.")
-@click.option(
-    "--env", multiple=True, metavar="NAME=VALUE", help="Extra environment of every pod, e.g. MAX_BATCH_SIZE=64."
-)
-@click.option("--cpu", default=_KSERVE["cpu"], show_default=True, help="CPU request of each serving pod.")
-@click.option("--memory", default=_KSERVE["memory"], show_default=True, help="Memory request of each serving pod.")
-@click.option("--cpu-limit", help="CPU limit  [default: none, a limit throttles tokenization]")
-@click.option("--memory-limit", help="Memory limit  [default: --memory]")
+@_kserve_options
 @_matrix_option
 @click.option(
     "--out",
@@ -718,21 +396,12 @@ _KSERVE = {f.name: f.default for f in dataclasses.fields(kserve_options.KServeOp
     type=click.Path(file_okay=False, path_type=Path),
     help="Write one YAML file per kind into this directory  [default: print to stdout]",
 )
-def kserve_command(
-    matrix_path, out_dir, no_hf_token, hf_token_secret, no_admin_key, admin_key_secret, storage_writable, **values
-):
+def kserve_command(matrix_path, out_dir, **flags):
     """KServe manifests for one tag: runtime, InferenceService, optional cache PVC and warm-up Job, and with
     --max-replicas above --min-replicas its KEDA autoscaling and PodMonitor; with --nodes above 1, a LeaderWorkerSet
     group per replica with its Service and NetworkPolicy instead."""
-    if values["max_replicas"] is None:  # autoscaling is opt-in: it needs KEDA and the Prometheus Operator
-        values["max_replicas"] = values["min_replicas"]
-    options = kserve_options.KServeOptions(
-        hf_token_secret=None if no_hf_token else hf_token_secret,
-        admin_key_secret=None if no_admin_key else admin_key_secret,
-        storage_readonly=not storage_writable,
-        **values,
-    )
-    plan = kserve.make_plan(matrix_mod.load(matrix_path), options)
+    options = kserve_options.from_flags(flags)
+    plan = kserve.make_kserve_plan(matrix_mod.load(matrix_path), options)
     if out_dir is None:
         click.echo(kserve.render(plan), nl=False)
         return
@@ -800,9 +469,9 @@ def upstream_lock_command(matrix_path, lock_path, repin, git_dir, repo):
 def upstream_fetch_command(lock_path):
     """Download and verify the tests' upstream files into the cache; prints the directory (a TRTLLM_UPSTREAM_DIR).
     A source the lock does not pin yet is trusted on first use, with a line saying so."""
-    path = upstream.materialize_layout(
+    path = source_cache.materialize_layout(
         upstream.load_lock(lock_path),
-        upstream.cache_root(),
+        source_cache.cache_root(),
         local_copy="TRTLLM_UPSTREAM_DIR=<a copy> for the tests",
         log=_say,
     )

@@ -293,7 +293,7 @@ def _uncertain(value: object, problem) -> dict:
 
 
 def markdown_table(matrix: Matrix) -> str:
-    """The README table; cells whose field is uncertain get "?" and a numbered footnote with the reason."""
+    """docs/matrix.md's table; cells whose field is uncertain get "?" and a numbered footnote with the reason."""
     columns = [
         ("tag", lambda e: e.tag, ()),
         ("status", lambda e: e.status, ()),

@@ -1,5 +1,6 @@
 """A model larger than one node: a LeaderWorkerSet group per model replica, its leader Service, a NetworkPolicy, the
-PodMonitor and the KEDA ScaledObject that scales the groups. Pure, like kserve.py, whose pod pieces it reuses.
+PodMonitor and the KEDA ScaledObject that scales the groups. Pure, like kserve.py, and built from the same pod
+pieces (pod.py).
 
 Every pod of a group runs the same image with the LWS variables; the entrypoint makes index 0 the leader (it waits for
 its workers, then runs mpirun across them over ssh) and the others workers (they prepare the same engine and
@@ -22,8 +23,8 @@ from trtllm_entrypoint.contract import (
 from trtllm_entrypoint.contract import (
     DEFAULT_METRICS_PORT as METRICS_PORT,
 )
-from trtllm_entrypoint.contract import MPI_SSH_DIR, MPI_SSH_PORT, UID
-from trtllm_images import kserve, scaling
+from trtllm_entrypoint.contract import MPI_SSH_DIR, MPI_SSH_PORT, STOP_GRACE_SECS, UID
+from trtllm_images import pod, scaling
 from trtllm_images.kserve_options import KServeOptions
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -36,7 +37,7 @@ CONTAINER = "server"
 def documents(o: KServeOptions, image: str, workflow: str) -> list[dict]:
     docs = [_leader_worker_set(o, image), _leader_service(o), _network_policy(o)]
     if o.autoscaled:  # the PodMonitor feeds the autoscaler: both need the Prometheus Operator and KEDA
-        docs.append(kserve.pod_monitor(o, f"{o.name}-triton", {NAME_LABEL: o.name, ROLE_LABEL: "leader"}))
+        docs.append(pod.pod_monitor(o, f"{o.name}-triton", {NAME_LABEL: o.name, ROLE_LABEL: "leader"}))
         docs.append(_scaled_object(o, workflow))
     return docs
 
@@ -47,39 +48,39 @@ def _ports(leader: bool) -> list[dict]:
     return [
         {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
         {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
-        {"name": kserve.METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
+        {"name": pod.METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
     ]
 
 
 def _probes(leader: bool) -> dict:
     if not leader:  # sshd listens only once the worker's engine and repository are ready
         return {"readinessProbe": {"tcpSocket": {"port": MPI_SSH_PORT}, "periodSeconds": 10}}
-    return kserve.serving_probes("triton", port=HTTP_PORT)
+    return pod.serving_probes("triton", port=HTTP_PORT)
 
 
 def _pod(o: KServeOptions, image: str, leader: bool) -> dict:
-    env = kserve._model_env(o) + (kserve._admin_key_env(o) if leader else [])
+    env = pod.model_env(o) + (pod.admin_key_env(o) if leader else [])
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
         "env": env,
         "ports": _ports(leader),
-        "resources": kserve._resources(o, o.gpus_per_node),
+        "resources": pod.gpu_resources(o, o.gpus_per_node),
         **_probes(leader),
-        "securityContext": kserve._security_context(),
+        "securityContext": pod.security_context(),
         "volumeMounts": [
-            {"name": kserve.CACHE_VOLUME, "mountPath": CACHE_DIR},
-            {"name": kserve.SHM_VOLUME, "mountPath": "/dev/shm"},
+            {"name": pod.CACHE_VOLUME, "mountPath": CACHE_DIR},
+            {"name": pod.SHM_VOLUME, "mountPath": "/dev/shm"},
             {"name": SSH_VOLUME, "mountPath": MPI_SSH_DIR, "readOnly": True},
         ],
     }
     ssh = {"secret": {"secretName": o.ssh_secret_name, "defaultMode": 0o400}}
     return {
-        "terminationGracePeriodSeconds": 60,
+        "terminationGracePeriodSeconds": STOP_GRACE_SECS,
         "securityContext": {"fsGroup": UID},
-        **kserve.pod_settings(o),
+        **pod.pod_settings(o),
         "containers": [container],
-        "volumes": [kserve._cache_volume(o), kserve._shm_volume(), {"name": SSH_VOLUME, **ssh}],
+        "volumes": [pod.cache_volume(o), pod.shm_volume(), {"name": SSH_VOLUME, **ssh}],
     }
 
 
@@ -89,18 +90,18 @@ def _leader_worker_set(o: KServeOptions, image: str) -> dict:
         # A rank that dies takes the whole MPI job with it: the group restarts together.
         "restartPolicy": "RecreateGroupOnPodRestart",
         "leaderTemplate": {
-            "metadata": {"labels": {**kserve.PART_OF, ROLE_LABEL: "leader"}},
+            "metadata": {"labels": {**pod.PART_OF, ROLE_LABEL: "leader"}},
             "spec": _pod(o, image, leader=True),
         },
         "workerTemplate": {
-            "metadata": {"labels": {**kserve.PART_OF, ROLE_LABEL: "worker"}},
+            "metadata": {"labels": {**pod.PART_OF, ROLE_LABEL: "worker"}},
             "spec": _pod(o, image, leader=False),
         },
     }
     return {
         "apiVersion": LWS_API,
         "kind": "LeaderWorkerSet",
-        "metadata": kserve._meta(o.name, o.namespace),
+        "metadata": pod.meta(o.name, o.namespace),
         "spec": {
             "replicas": o.min_replicas,
             "startupPolicy": "LeaderCreated",
@@ -117,7 +118,7 @@ def _leader_service(o: KServeOptions) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": kserve._meta(f"{o.name}-leader", o.namespace),
+        "metadata": pod.meta(f"{o.name}-leader", o.namespace),
         "spec": {"type": "ClusterIP", "selector": {NAME_LABEL: o.name, ROLE_LABEL: "leader"}, "ports": ports},
     }
 
@@ -129,7 +130,7 @@ def _network_policy(o: KServeOptions) -> dict:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": kserve._meta(f"{o.name}-group", o.namespace),
+        "metadata": pod.meta(f"{o.name}-group", o.namespace),
         "spec": {
             "podSelector": {"matchLabels": {NAME_LABEL: o.name}},
             "policyTypes": ["Ingress"],
@@ -157,7 +158,7 @@ def _scaled_object(o: KServeOptions, workflow: str) -> dict:
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
-        "metadata": kserve._meta(o.name, o.namespace),
+        "metadata": pod.meta(o.name, o.namespace),
         "spec": {
             "scaleTargetRef": {"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "name": o.name},
             "minReplicaCount": o.min_replicas,

@@ -43,6 +43,15 @@ MULTINODE_KINDS = ("group",)  # built with --multinode only, FROM the server ima
 # What the group image adds: ssh for the leader's mpirun, sshd for each worker (docs/kserve.md, multi-node).
 GROUP_PACKAGES = ("openssh-client", "openssh-server")
 
+# Stand-ins of the NGC images (tests/standin/build_standin.py: a real tritonserver with test doubles for the GPU
+# programs) are named trtllm-standin… and label themselves with STANDIN_LABEL_PREFIX, which what is built FROM them
+# inherits. Images built FROM one say so in their tag, verification takes the Python the stand-in declares, and
+# `--push` refuses them: a stand-in can never pass for a real image.
+STANDIN_NAME = "trtllm-standin"
+STANDIN_LABEL_PREFIX = "io.trtllm-images.standin."
+STANDIN_PYTHON_LABEL = STANDIN_LABEL_PREFIX + "python"
+STANDIN_TAG_SUFFIX = "-standin"
+
 # Docker reference grammar, simplified: lowercase registry/path components, and a tag of at most 128 characters.
 _REGISTRY = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 _IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -66,6 +75,7 @@ class BuildPlan:
     needs_backend_assets: bool  # the base image lacks /app, so the context bundles the backend's files
     context_dir: Path
     group_packages: tuple[str, ...] = GROUP_PACKAGES
+    standin: bool = False  # built FROM a stand-in of the NGC image: tagged so, never pushed
 
     @property
     def buildargs(self) -> dict[str, str]:
@@ -75,7 +85,7 @@ class BuildPlan:
         return next(spec for spec in self.images if spec.kind == kind)
 
 
-def make_plan(
+def make_build_plan(
     entry: MatrixEntry,
     *,
     base_image: str | None = None,
@@ -100,7 +110,8 @@ def make_plan(
             f"--base-image {base_image!r} is not an image reference",
             "pass something like registry/name:tag, without spaces, quotes or '$'",
         )
-    version = f"{entry.tag}-trtllm-{entry.tensorrt_llm}"
+    standin = is_standin(base)
+    version = f"{entry.tag}-trtllm-{entry.tensorrt_llm}" + (STANDIN_TAG_SUFFIX if standin else "")
     if not _IMAGE_TAG.match(version):
         raise UsageError(f"{version!r} is not a valid Docker tag", "check the tag and tensorrt_llm of this entry")
     kinds = [kind for kind in IMAGE_KINDS if multinode or kind not in MULTINODE_KINDS]
@@ -113,7 +124,14 @@ def make_plan(
         images=images,
         needs_backend_assets=not entry.backend.in_image,
         context_dir=Path(out_dir) / "context" / entry.tag,
+        standin=standin,
     )
+
+
+def is_standin(image: str) -> bool:
+    """Whether an image reference names a stand-in of the NGC image: its repository's last part says so."""
+    repository = image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+    return repository.startswith(STANDIN_NAME)
 
 
 def _image_specs(

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from trtllm_images.files import write_atomic
+from trtllm_images.atomic import write_atomic
 
 REPORT_VERSION = 1
 

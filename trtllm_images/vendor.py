@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from trtllm_entrypoint.errors import Error
-from trtllm_images import upstream
 from trtllm_images.matrix import DEFAULT_PATH
+from trtllm_images.safe_archive import download
+from trtllm_images.source_cache import cache_root
 
 LOCK_PATH = DEFAULT_PATH.parent / "vendor.lock.json"
 FORMATS = ("zip", "deb")
@@ -78,7 +79,7 @@ def fetch(artifact: Artifact, cache: Path, log: Callable[[str], None]) -> Path:
     with tempfile.TemporaryDirectory(dir=root, prefix=".download-") as scratch:
         tmp = Path(scratch) / artifact.file_name
         log(f"downloading {artifact.url}")
-        upstream.download(
+        download(
             artifact.name, artifact.url, tmp, f"retry on a machine that reaches {artifact.url}, or put it at {final}"
         )
         actual = _sha256(tmp)
@@ -157,7 +158,7 @@ def extract(artifact: Artifact, path: Path, dest: Path) -> None:
 
 def assemble(dest: Path, log: Callable[[str], None], cache: Path | None = None, lock: Path = LOCK_PATH) -> Path:
     """Every artifact's members under `dest` (created): what the build context's vendor/ directory holds."""
-    cache = cache or upstream.cache_root()
+    cache = cache or cache_root()
     dest.mkdir(parents=True, exist_ok=True)
     for artifact in load(lock):
         extract(artifact, fetch(artifact, cache, log), dest)

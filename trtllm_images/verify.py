@@ -9,6 +9,7 @@ build. A missing flag is always an error: the engine build or the server start w
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 from docker.errors import DockerException
 
 from trtllm_entrypoint.errors import Error
+from trtllm_images.plan import STANDIN_PYTHON_LABEL
 
 ERROR = "error"
 WARNING = "warning"
@@ -145,6 +147,13 @@ def flag_mismatches(entry, report: Mapping[str, Any]) -> list[Mismatch]:
     return found
 
 
+def image_labels(client, image_ref: str) -> dict[str, str]:
+    try:
+        return dict((client.api.inspect_image(image_ref).get("Config") or {}).get("Labels") or {})
+    except (DockerException, OSError) as exc:
+        raise Error(f"cannot read the labels of {image_ref}: {exc}") from exc
+
+
 def run_probe(client, image_ref: str) -> dict:
     return run_entrypoint(client, image_ref, "probe")
 
@@ -197,6 +206,9 @@ def verify_image(client, entry, kind: str, ref: str) -> Verification:
     error-level mismatches."""
     probe = run_probe(client, ref)
     flags = run_entrypoint(client, ref, "flags")
+    standin_python = image_labels(client, ref).get(STANDIN_PYTHON_LABEL)
+    if standin_python:  # a stand-in runs its own OS's Python, which it declares, not the NGC image's
+        entry = dataclasses.replace(entry, python=standin_python)
     mismatches = compare(entry, probe, kind) + flag_mismatches(entry, flags)
     return Verification(kind=kind, ref=ref, probe={**probe, "flags": flags}, mismatches=tuple(mismatches))
 

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 from trtllm_entrypoint.errors import Error
-from trtllm_images.files import write_atomic
+from trtllm_images.atomic import write_atomic
 
 ENTRYPOINTS_DIR = Path(__file__).resolve().parents[1] / "entrypoints"
 WHEEL_GLOB = "trtllm_entrypoint-*.whl"  # what images/_common.j2 installs

@@ -1,6 +1,8 @@
 """Paths, ports and names shared by the image and what the host makes for it: the Dockerfiles (images/*.j2) and the
-KServe manifests (trtllm_images/kserve.py) read them from here. Standard library only, importing nothing.
+KServe manifests (trtllm_images/kserve.py) read them from here. Standard library only, importing nothing of ours.
 """
+
+import re
 
 # Where KServe's storage initializer, PVC or modelcar puts the model; always treated as read-only.
 KSERVE_MODEL_DIR = "/mnt/models"
@@ -27,6 +29,13 @@ TINI = "/opt/trtllm-images/bin/tini"
 # Writable under any UID: the images create it with mode 1777.
 DEFAULT_CACHE_DIR = "/var/cache/trtllm"
 
+# On SIGTERM the server drains in-flight requests and unloads its models within EXIT_TIMEOUT_SECS, then exits 0
+# (1 if that time ran out). Unloading the Python models alone takes seconds, so Docker's default grace of 10 s
+# before SIGKILL is too short: the documented `docker run --stop-timeout`, the compose file's stop_grace_period and
+# the manifests' terminationGracePeriodSeconds all give this grace, which leaves time after the drain to exit.
+DEFAULT_EXIT_TIMEOUT_SECS = 30
+STOP_GRACE_SECS = DEFAULT_EXIT_TIMEOUT_SECS + 10
+
 # Triton's own defaults; KServe passes --http-port=8080 --grpc-port=9000 explicitly.
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_GRPC_PORT = 8001
@@ -52,3 +61,16 @@ INNER_MODELS = {"engine": tuple(m for m in ENGINE_MODELS if m != ENTRY_MODEL["en
 # (a Secret with `id_ed25519` and `id_ed25519.pub`); the leader's mpirun starts the other ranks through it.
 MPI_SSH_DIR = "/etc/trtllm-images/mpi-ssh"
 MPI_SSH_PORT = 2222
+
+# Hub ids are "org/name" by the hub's rules: letters, digits, '-', '_', '.', each part starting and ending with a
+# letter, digit or '_', the name at most 96 characters, no '--' or '..' anywhere, no '.git' at the end.
+_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
+HUB_ID = re.compile(rf"(?:[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?)/{_HUB_PART}")
+HUB_ID_RULE = (
+    "a Hugging Face id (org/name: letters, digits, '-', '_' and '.', each part starting and ending with a "
+    "letter, digit or '_', the name at most 96 characters, no '--' or '..')"
+)
+
+
+def is_hub_id(text: str) -> bool:
+    return bool(HUB_ID.fullmatch(text)) and ".." not in text and "--" not in text and not text.endswith(".git")

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from trtllm_entrypoint.log import Log
 
 # Bump when the layout, the stamp or the build commands change: old entries then no longer match any key.
-SCHEMA = 3  # 3: local models are named by their content digest
+SCHEMA = 3  # 3: local models are named by their content digest (not their path)
 KEY_LENGTH = 20
 STAMP = "stamp.json"
 BUILD_LOG = "build.log"
@@ -64,9 +64,18 @@ def key_inputs(
     }
 
 
-def stamp_inputs(inputs: dict[str, Any], facts: ImageFacts, gpu_info: GpuInfo) -> dict[str, Any]:
-    """The key inputs plus what is worth knowing about the builder but must not split the cache."""
-    return {**inputs, "image_tag": facts.tag, "gpus": {"count": gpu_info.count, "names": list(gpu_info.names)}}
+def stamp_inputs(
+    inputs: dict[str, Any], facts: ImageFacts, gpu_info: GpuInfo, model_path: Path | None = None
+) -> dict[str, Any]:
+    """The key inputs plus what is worth knowing about the builder but must not split the cache: the image tag, the
+    GPUs, and where the model was read from (the same bytes elsewhere share the engine)."""
+    gpus = {"count": gpu_info.count, "names": list(gpu_info.names)}
+    return {
+        **inputs,
+        "image_tag": facts.tag,
+        "gpus": gpus,
+        "model_path": None if model_path is None else str(model_path),
+    }
 
 
 def _entry_problem(entry: Path, key: str) -> str | None:
@@ -123,7 +132,8 @@ class EngineCache:
             if entry.exists():  # everything under CACHE_DIR/engines is ours; an invalid copy is not kept
                 publish.discard(entry, log, _entry_problem(entry, key) or "invalid")
             lock_wait = round(time.monotonic() - waited_since, 3)
-            return self._build(key, stamp_inputs, build, lock_wait, log), True
+            built = self._build(key, stamp_inputs, build, lock_wait, log)
+        return self.served(built, key, timeout_s=timeout_s, log=log), True
 
     def private(self, key: str) -> Path:
         return self.root / f"{key}.uid{os.geteuid()}"
@@ -131,10 +141,11 @@ class EngineCache:
     def served(self, entry: Path, key: str, *, timeout_s: float, log: Log) -> Path:
         """`entry` when no other UID could change it before the server loads it (trust.untrusted), else this UID's
         private copy beside it: made once from the entry, checked against the entry's own stamp, then reused."""
-        reason = trust.untrusted(entry)
+        held = trust.renamable(self.root)  # another UID could move the entry away, however well it checks
+        reason = held or trust.untrusted(entry)
         if reason is None:
             return entry
-        private = self.private(key)
+        private = trust.private_root(self.root) / key if held else self.private(key)
         if private.exists() and _entry_problem(private, key) is None and trust.untrusted(private) is None:
             log.info("serving this UID's private copy of the engine", path=str(private), because=reason)
             return private

@@ -32,8 +32,6 @@ UNSET = "unset (backend default)"
 # expose (LoRA, speculative decoding, multimodal, guided decoding, stats) and tuning whose default is right.
 INTENTIONALLY_UNSET = frozenset(
     {
-        "add_special_tokens",
-        "skip_special_tokens",
         "batch_scheduler_policy",
         "cancellation_check_period_ms",
         "cross_kv_cache_fraction",
@@ -81,6 +79,20 @@ INTENTIONALLY_UNSET = frozenset(
         "xgrammar_tokenizer_info_path",
     }
 )
+
+# Parameters whose backend default we serve with, written out: left as `${x}`, the Python models fall back to the
+# same value but print "[TensorRT-LLM][WARNING] Don't setup 'x' correctly (set value is ${x})", which reads like a
+# fill bug. Every template that has the placeholder (add_special_tokens from tensorrtllm_backend v0.9.0,
+# skip_special_tokens from v0.11.0, and TensorRT-LLM's triton_backend) pairs it with a model.py whose fallback is
+# True; tests/unit/test_fill_defaults.py reads each stored model.py and fails when one says otherwise.
+BACKEND_DEFAULTS = {
+    "add_special_tokens": "true",  # preprocessing: the tokenizer adds BOS/EOS as the model was trained with
+    "skip_special_tokens": "true",  # postprocessing: no special tokens in the returned text
+}
+# Left as `${x}` although model.py warns about it: max_num_images (preprocessing from v0.15.0) defaults to "no
+# limit", which no value can say, so model.py warns with it and without it; only multimodal requests read it
+# (docs/troubleshooting.md).
+NO_VALUE_SAYS_THE_DEFAULT = frozenset({"max_num_images"})
 
 # The setting behind each optional parameter that one sets (engine templates; llmapi's model.yaml, flattened): the
 # start-up log names a parameter when its variable was set, and leaves the rest to LOG_LEVEL=debug and `check`.
@@ -202,6 +214,7 @@ def fill_values(settings: Settings, facts: ImageFacts, engine_dir: Path | None, 
         "exclude_input_in_output": "true",
         "accumulate_tokens": "false",
         "tensorrt_llm_model_name": "tensorrt_llm",
+        **BACKEND_DEFAULTS,
     }
     if engine_dir is not None:  # left out, a template that needs it fails in plan_fill with the name
         values["engine_dir"] = str(engine_dir)

@@ -75,6 +75,18 @@ def ranks_per_pod(world_size: int, group: Group, gpus_per_pod: int) -> tuple[int
     return tuple(min(gpus_per_pod, world_size - i * gpus_per_pod) for i in range(group.size))
 
 
+def require_frontend(frontend: str, group: Group) -> None:
+    """Only FRONTEND=triton is proven with ranks on other pods (mpirun over ssh, tests/docker/test_multinode.py);
+    the OpenAI front's supervised process tree is not. Refused before any download or build."""
+    if frontend != "triton":
+        raise UsageError(
+            f"FRONTEND={frontend} cannot serve a multi-pod group (LWS_GROUP_SIZE={group.size}): the OpenAI front "
+            "and its supervisor are served from one pod only",
+            "use FRONTEND=triton in a multi-pod group (Triton's HTTP/gRPC API), or serve the OpenAI API from one "
+            "pod (a LeaderWorkerSet of size 1, TP_SIZE x PP_SIZE within that pod's GPUs)",
+        )
+
+
 def require_ssh(group: Group, which: Callable[[str], str | None] = shutil.which) -> None:
     """The leader needs the ssh client, a worker sshd: refused before any work when the image lacks them."""
     program = "ssh" if group.is_leader else SSHD

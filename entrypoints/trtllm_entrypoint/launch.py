@@ -104,6 +104,7 @@ def front_argv(
         f"--config={repository / served_name / 'config.pbtxt'}",
         f"--tokenizer={tokenizer}",
         f"--restricted={','.join(security.front_restricted(settings))}",
+        f"--max-seq-len={settings.max_seq_len}",
         f"--shutdown-timeout={settings.exit_timeout_secs}",
     ]
 

@@ -6,12 +6,14 @@ is already valid), and `exec` the server at the end so that it receives the cont
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import os
+import re
 import sys
-import tempfile
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,7 @@ from trtllm_entrypoint import (
     group,
     launch,
     models,
+    paths,
     preflight,
     probe,
     ready,
@@ -41,13 +44,14 @@ from trtllm_entrypoint import (
 )
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, installation, load_facts
-from trtllm_entrypoint.log import Log
+from trtllm_entrypoint.log import Log, capture_stderr, release_stderr, retarget_stderr
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.serve_plan import LaunchPlan, ServePlan
 from trtllm_entrypoint.settings import (
     CommandLine,
     Settings,
     all_apis_open,
+    check_typed_keys,
     group_from_env,
     side_door_variables,
     token_values,
@@ -94,30 +98,40 @@ class Prepared:
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> NoReturn:
     args = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if environ is None else environ)
+    # From here on every line on stderr, ours or a library's, is masked (and JSON with LOG_FORMAT=json).
+    capture_stderr(early_log(env))
     try:
         code = run(args, env)
     except EntrypointError as exc:
         fail(env, exc.message, exc.hint, exc.exit_code)
     except OSError as exc:  # a file system the user gave us (read-only, full, not ours): say which, no traceback
-        where = f"{exc.filename}: " if exc.filename else ""
-        fail(
-            env,
-            f"{where}{exc.strerror or exc}",
-            "check that CACHE_DIR (and REPOSITORY_DIR) is a writable "
-            "directory with free space, and that the model directory is readable",
-            1,
-        )
+        if exc.filename:
+            hint = (
+                "check that CACHE_DIR (and REPOSITORY_DIR) is a writable directory with free space, and that the "
+                "model directory is readable"
+            )
+        else:  # no file named: a network or system call, not the file system the user gave us
+            hint = "check the network settings (HF_ENDPOINT, HTTPS_PROXY) and the system's limits"
+        fail(env, f"{exc.filename}: {exc.strerror or exc}" if exc.filename else str(exc.strerror or exc), hint, 1)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception:  # a bug: its traceback goes through the capture too (masked; JSON lines with LOG_FORMAT=json)
+        traceback.print_exc()
+        sys.exit(1)
+    finally:
+        release_stderr()
     sys.exit(code)
+
+
+def early_log(env: Mapping[str, str]) -> Log:
+    """The log before the settings are parsed: every secret the environment holds is masked already."""
+    fmt = (env.get("LOG_FORMAT") or "").strip().lower()
+    return Log("json" if fmt == "json" else "text", secrets=token_values(env))
 
 
 def fail(env: Mapping[str, str], message: str, hint: str, code: int) -> NoReturn:
     # Masked like every log line, whatever produced the message (settings may not have been parsed).
-    log = Log(secrets=token_values(env))
-    print(log.redact(f"error: {message}"), file=sys.stderr)
-    if hint:
-        print(log.redact(f"hint: {hint}"), file=sys.stderr)
+    early_log(env).fatal(message, hint)
     sys.exit(code)
 
 
@@ -150,6 +164,8 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
     settings = Settings.from_env(env, facts, command_line)
     pod_group = group_from_env(env)
     log = open_log(settings)
+    if pod_group is not None and command in ("serve", "prepare"):
+        group.require_frontend(settings.frontend, pod_group)  # before any download, as the checks below
     if pod_group is not None and command == "serve":
         # Refused before any download or build: the group's pods cannot hold TP x PP ranks.
         group.ranks_per_pod(settings.world_size, pod_group, gpu.detect_gpus(settings.gpu_visibility).count)
@@ -178,7 +194,8 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
 
 
 def ssh_files() -> group.SshFiles:
-    return group.SshFiles(Path(tempfile.gettempdir()) / "trtllm-mpi-ssh")
+    """In this process's private state directory: ssh takes the group's key only from a directory of this UID."""
+    return group.SshFiles(paths.state_dir() / "mpi-ssh")
 
 
 def serve_in_group(prepared: Prepared, pod_group: group.Group, env: Mapping[str, str], log: Log) -> NoReturn:
@@ -201,8 +218,11 @@ def open_log(settings: Settings, typed_keys: Sequence[str] = ()) -> Log:
         level=settings.log_level,
         progress_s=settings.progress_secs,
     )
+    retarget_stderr(log)
     if settings.cache_fallback_reason:
         log.warn(settings.cache_fallback_reason, cache_dir=settings.cache_dir)
+    for lookalike in settings.lookalikes:
+        log.warn(f"ignoring {lookalike}: not a variable trtllm-entrypoint reads")
     return log
 
 
@@ -389,7 +409,11 @@ def ensure_engine(
     build = engine_build.engine_builder(facts, spec, source.path, converter, log, env)
     with log.phase("engine", key=key) as extra:
         engine_dir, built = cache.ensure(
-            key, engine_cache.stamp_inputs(inputs, facts, gpus), build, timeout_s=settings.lock_timeout_secs, log=log
+            key,
+            engine_cache.stamp_inputs(inputs, facts, gpus, source.path),
+            build,
+            timeout_s=settings.lock_timeout_secs,
+            log=log,
         )
         extra.update(cache="built" if built else "hit", engine_dir=engine_dir)
     return engine_dir
@@ -441,18 +465,31 @@ def health_url(port: int | str, path: str = contract.READY_PATHS["triton"]) -> s
     return f"http://127.0.0.1:{port}{path}"
 
 
-def health_state() -> Path:
-    """Where `serve` records the URL that `health` (the image's HEALTHCHECK) asks: per container, so the temp dir."""
-    return Path(tempfile.gettempdir()) / "trtllm-entrypoint" / "health.json"
+HEALTH_FILE = "health.json"
 
 
 def record_health_url(url: str) -> None:
-    state = health_state()
-    try:
-        state.parent.mkdir(parents=True, exist_ok=True)
-        state.write_text(json.dumps({"url": url}))
-    except OSError:
-        pass  # the health check then falls back to HTTP_PORT; serving must not fail over it
+    """Where `serve` says the server listens, for `health` (the image's HEALTHCHECK): in this process's private
+    state directory (paths.py), never at a fixed name another UID could create first."""
+    with contextlib.suppress(OSError):  # the health check then falls back to HTTP_PORT; serving must not fail over it
+        paths.write_private(paths.state_dir(), HEALTH_FILE, json.dumps({"url": url}))
+
+
+def recorded_health_url() -> str | None:
+    """The URL the newest start of this UID recorded, when it is one of ours: http on the loopback address."""
+    for directory in paths.state_dirs():
+        text = paths.private_file(directory, HEALTH_FILE)
+        if text is None:
+            continue
+        try:
+            url = json.loads(text)["url"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        return url if isinstance(url, str) and LOCAL_URL.fullmatch(url) else None
+    return None
+
+
+LOCAL_URL = re.compile(r"http://127\.0\.0\.1:[0-9]{1,5}/[A-Za-z0-9/_.-]*")
 
 
 def health(env: Mapping[str, str]) -> int:
@@ -460,9 +497,8 @@ def health(env: Mapping[str, str]) -> int:
     import urllib.error  # noqa: PLC0415  (only this short-lived subcommand needs HTTP)
     import urllib.request  # noqa: PLC0415
 
-    try:
-        url = json.loads(health_state().read_text())["url"]
-    except (OSError, ValueError, KeyError):  # not recorded (yet): where the environment says the server listens
+    url = recorded_health_url()
+    if url is None:  # not recorded (yet): where the environment says the server listens
         if (env.get("FRONTEND") or "").lower() == "openai":
             url = health_url(env.get("OPENAI_PORT") or contract.DEFAULT_OPENAI_PORT, contract.READY_PATHS["openai"])
         else:
@@ -470,7 +506,7 @@ def health(env: Mapping[str, str]) -> int:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             return 0 if response.status == 200 else 1
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError, ValueError):
         return 1
 
 
@@ -483,6 +519,8 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
         launch.exec_argv(args, env)
     args = args + server_args.completed_restriction(server_args.parse(args[1:]))
     given = launch.parse_passthrough(args)
+    check_typed_keys(given.restriction_keys)
+    retarget_stderr(Log(early_log(env).fmt, secrets=(*token_values(env), *given.restriction_keys)))
     store = given.repository
     kind = sources.classify_dir(store) if store is not None else "repository"
     opened = all_apis_open(env)

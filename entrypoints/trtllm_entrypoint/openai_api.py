@@ -23,7 +23,7 @@ Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
 Probability = Annotated[float, msgspec.Meta(gt=0, le=1)]
 Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
 Stop = str | list[str] | None
-DEFAULT_MAX_TOKENS = 16  # OpenAI's own default for completions; chat takes it too (the backends need a number)
+DEFAULT_MAX_TOKENS = 16  # OpenAI's own default for completions (chat's is the rest of the context: room_left)
 MAX_STOPS = 4  # as OpenAI
 
 
@@ -124,6 +124,7 @@ INPUT_NAMES: dict[str, dict[str, str]] = {
         "frequency_penalty": "frequency_penalty",
         "seed": "random_seed",
         "logprobs": "return_log_probs",
+        "stop": "stop_words",
     },
     "llmapi": {
         "prompt": "text_input",
@@ -135,6 +136,7 @@ INPUT_NAMES: dict[str, dict[str, str]] = {
         "presence_penalty": "sampling_param_presence_penalty",
         "frequency_penalty": "sampling_param_frequency_penalty",
         "seed": "sampling_param_seed",
+        "stop": "sampling_param_stop",
     },
 }
 # Sent whenever declared: older ensembles need the word lists (empty: stops are the front's), and the llmapi model
@@ -189,6 +191,15 @@ class Sampling:
     logprobs: bool
 
 
+def room_left(prompt_tokens: int, max_seq_len: int) -> int:
+    """What a chat answer may take when the request sets no limit: the rest of the model's context."""
+    if prompt_tokens >= max_seq_len:
+        raise ApiError(
+            400, f"the prompt has {prompt_tokens} tokens and the model takes {max_seq_len} in all", "messages"
+        )
+    return max_seq_len - prompt_tokens
+
+
 def _stops(stop: Stop) -> tuple[str, ...]:
     stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
     if len(stops) > MAX_STOPS:
@@ -229,6 +240,9 @@ def backend_body(model: Model, prompt: str, s: Sampling, choice: int) -> dict[st
         body[names[param]] = value + choice if param == "seed" else value  # type: ignore[operator]
     if s.logprobs:
         body[names["logprobs"]] = True
+    stop = model.input_name("stop")
+    if s.stops and stop:  # the backend stops generating there too; the front still cuts the text exactly
+        body[stop] = list(s.stops)
     return body
 
 

@@ -33,7 +33,6 @@ from trtllm_entrypoint import contract
 from trtllm_entrypoint import openai_api as api
 
 ADMIN_HEADER = "admin-key"
-ROUTE_GROUPS = {"/v1/completions": "inference", "/v1/chat/completions": "inference", "/v1/models": "metadata"}
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
 _encode = msgspec.json.encode
@@ -80,6 +79,7 @@ class Front:
     count_tokens: Callable[[str], int]
     triton_url: str
     restricted: frozenset[str]
+    max_seq_len: int  # the served model's (MAX_SEQ_LEN, or the engine's own): a chat answer's default room
     key: str = field(repr=False)
     session: aiohttp.ClientSession | None = None
 
@@ -91,9 +91,9 @@ class Front:
         # Triton closes inference to clients without the key when RESTRICTED_APIS has it; we carry it then.
         return {ADMIN_HEADER: self.key} if "inference" in self.restricted and self.key else {}
 
-    def authorize(self, request: web.Request) -> None:
-        group = ROUTE_GROUPS.get(request.path)
-        if group is None or group not in self.restricted:
+    def authorize(self, request: web.Request, group: str) -> None:
+        """Each handler names its RESTRICTED_APIS group itself: no path spelling can reach a route unchecked."""
+        if group not in self.restricted:
             return
         given = request.headers.get(ADMIN_HEADER, "")
         bearer = request.headers.get("Authorization", "")
@@ -105,18 +105,22 @@ class Front:
             )
 
     async def events(self, body: dict[str, object]) -> AsyncGenerator[dict[str, Any], None]:
-        """The backend's streamed responses, one dict each; its errors as ApiError."""
+        """The backend's streamed responses, one dict each; its errors, and a tritonserver that does not answer, as
+        ApiError."""
         assert self.session is not None
-        async with self.session.post(self.stream_url, data=_encode(body), headers=self.upstream_headers()) as reply:
-            if reply.status != 200:
-                raise backend_error(reply.status, await reply.read())
-            async for line in reply.content:
-                if not line.startswith(b"data: "):
-                    continue
-                event = msgspec.json.decode(line[6:])
-                if "error" in event:
-                    raise backend_error(400, line[6:])
-                yield event
+        try:
+            async with self.session.post(self.stream_url, data=_encode(body), headers=self.upstream_headers()) as reply:
+                if reply.status != 200:
+                    raise backend_error(reply.status, await reply.read())
+                async for line in reply.content:
+                    if not line.startswith(b"data: "):
+                        continue
+                    event = msgspec.json.decode(line[6:])
+                    if "error" in event:
+                        raise backend_error(400, line[6:])
+                    yield event
+        except aiohttp.ClientError as exc:
+            raise api.ApiError(503, f"tritonserver did not answer: {exc}", code="backend_unavailable") from None
 
     async def generate(self, prompt: str, s: api.Sampling, choice: Choice) -> AsyncIterator[tuple[str, float | None]]:
         """One choice's text as it comes (stop sequences cut, held back while they may be starting)."""
@@ -186,13 +190,13 @@ def _check_model(front: Front, name: str) -> None:
 
 async def models(request: web.Request) -> web.Response:
     front = request.app[FRONT]
-    front.authorize(request)
+    front.authorize(request, "metadata")
     return web.Response(body=_encode(api.models_list(front.model)), content_type="application/json")
 
 
 async def model(request: web.Request) -> web.Response:
     front = request.app[FRONT]
-    front.authorize(request)
+    front.authorize(request, "metadata")
     _check_model(front, request.match_info["name"])
     return web.Response(body=_encode(api.model_card(front.model)), content_type="application/json")
 
@@ -224,7 +228,7 @@ def _chunk(kind: str, rid: str, created: int, model: str, choices: Sequence[Mapp
 async def _read(request: web.Request, kind: type[Any]) -> tuple[Front, Any]:
     """The front and the request's body as `kind`, once the key (where asked for) and the model name are right."""
     front = request.app[FRONT]
-    front.authorize(request)
+    front.authorize(request, "inference")
     req = api.decode(await request.read(), kind)
     _check_model(front, req.model)
     return front, req
@@ -243,6 +247,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     api.check_chat(req)
     prompt = front.template.render(api.messages_of(req))
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    if max_tokens is None:  # as OpenAI's chat: up to the end of the context
+        max_tokens = api.room_left(front.count_tokens(prompt), front.max_seq_len)
     s = api.sampling(req, front.model, max_tokens, logprobs=req.logprobs)
     return await answer(request, front, req, s, [(prompt, Choice(k)) for k in range(req.n)], chat=True)
 
@@ -402,6 +408,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--config", type=Path, required=True, help="the served model's config.pbtxt")
     parser.add_argument("--tokenizer", type=Path, required=True)
     parser.add_argument("--restricted", default="", help="RESTRICTED_APIS groups, comma-separated")
+    parser.add_argument("--max-seq-len", type=int, required=True, help="prompt plus answer, in tokens")
     parser.add_argument("--shutdown-timeout", type=float, default=30)
     return parser.parse_args(argv)
 
@@ -414,6 +421,7 @@ def build(args: argparse.Namespace, key: str) -> Front:
         count_tokens=token_counter(args.tokenizer),
         triton_url=args.triton_url.rstrip("/"),
         restricted=frozenset(filter(None, args.restricted.split(","))),
+        max_seq_len=args.max_seq_len,
         key=key,
     )
 

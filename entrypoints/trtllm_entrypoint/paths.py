@@ -1,10 +1,20 @@
-"""Two path rules every step shares: what lies under KServe's read-only model mount, and cache directories that any
-UID can use (replicas of different users may share one cache volume)."""
+"""Path rules every step shares: what lies under KServe's read-only model mount, cache directories that any UID can
+use (replicas of different users may share one cache volume), and this process's private state under TMPDIR.
+
+TMPDIR may be shared and sticky (/tmp): another UID can create any name there first, a symbolic link included. So
+nothing of ours lives at a fixed name there: state (the health URL, the group's ssh key) goes into a directory made
+by mkdtemp (`trtllm-entrypoint-<uid>-<random>`, mode 0700, created new, so never another's and never a link), and
+`health` reads only such directories that this UID owns and no one else may enter.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import stat
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from trtllm_entrypoint import contract
@@ -43,3 +53,57 @@ def open_lock(path: Path) -> int:
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except PermissionError:
         return os.open(path, os.O_RDONLY)
+
+
+def state_prefix() -> str:
+    return f"trtllm-entrypoint-{os.geteuid()}-"
+
+
+@functools.cache
+def state_dir() -> Path:
+    """This process's private directory under TMPDIR (made on first use)."""
+    return Path(tempfile.mkdtemp(prefix=state_prefix()))
+
+
+def is_private(path: Path, *, directory: bool) -> bool:
+    """`path` itself (not a link) is a directory (or regular file) of this UID that no other UID may change (nor
+    enter, for a directory)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    kind = stat.S_ISDIR(st.st_mode) if directory else stat.S_ISREG(st.st_mode)
+    closed = 0o077 if directory else 0o022
+    return kind and st.st_uid == os.geteuid() and not st.st_mode & closed
+
+
+def state_dirs() -> Iterator[Path]:
+    """The private state directories of this UID's earlier starts, newest first (another UID's are skipped)."""
+    root = Path(tempfile.gettempdir())
+    try:
+        found = [p for p in root.iterdir() if p.name.startswith(state_prefix()) and is_private(p, directory=True)]
+    except OSError:
+        return iter(())
+    return iter(sorted(found, key=lambda p: os.lstat(p).st_mtime, reverse=True))
+
+
+def private_file(directory: Path, name: str, limit: int = 64 * 1024) -> str | None:
+    """The text of `directory/name` when the directory and the file are this UID's alone (never through a link)."""
+    path = directory / name
+    if not (is_private(directory, directory=True) and is_private(path, directory=False)):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(limit).decode("utf-8", errors="replace")
+
+
+def write_private(directory: Path, name: str, text: str) -> Path:
+    """Write `directory/name` (a private directory) atomically: a new file renamed into place."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, directory / name)
+    return directory / name

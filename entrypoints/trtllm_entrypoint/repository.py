@@ -157,10 +157,12 @@ def write_cached(plan: FillPlan, root: Path, template_root: Path, log: Log, *, t
     digest = plan_digest(plan, template_root)
     dest = Path(os.path.abspath(root)) / digest
     check_destination(dest, template_root)
-    reason = trust.untrusted(dest) if dest.exists() else None
+    held = trust.renamable(dest.parent)
+    reason = held or (trust.untrusted(dest) if dest.exists() else None)
     if reason is not None:  # another UID's copy could change after the check: this UID writes its own
         log.info("writing this UID's own model repository: another UID could change the shared one", because=reason)
-        dest = dest.with_name(f"{digest}.uid{os.geteuid()}")
+        # Beside the shared one, unless another UID may move entries there too: then where it may not.
+        dest = trust.private_root(dest.parent) / digest if held else dest.with_name(f"{digest}.uid{os.geteuid()}")
     if _problem(dest, plan, template_root, digest, None) is None:
         log.info("model repository up to date", repository=dest)
         return dest, False

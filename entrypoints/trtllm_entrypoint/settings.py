@@ -7,6 +7,7 @@ and an empty value counts as unset. Tokens never appear in messages or in `descr
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import math
 import os
 import re
@@ -14,12 +15,13 @@ import secrets
 import shlex
 import stat
 import tempfile
-from collections.abc import Mapping
+import urllib.parse
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
 
-from trtllm_entrypoint import contract, cpus, server_args
+from trtllm_entrypoint import contract, cpus, server_args, variables
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.gpu import Visibility
@@ -160,6 +162,8 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
 
     # The fields whose variable was set (the others hold defaults): a prebuilt engine's own limits replace defaults.
     explicit: frozenset[str] = frozenset()
+    # Names that look like our variables but are not, each with the one it probably meant (warned at start).
+    lookalikes: tuple[str, ...] = ()
     gpu_visibility: Visibility = Visibility()  # NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES as given
 
     @property
@@ -185,6 +189,7 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
         values["gpu_visibility"] = Visibility(
             environ.get("NVIDIA_VISIBLE_DEVICES"), environ.get("CUDA_VISIBLE_DEVICES")
         )
+        values["lookalikes"] = _lookalikes(environ, env.boolean("STRICT_ENV"))
         settings = cls(**values, explicit=frozenset(name.lower() for name in env.given))
         _check_relations(settings)
         if settings.restricted_apis and not command_line.typed_server:  # main checks typed commands itself
@@ -213,6 +218,17 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
             out[f.name] = value
         out["world_size"] = self.world_size
         return out
+
+
+def _lookalikes(environ: Mapping[str, str], strict: bool) -> tuple[str, ...]:
+    """'NAME (did you mean KNOWN?)' for each variable that looks like ours but is not; STRICT_ENV refuses them."""
+    found = tuple(f"{name} (did you mean {meant}?)" for name, meant in variables.lookalikes(environ))
+    if found and strict:
+        raise UsageError(
+            f"not a variable trtllm-entrypoint reads: {', '.join(found)}",
+            "fix the names, or unset STRICT_ENV to start with a warning instead",
+        )
+    return found
 
 
 def all_apis_open(environ: Mapping[str, str]) -> bool:
@@ -340,7 +356,22 @@ def token_values(environ: Mapping[str, str]) -> tuple[str, ...]:
         if path is not None:
             with contextlib.suppress(UsageError):  # settings will report it; masking goes on with what there is
                 found.append(_read_secret_file(file_variable, path))
-    return tuple(token for token in found if token)
+    return tuple(token for token in found if token) + url_passwords(environ)
+
+
+# A URL's userinfo (HF_ENDPOINT=https://user:pass@mirror, HTTPS_PROXY=…): the log masks it inside URLs; the password
+# alone is masked too, should a library print it apart (long enough not to mask ordinary words).
+_USERINFO = re.compile(r"://([^/?#\s]*)@")
+MIN_MASKED_PASSWORD = 6
+
+
+def url_passwords(environ: Mapping[str, str]) -> tuple[str, ...]:
+    found = []
+    for value in environ.values():
+        for match in _USERINFO.finditer(value):
+            password = match[1].partition(":")[2]
+            found += [password, urllib.parse.unquote(password)]
+    return tuple(dict.fromkeys(p for p in found if len(p) >= MIN_MASKED_PASSWORD))
 
 
 def _read_secret_file(variable: str, path: str) -> str:
@@ -388,6 +419,23 @@ def _hf_token(env: _Env) -> str | None:
     return token
 
 
+def _check_hub_endpoint(env: _Env) -> None:
+    """HF_ENDPOINT is the hub client's own; a value it cannot use is named here, before any request (its userinfo
+    masked: it may hold a mirror's password)."""
+    raw = env.text("HF_ENDPOINT")
+    if raw is None:
+        return
+    allowed = "an http:// or https:// URL with a host (e.g. https://huggingface.co), printable ASCII"
+    shown = _USERINFO.sub("://***@", raw)
+    try:
+        parts = urllib.parse.urlsplit(raw)
+        parts.port  # noqa: B018  (raises on a port that is not a number from 0 to 65535)
+    except ValueError:
+        raise bad("HF_ENDPOINT", shown, allowed) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or not TOKEN.fullmatch(raw):
+        raise bad("HF_ENDPOINT", shown, allowed)
+
+
 def _model_values(env: _Env, facts: ImageFacts) -> dict[str, Any]:
     workflows = facts.workflows
     workflow = env.text("WORKFLOW")
@@ -401,6 +449,7 @@ def _model_values(env: _Env, facts: ImageFacts) -> dict[str, Any]:
     engine_dir = env.path("ENGINE_DIR")
     # A prebuilt engine can only be served by the engine workflow, whatever this image defaults to.
     default_workflow = "engine" if engine_dir is not None and "engine" in workflows else facts.default_workflow
+    _check_hub_endpoint(env)
     return {
         "model_id": env.template_safe("MODEL_ID"),
         "model_revision": env.text("MODEL_REVISION"),
@@ -500,9 +549,15 @@ def _admin_values(env: _Env, command_line: CommandLine) -> dict[str, Any]:
         )
     return {
         "restricted_apis": apis,
-        "admin_key": _checked_key(key, variable) if key else secrets.token_urlsafe(32),
+        "admin_key": _checked_key(key, variable) if key else generated_key(),
         "admin_key_generated": key is None,
     }
+
+
+def generated_key() -> str:
+    """A random key that no parser reads as an option: hex digits never start with '-' (token_urlsafe's alphabet
+    has '-', so about one start in 64 got a key that looked like an option)."""
+    return secrets.token_hex(32)
 
 
 def _checked_key(key: str, variable: str) -> str:
@@ -515,6 +570,18 @@ def _checked_key(key: str, variable: str) -> str:
             "generate one with: openssl rand -hex 32",
         )
     return key
+
+
+def check_typed_keys(keys: Sequence[str]) -> None:
+    """Admin keys typed in a `tritonserver` command follow TRITON_ADMIN_KEY's character rule: a '"' or '\\' would
+    reach the logs escaped by JSON, past the mask (the value is never shown)."""
+    for key in keys:
+        if not set(key) <= KEY_CHARACTERS:
+            raise UsageError(
+                "an admin key in the typed command's --http-restricted-api/--grpc-restricted-protocol is not allowed "
+                "(the value is not shown): expected visible ASCII characters without spaces, '\"' or '\\'",
+                "generate one with: openssl rand -hex 32",
+            )
 
 
 def _writable(path: Path) -> bool:
@@ -532,7 +599,17 @@ def _cache_dir(env: _Env) -> tuple[Path, str | None]:
     default = Path(contract.DEFAULT_CACHE_DIR)
     if _writable(default):
         return default, None
-    fallback = Path(tempfile.gettempdir()) / FALLBACK_CACHE_NAME
+    # Per UID, and used only while it is this UID's own directory: TMPDIR may be shared, and another UID could
+    # create the name first (a link, or a directory it can change).
+    fallback = Path(tempfile.gettempdir()) / f"{FALLBACK_CACHE_NAME}-{os.geteuid()}"
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(fallback)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise UsageError(
+                f"the default CACHE_DIR {default} is not writable, and the fallback {fallback} was not created by "
+                "this UID (another user may have put it there)",
+                f"set CACHE_DIR to a directory of your own, or mount a volume at {default}",
+            )
     reason = (
         f"the default CACHE_DIR {default} is not writable (read-only root file system?); using {fallback}, "
         f"which is lost with the container: mount a volume at {default} or set CACHE_DIR to keep engines"
@@ -578,6 +655,16 @@ def _check_relations(s: Settings) -> None:
 
 
 LWS_VARIABLES = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")
+# One DNS label (RFC 1123): it reaches `mpirun --host` and ssh, where '-' first reads as an option and ',' adds hosts.
+DNS_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def is_host_address(address: str) -> bool:
+    """A DNS name or an IP address, and nothing else."""
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(address)
+        return True
+    return 0 < len(address) <= 253 and all(DNS_LABEL.fullmatch(label) for label in address.split("."))
 
 
 def group_from_env(environ: Mapping[str, str]) -> Group | None:
@@ -595,8 +682,13 @@ def group_from_env(environ: Mapping[str, str]) -> Group | None:
     size = cast(int, env.whole("LWS_GROUP_SIZE", 1))
     index = cast(int, env.whole("LWS_WORKER_INDEX", 0, size - 1))
     address = cast(str, given["LWS_LEADER_ADDRESS"])
-    if any(not label or len(label) > 63 for label in address.split(".")) or " " in address:
-        raise UsageError(f"LWS_LEADER_ADDRESS={address!r} is not a DNS name", "LeaderWorkerSet sets it")
+    if not is_host_address(address):
+        raise UsageError(
+            f"LWS_LEADER_ADDRESS={address!r} is not a DNS name or an IP address: expected labels of letters, "
+            "digits and '-', not starting or ending with '-', at most 253 characters in all (it reaches mpirun "
+            "--host and ssh)",
+            "LeaderWorkerSet sets it; do not override it",
+        )
     timeout = env.integer("WORKER_TIMEOUT_SECS")
     ssh_dir = Path(env.text("MPI_SSH_DIR") or contract.MPI_SSH_DIR)
     return None if size == 1 else Group(address, size, index, timeout, ssh_dir)

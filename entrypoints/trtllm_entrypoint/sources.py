@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import glob
+import inspect
 import os
-import re
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from trtllm_entrypoint import contract, fill, model_digest, model_files
+from trtllm_entrypoint import contract, fill, hub_answer, model_digest, model_files
+from trtllm_entrypoint.contract import HUB_ID_RULE, is_hub_id
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.paths import under_model_dir
@@ -25,14 +28,6 @@ from trtllm_entrypoint.paths import under_model_dir
 if TYPE_CHECKING:
     from trtllm_entrypoint.settings import Settings
 
-# Hub ids are "org/name" by the hub's rules: letters, digits, '-', '_', '.', each part starting and ending with a
-# letter, digit or '_', the name at most 96 characters, no '--' or '..' anywhere, no '.git' at the end.
-_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
-HUB_ID = re.compile(rf"(?:[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?)/{_HUB_PART}")
-HUB_ID_RULE = (
-    "a Hugging Face id (org/name: letters, digits, '-', '_' and '.', each part starting and ending with a "
-    "letter, digit or '_', the name at most 96 characters, no '--' or '..')"
-)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 LOOKED_FOR = (
     "a prebuilt engine (config.json with build_config, and rank*.engine files)",
@@ -122,10 +117,6 @@ def resolve_model(settings: Settings, exists: Callable[[str], bool] = os.path.ex
     )
 
 
-def is_hub_id(text: str) -> bool:
-    return bool(HUB_ID.fullmatch(text)) and ".." not in text and "--" not in text and not text.endswith(".git")
-
-
 def resolve(settings: Settings, exists: Callable[[str], bool] = os.path.exists) -> ModelSource:
     """What to serve: ENGINE_DIR when set (it must hold an engine), else the model of resolve_model()."""
     if settings.engine_dir is None:
@@ -162,13 +153,14 @@ def hub_allow_patterns(files: list[str]) -> list[str]:
 
 
 def identity(source: ModelSource, memo_dir: Path | None = None) -> dict[str, Any]:
-    """What the engine cache key records about the model: repo and resolved commit, or path and content digest
-    (model_digest; `memo_dir` keeps the digests of unchanged files between starts)."""
+    """What the engine cache key records about the model: repo and resolved commit, or the content digest alone
+    (model_digest; `memo_dir` keeps the digests of unchanged files between starts). A local model's path is not part
+    of it: the same bytes mounted elsewhere (`/models/x` under Docker, `/mnt/models` under KServe) reuse the engine."""
     if source.kind == "hub" or source.path is None:
         raise ValueError("identity() of a hub model needs download() first: the commit is resolved there")
     if source.repo_id is not None:
         return {"repo_id": source.repo_id, "revision": source.revision}
-    return {"path": str(source.path), "content": model_digest.content_digest(source.path, memo_dir)}
+    return {"content": model_digest.content_digest(source.path, memo_dir)}
 
 
 def _offline() -> bool:
@@ -188,18 +180,25 @@ def _hub_error(exc: Exception, source: ModelSource) -> EntrypointError | None:
         "CACHE_DIR/models/hub and set HF_HUB_OFFLINE=1"
     )
     names = {cls.__name__ for cls in type(exc).__mro__}
+    # Exit codes: what the settings name does not exist or may not be read is a usage error (2: fix MODEL_ID,
+    # MODEL_REVISION or HF_TOKEN); a network or hub failure is a runtime failure (1: the same start may work later).
     if isinstance(exc, errors.GatedRepoError):
-        return EntrypointError(
+        return UsageError(
             f"{repo} is a gated model and this token has no access to it",
             f"request access on https://huggingface.co/{repo} and set HF_TOKEN",
         )
     if isinstance(exc, errors.RepositoryNotFoundError):
-        return EntrypointError(
+        return UsageError(
             f"model {repo} was not found on the Hugging Face hub", "check MODEL_ID; a private model also needs HF_TOKEN"
         )
     if isinstance(exc, errors.RevisionNotFoundError):
-        return EntrypointError(f"revision {rev!r} of {repo} was not found", "check MODEL_REVISION")
+        return UsageError(f"revision {rev!r} of {repo} was not found", "check MODEL_REVISION")
     if isinstance(exc, errors.LocalEntryNotFoundError):
+        # Older clients wrap the hub's own failure in this one; that failure says more.
+        cause = exc.__cause__ or exc.__context__
+        inner = _hub_error(cause, source) if isinstance(cause, Exception) else None
+        if inner is not None:
+            return inner
         return EntrypointError(f"{repo}@{rev} is not in the local cache and the hub cannot be reached", offline_hint)
     # requests (older hub clients) and httpx (newer) name their network failures like this.
     if isinstance(exc, (ConnectionError, TimeoutError)) or names & {
@@ -215,10 +214,16 @@ def _hub_error(exc: Exception, source: ModelSource) -> EntrypointError | None:
             f"the Hugging Face hub's answer about {repo} is not JSON",
             "check the network path to the hub (a proxy or captive portal in between?) and HF_ENDPOINT if set",
         )
-    if isinstance(exc, errors.HfHubHTTPError):
+    # The hub client's HTTP error, or the HTTP library's own (older clients raise it when a retried status stays).
+    status = getattr(getattr(exc, "response", None), "status_code", "unknown")
+    if isinstance(exc, errors.HfHubHTTPError) or isinstance(status, int):
         # Only the status: the client's message may quote request details.
-        status = getattr(getattr(exc, "response", None), "status_code", "unknown")
-        return EntrypointError(
+        if not isinstance(status, int) or status >= 500 or status == 429:  # the hub's trouble, not the request's
+            return EntrypointError(
+                f"the Hugging Face hub failed to answer about {repo}: HTTP status {status}",
+                "the hub (or a proxy in between) is failing or limiting requests: start again later",
+            )
+        return UsageError(
             f"the Hugging Face hub refused to serve {repo}: HTTP status {status}",
             "check MODEL_ID, MODEL_REVISION and HF_TOKEN",
         )
@@ -232,12 +237,32 @@ def _repo_id(source: ModelSource) -> str:
 
 
 def _quiet_hub() -> None:
-    """The hub client's own progress bars off: carriage-return bars are noise in a log, and ours are log lines."""
+    """The hub client's own progress bars and warnings off: carriage-return bars are noise in a log, ours are log
+    lines, and its warnings repeat each failed try; a failure reaches the user as our one line."""
     from huggingface_hub import utils
 
     disable = getattr(utils, "disable_progress_bars", None)  # since huggingface_hub 0.14
     if disable is not None:
         disable()
+    utils.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+
+
+@contextlib.contextmanager
+def _one_try() -> Iterator[None]:
+    """The hub client's metadata calls made once. Older clients (0.x) retry a network error or a 5xx answer five
+    times over about 25 s; a start that cannot reach the hub should say so at once (a restart tries again). The
+    weights' download keeps the client's retries, which carry a large file over a dropped connection."""
+    patched = []
+    for name, module in list(sys.modules.items()):
+        original = getattr(module, "http_backoff", None) if name.startswith("huggingface_hub") else None
+        if callable(original) and "max_retries" in inspect.signature(original).parameters:
+            patched.append((module, original))
+            module.http_backoff = functools.partial(original, max_retries=0)  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for module, original in patched:
+            module.http_backoff = original  # type: ignore[attr-defined]
 
 
 def _size(count: float) -> str:
@@ -307,33 +332,32 @@ def _fetch(source: ModelSource, settings: Settings, cache_dir: Path, log: Log) -
     if _offline():
         # The file list needs the network; a cached snapshot is served as is, and its folder name is the commit.
         path = huggingface_hub.snapshot_download(**common)
-        return str(path), Path(path).name
-    info = huggingface_hub.HfApi().model_info(
-        repo_id, revision=source.revision, token=settings.hf_token, files_metadata=True
-    )
-    if info.sha is None:  # the weights must be named by their commit in the engine cache key
-        raise EntrypointError(
-            f"the Hugging Face hub did not say which commit of {repo_id} it serves",
-            "try again, or set MODEL_REVISION to a commit",
+        return str(path), hub_answer.commit(Path(path).name, repo_id)
+    with _one_try():
+        info = huggingface_hub.HfApi().model_info(
+            repo_id, revision=source.revision, token=settings.hf_token, files_metadata=True
         )
-    patterns = hub_allow_patterns([s.rfilename for s in info.siblings or ()])
+    # Checked before any of it names a path or reaches a log line.
+    commit = hub_answer.commit(getattr(info, "sha", None), repo_id)
+    listed = hub_answer.files(getattr(info, "siblings", None), repo_id)
+    patterns = hub_allow_patterns(list(listed))
     if not any(p.endswith((".safetensors", ".bin")) for p in patterns):
         raise UsageError(
             f"{source.repo_id} has no *.safetensors or *.bin weights at its top level",
             "choose a repository with Hugging Face weights (GGUF and ONNX files cannot be built)",
         )
-    if not set(TOKENIZER_FILES) & {s.rfilename for s in info.siblings or ()}:
+    if not set(TOKENIZER_FILES) & set(listed):
         raise UsageError(
             f"{source.repo_id} has no tokenizer files ({', '.join(TOKENIZER_FILES)}) at its top level",
             "choose a repository with the Hugging Face tokenizer; the pre/postprocessing models need it",
         )
-    sizes = {s.rfilename: s.size for s in info.siblings or () if glob.escape(s.rfilename) in patterns}
-    progress = DownloadProgress(_repo_dir(cache_dir, repo_id), info.sha, sizes)
+    sizes = {name: size for name, size in listed.items() if glob.escape(name) in patterns}
+    progress = DownloadProgress(_repo_dir(cache_dir, repo_id), commit, sizes)
     total = {} if progress.total is None else {"total": _size(progress.total)}
-    log.info("downloading", repo_id=repo_id, commit=info.sha, files=len(sizes), **total)
+    log.info("downloading", repo_id=repo_id, commit=commit, files=len(sizes), **total)
     started = time.monotonic()
     with log.heartbeat("downloading", progress.fields, repo_id=repo_id):
-        path = huggingface_hub.snapshot_download(**{**common, "revision": info.sha}, allow_patterns=patterns)
+        path = huggingface_hub.snapshot_download(**{**common, "revision": commit}, allow_patterns=patterns)
     seconds = time.monotonic() - started
     fetched = progress.measure()[1] - progress.already
     log.info(
@@ -345,7 +369,7 @@ def _fetch(source: ModelSource, settings: Settings, cache_dir: Path, log: Log) -
         rate=f"{_size(fetched / seconds if seconds > 0 else 0)}/s",
         **({"already_cached": _size(progress.already)} if progress.already else {}),
     )
-    return str(path), info.sha
+    return str(path), commit
 
 
 def read_config(source: ModelSource, settings: Settings) -> dict[str, Any]:
@@ -358,15 +382,16 @@ def read_config(source: ModelSource, settings: Settings) -> dict[str, Any]:
 
         _quiet_hub()
         try:
-            path = huggingface_hub.hf_hub_download(
-                _repo_id(source),
-                "config.json",
-                revision=source.revision,
-                token=settings.hf_token,
-                cache_dir=str(settings.cache_dir / "models" / "hub"),
-            )
+            with _one_try():
+                path = huggingface_hub.hf_hub_download(
+                    _repo_id(source),
+                    "config.json",
+                    revision=source.revision,
+                    token=settings.hf_token,
+                    cache_dir=str(settings.cache_dir / "models" / "hub"),
+                )
         except Exception as exc:
-            error = _hub_error(exc, source)
+            error = _hub_error(exc, source) or hub_answer.client_failure(exc, source.repo_id)
             if error is None:
                 raise
             raise error from None  # as in download(): the chained traceback could show the token
@@ -384,7 +409,7 @@ def download(source: ModelSource, settings: Settings, log: Log) -> ModelSource:
     try:
         path, commit = _fetch(source, settings, settings.cache_dir / "models" / "hub", log)
     except Exception as exc:
-        error = _hub_error(exc, source)
+        error = _hub_error(exc, source) or hub_answer.client_failure(exc, source.repo_id)
         if error is None:
             raise
         # `from None`: the chained traceback would show request headers, and with them the token.

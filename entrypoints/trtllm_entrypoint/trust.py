@@ -11,9 +11,12 @@ sticky like /tmp); `open_ancestors` names the ones that do, for a warning.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
+
+from trtllm_entrypoint.paths import state_dir
 
 OTHERS_WRITE = 0o022  # group and others
 
@@ -35,6 +38,38 @@ def untrusted(path: Path) -> str | None:
             if st.st_mode & OTHERS_WRITE:
                 return f"{item} is writable by its group or others"
     return None
+
+
+def renamable(directory: Path) -> str | None:
+    """Why another UID could rename or replace the entries of `directory` (an entry served from it could be moved
+    away after the check), or None: it is a link, belongs to another UID (a directory's owner may rename in it even
+    when it is sticky), or its group or others may write it without the sticky bit."""
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return None  # made by us when needed (shared_dir makes it sticky)
+    if stat.S_ISLNK(st.st_mode):
+        return f"{directory} is a symbolic link"
+    if not _trusted_owner(st):
+        return f"{directory} belongs to UID {st.st_uid}, which may move what is in it"
+    if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
+        return f"{directory} is writable by its group or others and not sticky"
+    return None
+
+
+def private_root(root: Path) -> Path:
+    """A directory for this UID's own copies (repositories, engines) in which no other UID may rename entries:
+    `<root>.uid<UID>` beside `root` when its parent allows that, else one in this process's private state directory
+    (paths.state_dir)."""
+    mine = root.with_name(f"{root.name}.uid{os.geteuid()}")
+    if renamable(mine.parent) is None:
+        with contextlib.suppress(FileExistsError):
+            mine.mkdir(mode=0o755)
+        if renamable(mine) is None and mine.is_dir():
+            return mine
+    fallback = state_dir() / root.name
+    fallback.mkdir(exist_ok=True)
+    return fallback
 
 
 def restrict_writes(root: Path) -> None:

@@ -1,13 +1,15 @@
 """Every environment variable the image reads: name, type, default, allowed values and help, in one table.
 
-`settings.py` parses by it, `build.py kserve` checks its options against it, and the README's environment table is
-generated from it (`python -m trtllm_entrypoint.variables`; tests/unit/test_readme.py fails on drift). Standard
+`settings.py` parses by it, `build.py kserve` checks its options against it, and docs/environment.md's tables are
+generated from it (`python -m trtllm_entrypoint.variables`; tests/unit/test_docs.py fails on drift). Standard
 library only and importing nothing of ours but the contract, so the host may import it.
 """
 
 from __future__ import annotations
 
+import difflib
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -44,15 +46,15 @@ Default = str | int | float | bool | tuple[str, ...] | None
 @dataclass(frozen=True)
 class Variable:
     name: str
-    section: str  # the README heading it is listed under
+    section: str  # the docs/environment.md heading it is listed under
     kind: Kind
     help: str
     default: Default = None  # what unset means to the parser; None: unset, or derived (see shown_default)
     low: int | None = None
     high: int | None = None
     choices: tuple[str, ...] | tuple[int, ...] = ()
-    shown_default: str = ""  # the README's words when the default is derived rather than `default`
-    shown_allowed: str = ""  # the README's words for what is allowed, when the kind's own words do not say it
+    shown_default: str = ""  # the table's words when the default is derived rather than `default`
+    shown_allowed: str = ""  # the table's words for what is allowed, when the kind's own words do not say it
     also: str = ""  # a rule with other variables, appended to the allowed values
 
     @property
@@ -107,7 +109,7 @@ TABLE: tuple[Variable, ...] = (
         "`build_config` plus `rank*.engine`) or a complete Triton model repository (`<model>/config.pbtxt` with no "
         f"`${{…}}` left). `{contract.KSERVE_MODEL_DIR}` (KServe) is never written to. The engine cache identifies a "
         "local model by the SHA-256 of every file's bytes (see [Engine cache key]"
-        "(#engine-cache-key-of-a-local-model)).",
+        "(cache.md)).",
         shown_default=f"unset: `{contract.KSERVE_MODEL_DIR}` if it exists",
         shown_allowed="a Hugging Face id `org/name`, or the path of an existing directory",
     ),
@@ -148,6 +150,14 @@ TABLE: tuple[Variable, ...] = (
         "special",
         "Huggingface_hub's own switch: serve a hub model from the cache under `CACHE_DIR/models/hub` without network.",
         shown_allowed="`1`",
+    ),
+    Variable(
+        "HF_ENDPOINT",
+        MODEL,
+        "special",
+        "Huggingface_hub's own: the hub (or a mirror) to download from. Credentials in it (`https://user:pass@host`) "
+        "are masked in every log line.",
+        shown_allowed="an `http://` or `https://` URL with a host",
     ),
     Variable(
         "MODEL_INIT_MODE",
@@ -262,7 +272,7 @@ TABLE: tuple[Variable, ...] = (
         "Downloads (`models/`), engines (`engines/`) and generated repositories (`repositories/`). Mount a volume here "
         "to keep engines across restarts.",
         shown_default=f"`{contract.DEFAULT_CACHE_DIR}`; if that is not writable (read-only root file system) and "
-        "`CACHE_DIR` is unset, `<tmp>/trtllm-cache` with a warning",
+        "`CACHE_DIR` is unset, `<tmp>/trtllm-cache-<uid>` with a warning",
         shown_allowed=f"a writable directory outside `{contract.KSERVE_MODEL_DIR}`, apart from the model, the engine "
         "and the templates (a model or engine under its `engines/` or `models/` is fine)",
     ),
@@ -339,7 +349,7 @@ TABLE: tuple[Variable, ...] = (
         "choice",
         "Which APIs to serve. `triton`: Triton's HTTP/gRPC. `openai`: the same, plus an OpenAI-compatible API "
         "(`/v1/models`, `/v1/completions`, `/v1/chat/completions`, streamed or not) on `OPENAI_PORT`, ready at "
-        "`/health/ready` there once Triton is; see `docs/openai.md`.",
+        "`/health/ready` there once Triton is; see [The OpenAI-compatible API](openai.md).",
         default="triton",
         choices=get_args(Frontend),
         shown_allowed="`triton`, `openai` (every tag and workflow)",
@@ -409,9 +419,9 @@ TABLE: tuple[Variable, ...] = (
         "RESTRICTED_APIS",
         SERVER,
         "list",
-        "Triton APIs that answer only requests carrying the admin key (see [Security](#security)). `none` opens every "
-        "API, with a warning at start. `health` cannot be closed: probes need it. Closing `inference`, `metadata` or "
-        "`model-config` needs a key.",
+        "Triton APIs that answer only requests carrying the admin key (see [Security](security.md)). `none` opens "
+        "every API, with a warning at start. `health` cannot be closed: probes need it. Closing `inference`, "
+        "`metadata` or `model-config` needs a key.",
         # What no inference client needs: memory regions, loading code, per-model numbers, traces and verbose logs.
         default=("shared-memory", "model-repository", "statistics", "trace", "logging"),
         choices=APIS,
@@ -438,10 +448,24 @@ TABLE: tuple[Variable, ...] = (
         "EXIT_TIMEOUT_SECS",
         SERVER,
         "integer",
-        "`tritonserver --exit-timeout-secs`: how long in-flight requests may finish after SIGTERM.",
-        default=30,
+        "`tritonserver --exit-timeout-secs`: how long in-flight requests may finish and the models unload after "
+        "SIGTERM (`docker stop`); the server then exits 0, or 1 when this time ran out. The container's grace must be "
+        f"longer: the documented `docker run --stop-timeout {contract.STOP_GRACE_SECS}` (Docker's own default is "
+        "10 s), compose's `stop_grace_period` and Kubernetes' `terminationGracePeriodSeconds` give "
+        f"{contract.STOP_GRACE_SECS} s. Raise them together.",
+        default=contract.DEFAULT_EXIT_TIMEOUT_SECS,
         low=0,
         high=3600,
+    ),
+    Variable(
+        "STRICT_ENV",
+        SERVER,
+        "boolean",
+        "A variable that looks like one of these but is not (a close misspelling such as `MAX_BATCH_SIZ`, or an "
+        "unknown name with one of their prefixes such as `MODEL_REV`) gets a warning at start naming the variable "
+        "it probably meant. `true` refuses to start instead (exit 2, one line naming them all), for deployments "
+        "whose settings must mean exactly what they say.",
+        default=False,
     ),
     Variable(
         "LOG_FORMAT",
@@ -560,9 +584,52 @@ TABLE: tuple[Variable, ...] = (
 )
 VARIABLES: dict[str, Variable] = {v.name: v for v in TABLE}
 
+# Unknown names that start like ours are probably meant as ours. Only prefixes no other program in the image or its
+# platform uses: not HF_ (huggingface_hub's), NVIDIA_/CUDA_, LWS_, HTTP_ (HTTP_PROXY), GRPC_, OPENAI_ (OPENAI_API_KEY)
+# or TRTLLM_ (TensorRT-LLM's own).
+OWN_PREFIXES = (
+    "MODEL_",
+    "ENGINE_",
+    "MAX_",
+    "KV_CACHE_",
+    "ENABLE_",
+    "TP_",
+    "PP_",
+    "PREPROCESSING_",
+    "POSTPROCESSING_",
+    "SERVED_",
+    "TEMPLATES_",
+    "REPOSITORY_",
+    "RESTRICTED_",
+    "TRITON_",
+    "EXIT_",
+    "LOG_",
+    "PROGRESS_",
+    "LOCK_",
+)
+# Names with one of those prefixes that others set: the NGC image's own.
+FOREIGN_PREFIXES = ("TRITON_SERVER_",)
+CLOSE_MATCH = 0.85  # difflib's ratio: catches a dropped, doubled or swapped letter, not HTTP_PROXY for HTTP_PORT
+
+
+def lookalikes(names: Iterable[str]) -> list[tuple[str, str]]:
+    """(name, the variable it probably meant) for each name that is not one of ours but looks like one: a close
+    misspelling of a known name, or an unknown name with one of our prefixes (then the closest known one)."""
+    found = []
+    for name in sorted(set(names) - set(VARIABLES)):
+        if not name.isupper() or name.startswith(FOREIGN_PREFIXES):
+            continue
+        close = difflib.get_close_matches(name, VARIABLES, n=1, cutoff=CLOSE_MATCH)
+        if not close and name.startswith(OWN_PREFIXES):
+            prefix = next(p for p in OWN_PREFIXES if name.startswith(p))
+            close = difflib.get_close_matches(name, [v for v in VARIABLES if v.startswith(prefix)], n=1, cutoff=0)
+        if close:
+            found.append((name, close[0]))
+    return found
+
 
 def markdown() -> str:
-    """The README's environment tables, one per section."""
+    """docs/environment.md's tables, one per section."""
     out: list[str] = []
     for section in SECTIONS:
         out += [f"### {section}", "", "| variable | default | allowed values | meaning |", "|---|---|---|---|"]

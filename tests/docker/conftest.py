@@ -22,6 +22,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from docker.models.containers import _create_container_args
 
 from tests.doubles.install import double_environ, install_doubles, write_app
 from tests.standin.build_standin import (
@@ -166,7 +167,7 @@ def built(standin, session_dir):
             base = standin(tag)
             work = session_dir / (f"build-{tag}" + ("-multinode" if multinode else ""))
             work.mkdir()
-            matrix = matrix_for_standin(work / "matrix.yaml", tag, base.python)
+            matrix = matrix_for_standin(work / "matrix.yaml", tag)
             backend = None
             if not base.spec.with_app:
                 try:
@@ -249,8 +250,18 @@ def containers(docker_client):
     """start(image, **docker_run_kwargs) -> Container (detached); all are force-removed after the test."""
     started = []
 
-    def start(image: str, **kwargs):
-        container = docker_client.containers.run(image, detach=True, **kwargs)
+    def start(image: str, stop_timeout: int | None = None, **kwargs):
+        if stop_timeout is None:
+            container = docker_client.containers.run(image, detach=True, **kwargs)
+        else:  # `docker run --stop-timeout`, which the SDK's run() does not take: create, then start
+            create = _create_container_args({**kwargs, "image": image, "version": docker_client.api._version})
+            container = docker_client.containers.get(
+                docker_client.api.create_container(**create, stop_timeout=stop_timeout)["Id"]
+            )
+            started.append(container)
+            container.start()
+            container.reload()
+            return container
         started.append(container)
         return container
 

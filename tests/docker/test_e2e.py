@@ -16,9 +16,11 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,7 @@ from tests.doubles.double_records import parse_flags, read_records
 from tests.realtriton import TRITON_VERSION
 from tests.standin.build_standin import MODELS_LABEL, PYTHON_MODELS_LABEL, upstream_templates
 from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
+from trtllm_entrypoint import contract
 
 NEW_TAG = "25.01"  # the image ships /app (templates, examples)
 OLD_TAG = "24.08"  # no /app: build.py bakes the backend assets from --backend-dir
@@ -199,27 +202,25 @@ def test_decoupled_mode_streams_through_generate_stream(server, tiny_model, reco
     assert len(pieces) == 5 and set(pieces) <= set(PROMPT_WORDS), events
 
 
-def test_docker_stop_lets_an_in_flight_request_finish_and_exits_zero(server, tiny_model, records, containers):
-    exit_timeout, max_tokens, delay = 15, 8, 0.5  # the request needs max_tokens * delay = 4 s
-    container = serve(
-        containers,
-        server,
-        tiny_model,
-        records,
-        env={"EXIT_TIMEOUT_SECS": str(exit_timeout), "TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S": str(delay)},
-    )
+def test_a_plain_docker_stop_lets_an_in_flight_request_finish_and_exits_zero(server, tiny_model, records, containers):
+    # As the README runs it (`--stop-timeout`, no EXIT_TIMEOUT_SECS), then `docker stop` as a user types it.
+    assert f"--stop-timeout {contract.STOP_GRACE_SECS} " in (REPO / "README.md").read_text()
+    max_tokens, delay = 12, 0.5  # the request needs max_tokens * delay = 6 s
+    env = {"TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S": str(delay)}
+    container = serve(containers, server, tiny_model, records, env=env, stop_timeout=contract.STOP_GRACE_SECS)
+    assert container.attrs["Config"]["StopTimeout"] == contract.STOP_GRACE_SECS
     wait_ready(container)
     request, outcome = in_background(generate, container, max_tokens)
     time.sleep(1.5)
     assert request.is_alive(), "the request must still be in flight when the container is stopped"
     started = time.monotonic()
-    container.stop(timeout=exit_timeout + 10)
+    subprocess.run(["docker", "stop", container.id], check=True, capture_output=True, timeout=60)
     stopped_after = time.monotonic() - started
     request.join(timeout=30)
     assert "error" not in outcome, f"{outcome.get('error')!r}\n{logs(container)[-3000:]}"
     assert len(outcome["result"]) == max_tokens
     assert container.wait(timeout=30)["StatusCode"] == 0, logs(container)
-    assert stopped_after < exit_timeout
+    assert stopped_after < contract.DEFAULT_EXIT_TIMEOUT_SECS, "the server drains, unloads and exits on its own"
 
 
 def test_healthcheck_turns_healthy_only_once_the_server_is_ready(server, tiny_model, records, containers):
@@ -235,6 +236,14 @@ def test_healthcheck_turns_healthy_only_once_the_server_is_ready(server, tiny_mo
     assert samples[-1] == ("healthy", True), samples
     first_ready = next(i for i, (_, ready) in enumerate(samples) if ready)
     assert first_ready > 0 and all(status != "healthy" for status, _ in samples[:first_ready]), samples
+    # Probes are not news: a few more HEALTHCHECK runs (one a second) and readiness calls leave no line in the log.
+    before = logs(container)
+    for _ in range(3):
+        assert ready_now(container)
+        time.sleep(1.5)
+    probes = [line for line in logs(container).splitlines() if "health" in line.lower()]
+    assert len(container.attrs["State"]["Health"]["Log"]) >= 1 and not probes, probes
+    assert logs(container).count("\n") - before.count("\n") <= 2, logs(container)[len(before) :]
 
 
 def test_two_ranks_start_under_mpirun_and_rank_1_loads_only_the_engine(server, tiny_model, records, containers):
@@ -322,6 +331,52 @@ def test_bad_environment_value_exits_2_before_any_work(server, tiny_model, recor
     assert read_records(records, "trtllm-build") == [] and "Started HTTPService" not in output
 
 
+class FailingHub:
+    """A hub that answers every request with 503, on the host's loopback (the container shares the host's network)."""
+
+    def __init__(self):
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's naming)
+                self.send_error(503)
+
+            do_HEAD = do_GET  # noqa: N815
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("hub", ["unreachable", "failing"])
+def test_a_hub_that_cannot_answer_is_one_line_and_exit_1_within_seconds(server, records, containers, hub):
+    env = {"MODEL_ID": "org/name", "DOUBLE_RECORD_DIR": "/records"}
+    failing = FailingHub() if hub == "failing" else None
+    try:
+        if failing is None:
+            kwargs = {"network_mode": "none"}  # no network at all: the hub's name does not resolve
+        else:  # the host's network, so the hub is reached on loopback and no other address is ever a target
+            env["HF_ENDPOINT"] = f"http://127.0.0.1:{failing.server.server_address[1]}"
+            kwargs = {"network_mode": "host"}
+        started = time.monotonic()
+        container = containers(server, environment=env, volumes=record_mount(records), **kwargs)
+        status = container.wait(timeout=120)["StatusCode"]
+        elapsed = time.monotonic() - started
+    finally:
+        if failing is not None:
+            failing.close()
+    output = logs(container)
+    assert status == 1, output
+    errors = [line for line in output.splitlines() if line.startswith("error: ") or " error: " in line]
+    assert len(errors) == 1 and "Hugging Face hub" in errors[0], output
+    assert "Retrying" not in output and "thrown while requesting" not in output and "Traceback" not in output
+    assert elapsed < 15, f"took {elapsed:.1f} s: {output}"
+
+
 def test_token_never_reaches_images_logs_or_cache(
     docker_client, built, server, tiny_model, records, cache_volume, containers
 ):
@@ -356,7 +411,7 @@ def test_verification_rejects_a_different_tensorrt_llm(docker_client, standin, s
     base = standin(NEW_TAG, tensorrt_llm=installed, image=f"trtllm-standin:{NEW_TAG}-mismatch")
     work = session_dir / "mismatch"
     work.mkdir()
-    matrix = matrix_for_standin(work / "matrix.yaml", NEW_TAG, base.python)
+    matrix = matrix_for_standin(work / "matrix.yaml", NEW_TAG)
     # A registry prefix keeps these refs apart from the good images the other tests use.
     result = run_build(NEW_TAG, base.image, matrix, work / "out", registry="e2e-mismatch.invalid")
     try:

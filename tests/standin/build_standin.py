@@ -43,10 +43,11 @@ from tests.upstream_files import UpstreamMissing, upstream_root  # noqa: E402
 from trtllm_entrypoint.errors import Error  # noqa: E402
 from trtllm_entrypoint.versions import version_tuple  # noqa: E402
 from trtllm_images.matrix import DEFAULT_PATH, MatrixEntry, load  # noqa: E402
+from trtllm_images.plan import STANDIN_NAME, STANDIN_PYTHON_LABEL, is_standin  # noqa: E402
 
 OS_IMAGE = "trtllm-standin-os:bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
-PYTHON_LABEL = "io.trtllm-images.standin.python"
+PYTHON_LABEL = STANDIN_PYTHON_LABEL  # build.py verifies a stand-in's images against it
 SITE_LABEL = "io.trtllm-images.standin.site-packages"
 MODELS_LABEL = "io.trtllm-images.standin.all-models"
 PYTHON_MODELS_LABEL = "io.trtllm-images.standin.python-models"
@@ -127,11 +128,15 @@ def upstream_templates(tensorrt_llm: str, upstream: Path | None = None) -> Path:
 def spec_for(
     entry: MatrixEntry, *, image: str | None = None, tensorrt_llm: str | None = None, upstream: Path | None = None
 ) -> StandinSpec:
-    """What the stand-in for `entry` contains; `tensorrt_llm` overrides the installed version (mismatch tests)."""
+    """What the stand-in for `entry` contains; `tensorrt_llm` overrides the installed version (mismatch tests).
+    Its name starts with trtllm-standin, so that build.py tags what is built FROM it as a stand-in too."""
+    image = image or f"{STANDIN_NAME}:{entry.tag}"
+    if not is_standin(image):
+        raise Error(f"stand-in name {image!r} must start with {STANDIN_NAME}", "it must never pass for a real image")
     with_app = entry.backend.in_image
     return StandinSpec(
         tag=entry.tag,
-        image=image or f"trtllm-standin:{entry.tag}",
+        image=image,
         triton=entry.triton or "0.0.0",
         tensorrt_llm=tensorrt_llm or entry.tensorrt_llm,
         tensorrt=entry.tensorrt or "0.0.0",
@@ -329,19 +334,15 @@ def build_standin(
     return Standin(image=spec.image, python=labels[PYTHON_LABEL], spec=spec)
 
 
-def matrix_for_standin(dest: Path, tag: str, python: str) -> Path:
-    """A copy of matrix.yaml for a stand-in of `tag`.
+def matrix_for_standin(dest: Path, tag: str) -> Path:
+    """A copy of matrix.yaml for builds against the stand-in of `tag`, which a test may edit.
 
-    The stand-in runs Debian's Python, not the NGC image's, and build.py verifies the Python in every image against
-    the matrix. Setting the entry's `python` to the stand-in's would trip the static check that TensorRT-LLM wheels
-    exist only for 3.10/3.12; marking the field uncertain instead turns that one mismatch into a reported warning,
-    which is how the project treats facts it cannot vouch for.
+    The stand-in runs Debian's Python, not the NGC image's; it declares that Python in PYTHON_LABEL, and build.py's
+    verification takes it from there for anything built FROM a stand-in, so the copy needs no change for it.
     """
     data = yaml.safe_load(DEFAULT_PATH.read_text())
-    [entry] = [e for e in data["entries"] if e["tag"] == tag]
-    entry.setdefault("uncertain", {})["python"] = (
-        f"e2e stand-in image: Debian's Python {python} stands in for the NGC image's {entry['python']}"
-    )
+    if not [e for e in data["entries"] if e["tag"] == tag]:
+        raise Error(f"tag {tag} is not in {DEFAULT_PATH}")
     dest.write_text(yaml.safe_dump(data, sort_keys=False))
     return dest
 
@@ -349,15 +350,9 @@ def matrix_for_standin(dest: Path, tag: str, python: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tag", required=True, help="matrix tag, e.g. 25.01")
-    parser.add_argument("--name", help="image name (default trtllm-standin:<tag>)")
+    parser.add_argument("--name", help="image name, starting with trtllm-standin (default trtllm-standin:<tag>)")
     parser.add_argument("--tensorrt-llm", help="report this TensorRT-LLM version instead of the matrix's")
     parser.add_argument("--matrix", type=Path, default=DEFAULT_PATH)
-    parser.add_argument(
-        "--matrix-out",
-        type=Path,
-        default=Path("out/standin-matrix.yaml"),
-        help="where to write the matrix copy to build against this stand-in with",
-    )
     args = parser.parse_args(argv)
     try:
         standin = build_standin(
@@ -370,10 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     except (StandinUnavailable, Error, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    args.matrix_out.parent.mkdir(parents=True, exist_ok=True)
-    matrix_for_standin(args.matrix_out, args.tag, standin.python)
     print(f"{standin.image} python={standin.python}")
-    print(f"build against it: python build.py --tag {args.tag} --base-image {standin.image} --matrix {args.matrix_out}")
+    print(f"build against it: python build.py --tag {args.tag} --base-image {standin.image}")
     return 0
 
 

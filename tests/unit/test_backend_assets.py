@@ -13,7 +13,7 @@ import pytest
 
 from tests.archive_server import ArchiveServer, refused_url, tarball
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import matrix, upstream
+from trtllm_images import matrix, safe_archive, upstream
 from trtllm_images.backend_assets import Archive, archives, fetch, local_members, lock_paths
 from trtllm_images.matrix import Backend, MatrixEntry
 from trtllm_images.upstream import Lock, Pin
@@ -92,7 +92,7 @@ def pinned(server, repo: str, path: str, data: bytes | None, paths: list[str]) -
         return pin
     scratch = Path(tempfile.mkdtemp())
     (scratch / "a").write_bytes(data)
-    commit, digest = upstream.extract(scratch / "a", pin.name, pin.paths, scratch / "tree")
+    commit, digest = safe_archive.extract(scratch / "a", pin.name, pin.paths, scratch / "tree")
     shutil.rmtree(scratch)
     return replace(pin, commit=commit, digest=digest, uncertain="")
 

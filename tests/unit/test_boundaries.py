@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import ast
+<<<<<<< HEAD
+=======
+import graphlib
+import os
+import shutil
+>>>>>>> main
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +66,10 @@ SHARED_LEAVES = {"contract", "errors", "variables", "versions"}
 
 def our_imports(path: Path, package: str) -> set[str]:
     """The modules of `package` that the file imports (`from package import x` and `from package.x import …`)."""
-    tree = ast.parse(path.read_text(), str(path))
+    return our_imports_of(ast.parse(path.read_text(), str(path)), package)
+
+
+def our_imports_of(tree: ast.AST, package: str) -> set[str]:
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -83,6 +92,42 @@ def test_the_host_imports_only_the_containers_shared_leaves():
         assert our_imports(path, "trtllm_entrypoint") <= SHARED_LEAVES, path.name
     for leaf in sorted(SHARED_LEAVES):
         assert our_imports(CONTAINER / f"{leaf}.py", "trtllm_entrypoint") <= SHARED_LEAVES, leaf
+
+
+def runtime_imports(path: Path, package: str) -> set[str]:
+    """The modules of `package` the file imports when it runs: `our_imports` less those under `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = [
+        node for node in ast.walk(tree) if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    ]
+    for node in typing_only:
+        node.body = []
+    return our_imports_of(tree, package)
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as error:
+        return list(error.args[1])
+    return None
+
+
+def test_the_host_package_has_no_import_circle():
+    graph = {path.stem: runtime_imports(path, "trtllm_images") - {path.stem} for path in HOST.glob("*.py")}
+    assert import_cycle(graph) is None, f"import circle: {' -> '.join(import_cycle(graph) or [])}"
+
+
+def test_the_circle_detector_finds_a_circle_and_ignores_type_only_imports(tmp_path):
+    cycle = import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
+    assert cycle is not None and set(cycle) == {"a", "b", "c"}
+    assert import_cycle({"a": {"b"}, "b": set()}) is None
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\nfrom pkg import a\nif TYPE_CHECKING:\n    from pkg.b import B\n"
+    )
+    assert runtime_imports(module, "pkg") == {"a"}
+    assert our_imports(module, "pkg") == {"a", "b"}
 
 
 def test_only_cli_imports_click():

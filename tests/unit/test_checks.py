@@ -11,7 +11,7 @@ import pytest
 from trtllm_images import matrix, render
 from trtllm_images.checks import Finding, dockerfile_findings, hadolint_findings, matrix_findings, static_findings
 from trtllm_images.matrix import Backend, Matrix, MatrixEntry
-from trtllm_images.plan import make_plan
+from trtllm_images.plan import make_build_plan
 
 GOOD = MatrixEntry(
     tag="24.12",
@@ -39,7 +39,7 @@ def real_matrix():
 
 
 def render_tag(real_matrix, tag):
-    return render.render(make_plan(real_matrix.get(tag), out_dir=Path("/nonexistent"), multinode=True))
+    return render.render(make_build_plan(real_matrix.get(tag), out_dir=Path("/nonexistent"), multinode=True))
 
 
 def codes(findings, level="error"):

@@ -17,7 +17,7 @@ from docker.errors import ImageNotFound
 
 from tests.archive_server import ArchiveServer, tarball
 from trtllm_entrypoint.errors import Error
-from trtllm_images import backend_assets, builder, support, upstream, wheel
+from trtllm_images import backend_assets, builder, pipeline, support, upstream, wheel
 from trtllm_images import cli as cli_mod
 from trtllm_images import matrix as matrix_mod
 
@@ -189,7 +189,7 @@ def test_render_out_writes_build_contexts_with_one_wheel_build(tmp_path, monkeyp
     builds = []
     real_build = wheel.build_wheel
     monkeypatch.setattr(wheel, "build_wheel", lambda **kw: builds.append(kw) or real_build(**kw))
-    cli_mod._entrypoint_wheel.cache_clear()
+    pipeline.entrypoint_wheel.cache_clear()
     tags = [entry.tag for entry in MATRIX.supported() if entry.backend.in_image][:3]
     result = run("render", "--out", str(tmp_path), *[arg for tag in tags for arg in ("--tag", tag)])
     assert result.exit_code == 0, result.output
@@ -364,6 +364,7 @@ class FakeDocker:
             ],
         }
         self.images = set(local)
+        self.labels: dict[str, str] = {}  # what every image carries (a stand-in's base passes its own on)
         self.builds, self.pulls, self.pushes, self.probed = [], [], [], []
 
     # low-level API
@@ -375,7 +376,7 @@ class FakeDocker:
     def inspect_image(self, ref):
         if ref not in self.images:
             raise ImageNotFound(ref)
-        return {"Id": f"sha256:{abs(hash(ref)):x}"}
+        return {"Id": f"sha256:{abs(hash(ref)):x}", "Config": {"Labels": self.labels}}
 
     def pull(self, ref, **kwargs):
         self.pulls.append(ref)
@@ -519,6 +520,26 @@ def test_no_docker_engine_is_one_error_and_a_report(tmp_path, entry, monkeypatch
         "hint: start the Docker daemon or set DOCKER_HOST",
     ]
     assert read_report(tmp_path, entry.tag)["ok"] is False
+
+
+def test_push_refuses_images_built_from_a_stand_in_before_building(tmp_path, entry, fake_docker):
+    fake_docker.images.add("trtllm-standin:25.01")
+    result = run(
+        "--tag", entry.tag, "--out", str(tmp_path), "--base-image", "trtllm-standin:25.01", "--registry", "r.example",
+        "--push",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "refusing to push r.example/trtllm-serve:25.01-trtllm-0.17.0-standin" in result.output
+    assert fake_docker.builds == [] and fake_docker.pushes == []
+
+
+@pytest.mark.process
+@needs_hadolint
+def test_push_refuses_a_renamed_stand_in_by_its_labels(tmp_path, entry, fake_docker):
+    fake_docker.labels = {"io.trtllm-images.standin.python": entry.python}
+    result = run("--tag", entry.tag, "--out", str(tmp_path), "--registry", "ghcr.io/me", "--push")
+    assert result.exit_code == 2 and "refusing to push ghcr.io/me/trtllm-serve:" in result.output, result.output
+    assert fake_docker.pushes == []
 
 
 @pytest.mark.process

@@ -108,12 +108,11 @@ def openai_settings(facts=FACTS, **env):
     return Settings.from_env({"CACHE_DIR": "/var/cache/trtllm", "FRONTEND": "openai", **env}, facts)
 
 
-@pytest.mark.parametrize("tag", ["24.04", "25.01", "26.07"])
-@pytest.mark.parametrize("workflow", ["engine", "llmapi"])
+@pytest.mark.parametrize(
+    "tag,workflow", [(tag, wf) for tag in ("24.04", "25.01", "26.07") for wf in image_facts(tag).workflows]
+)
 def test_openai_runs_tritonserver_as_triton_mode_does_plus_the_front(tag, workflow):
     facts = image_facts(tag)
-    if workflow not in facts.workflows:
-        pytest.skip(f"{tag} has no {workflow} workflow")
     settings = openai_settings(facts, WORKFLOW=workflow, TRITON_ADMIN_KEY="k" * 20, RESTRICTED_APIS="inference")
     triton = Settings.from_env({"CACHE_DIR": "/var/cache/trtllm", "WORKFLOW": workflow, "TRITON_ADMIN_KEY": "k" * 20,
                                 "RESTRICTED_APIS": "inference"}, facts)  # fmt: skip
@@ -125,6 +124,7 @@ def test_openai_runs_tritonserver_as_triton_mode_does_plus_the_front(tag, workfl
     assert front[:3] == ["/py", "-m", "trtllm_entrypoint.openai_front"]
     assert f"--config={repo / 'served' / 'config.pbtxt'}" in front and "--restricted=inference" in front
     assert f"--triton-url=http://127.0.0.1:{settings.http_port}" in front and f"--workflow={workflow}" in front
+    assert f"--max-seq-len={settings.max_seq_len}" in front  # a chat answer's default room
     assert not any("k" * 20 in arg for arg in front)  # the key reaches the front in its environment only
     assert settings.decoupled  # streaming follows from the front
     if workflow == "engine":  # several GPUs: the ranks under mpirun, as in Triton mode; the front stays one command

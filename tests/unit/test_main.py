@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -215,6 +216,24 @@ def test_second_start_reuses_the_engine(image):
     assert "cache=hit" in second.stderr
 
 
+def test_the_same_checkpoint_mounted_elsewhere_reuses_the_engine_and_a_changed_byte_does_not(image):
+    first = image.run("prepare")
+    moved = image.model.parent.parent / "mnt" / "models"  # where KServe mounts what Docker had at /models/x
+    shutil.copytree(image.model, moved)
+    second = image.run("prepare", MODEL_ID=str(moved))
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    assert json.loads(first.stdout)["engine_dir"] == json.loads(second.stdout)["engine_dir"]
+    assert image.builds() == 1 and "cache=hit" in second.stderr
+    weights = max((p for p in moved.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 1  # one bit, same size
+    weights.write_bytes(bytes(data))
+    third = image.run("prepare", MODEL_ID=str(moved))
+    assert third.returncode == 0, third.stderr
+    assert json.loads(third.stdout)["engine_dir"] != json.loads(first.stdout)["engine_dir"]
+    assert image.builds() == 2
+
+
 def test_changed_build_setting_builds_a_new_engine(image):
     assert image.run("prepare").returncode == 0
     other = image.run("prepare", MAX_BATCH_SIZE="8")
@@ -391,6 +410,17 @@ def test_check_reports_versions_and_fails_on_too_few_gpus(image):
     short = image.run("check", TP_SIZE="2")
     assert short.returncode == 1
     assert "needs 2 GPUs" in short.stderr
+
+
+def test_a_misspelt_variable_is_warned_about_by_name_and_refused_with_strict_env(image):
+    warned = image.run("check", MAX_BATCH_SIZ="8", DECOUPLE="true")
+    assert warned.returncode == 0, warned.stderr
+    assert "ignoring MAX_BATCH_SIZ (did you mean MAX_BATCH_SIZE?)" in warned.stderr
+    assert "ignoring DECOUPLE (did you mean DECOUPLED?)" in warned.stderr
+    refused = image.run("prepare", MAX_BATCH_SIZ="8", STRICT_ENV="true")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("error: not a variable trtllm-entrypoint reads: MAX_BATCH_SIZ (did you mean")
+    assert image.builds() == 0
 
 
 TYPED_KEY = "my-value-0123456789"

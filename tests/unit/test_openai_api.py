@@ -38,12 +38,16 @@ def test_the_ensemble_gets_its_own_names_and_only_declared_inputs(templates):
     body = api.backend_body(served, "hi", api.sampling(req, served, req.max_tokens, False), choice=1)
     assert body["text_input"] == "hi" and body["max_tokens"] == 5 and body["stream"] is True
     assert body.get("random_seed", 4) == 4  # the choice's own seed
+    assert body["stop_words"] == ""  # older ensembles need the list, empty when no stop is asked for
+    stopping = api.sampling(request(api.CompletionRequest, stop="END"), served, None, False)
+    assert api.backend_body(served, "hi", stopping, choice=0)["stop_words"] == ["END"]
     assert set(body) <= served.inputs
 
 
 def test_the_llmapi_model_gets_its_sampling_param_names():
     served = model("triton_backend", "llmapi")
-    req = request(api.ChatRequest, messages=[{"role": "user", "content": "x"}], max_completion_tokens=7, seed=1)
+    messages = [{"role": "user", "content": "x"}]
+    req = request(api.ChatRequest, messages=messages, max_completion_tokens=7, seed=1, stop=["\n", "END"])
     req_sampling = api.sampling(req, served, req.max_completion_tokens, False)
     body = api.backend_body(served, "prompt", req_sampling, choice=0)
     assert body == {
@@ -52,6 +56,7 @@ def test_the_llmapi_model_gets_its_sampling_param_names():
         "streaming": True,
         "sampling_param_exclude_input_from_output": True,
         "sampling_param_seed": 1,
+        "sampling_param_stop": ["\n", "END"],  # the backend stops there too
     }
     assert set(body) <= served.inputs
 
@@ -93,6 +98,13 @@ def test_stops_are_found_across_pieces_and_a_possible_start_is_held_back():
     assert tail.feed("abcST") == ("abc", False) and tail.flush() == "ST"
     with pytest.raises(api.ApiError, match="at most 4"):
         api.sampling(request(api.CompletionRequest, stop=list("abcde")), model("v0.17.0", "engine"), None, False)
+
+
+def test_a_chat_answer_without_a_limit_gets_the_rest_of_the_context():
+    assert api.room_left(6, 256) == 250
+    with pytest.raises(api.ApiError, match="the prompt has 256 tokens and the model takes 256") as full:
+        api.room_left(256, 256)
+    assert full.value.param == "messages"
 
 
 def test_finish_reason_and_usage():

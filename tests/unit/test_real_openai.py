@@ -151,6 +151,20 @@ def test_stop_sequences_n_seed_sampling_and_errors_in_openais_shape(tmp_path, re
     assert all(set(e) == {"message", "type", "param", "code"} for _, e in errors.values())
 
 
+def test_a_chat_without_max_tokens_takes_the_rest_of_the_context(tmp_path, real_triton):
+    img = Image(tmp_path, "25.01", templates_for("v0.17.0"))
+    with_chat_template(img)
+    out = prepared(img, MAX_SEQ_LEN="16", MAX_INPUT_LEN="8")
+    with realfront.start(real_triton, out, KEY, log_dir=tmp_path) as front:
+        api = client(front)
+        chat = api.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": PROMPT}])
+        with pytest.raises(openai.BadRequestError) as full:
+            api.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": " ".join(["is"] * 16)}])
+    assert chat.usage.prompt_tokens == len(PROMPT_WORDS) and chat.usage.total_tokens == 16
+    assert chat.choices[0].finish_reason == "length"
+    assert full.value.response.json()["error"]["param"] == "messages"
+
+
 def test_restricted_inference_wants_the_admin_key_as_the_api_key(tmp_path, real_triton):
     img = Image(tmp_path, "25.01", templates_for("v0.17.0"))
     out = prepared(img, RESTRICTED_APIS="inference,metadata,model-repository")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import urllib.error
 import urllib.request
@@ -23,6 +24,7 @@ from tests.doubles.install import python_models_origin
 from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
 from tests.unit.test_main import TEMPLATE_SETS, Image, templates_for
 from tests.unit.test_real_triton_security import HEADER, KEY, prepared_argv
+from trtllm_entrypoint import fill
 
 MAX_TOKENS = 4
 BLS = "tensorrt_llm_bls"
@@ -70,7 +72,7 @@ def test_prepared_repository_loads_and_generates_in_real_triton(tmp_path, real_t
     argv = prepared_argv(img, KEY, ENABLE_BLS=str(with_bls).lower())
     models = sorted(config.parent.name for config in img.repo.glob("*/config.pbtxt"))
     # The tokenizer's BOS token in the prompt: its id comes back among the generated ones, and the answer must not
-    # show it (postprocessing's skip_special_tokens, which we leave to the backend's default: true).
+    # show it (postprocessing's skip_special_tokens, which we fill with the backend's default: true).
     prompt_ids = len(PROMPT_WORDS) + 1
     request = {"text_input": f"<s> {PROMPT}", "max_tokens": prompt_ids, "bad_words": "", "stop_words": ""}
 
@@ -85,8 +87,12 @@ def test_prepared_repository_loads_and_generates_in_real_triton(tmp_path, real_t
             if model in models
         }
         assert server.stop() == 0, server.log()[-3000:]
+        log = server.log()
 
     assert version == realtriton.TRITON_VERSION
+    # Upstream's models print a `${x}` they were given in a warning; only the one no value can fill may remain.
+    warned = {name for line in log.splitlines() if "WARNING" in line for name in re.findall(r"\$\{(\w+)\}", line)}
+    assert warned <= fill.NO_VALUE_SAYS_THE_DEFAULT, [line for line in log.splitlines() if "${" in line]
     assert (BLS in models) == with_bls and states == dict.fromkeys(models, "READY")
     # Tokenized, generated and detokenized by the real pipeline, ensemble and BLS: each of the prompt's tokens once
     # (the engine double echoes them), the special one dropped from the text.

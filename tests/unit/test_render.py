@@ -14,7 +14,7 @@ from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import Error
 from trtllm_images import context, matrix, render, support
 from trtllm_images.checks import instructions
-from trtllm_images.plan import make_plan
+from trtllm_images.plan import make_build_plan
 
 MATRIX_JSON, MODELS_JSON = support.image_data(matrix.load())
 
@@ -25,7 +25,7 @@ def real_matrix():
 
 
 def rendered(real_matrix, tag, **options):
-    return render.render(make_plan(real_matrix.get(tag), out_dir=Path("/nonexistent"), **options))
+    return render.render(make_build_plan(real_matrix.get(tag), out_dir=Path("/nonexistent"), **options))
 
 
 @pytest.mark.parametrize("tag", golden_tags())
@@ -108,7 +108,7 @@ def test_wheel_install_is_offline_and_classic_builder_compatible(real_matrix):
 
 
 def test_labels_are_rendered_exactly_as_planned(real_matrix):
-    plan = make_plan(real_matrix.get("24.08"), out_dir=Path("/nonexistent"), revision="c0ffee")
+    plan = make_build_plan(real_matrix.get("24.08"), out_dir=Path("/nonexistent"), revision="c0ffee")
     texts = render.render(plan)
     for spec in plan.images:
         label_steps = [args for keyword, args in instructions(texts[spec.dockerfile]) if keyword == "LABEL"]
@@ -121,7 +121,9 @@ def test_labels_are_rendered_exactly_as_planned(real_matrix):
 
 def test_base_image_override_does_not_change_the_text(real_matrix):
     """The override travels as a build arg; the base.name label is expanded by Docker from it."""
-    assert rendered(real_matrix, "25.01", base_image="trtllm-standin:25.01") == rendered(real_matrix, "25.01")
+    assert rendered(
+        real_matrix, "25.01", base_image="mirror.example/nvidia/tritonserver:25.01-trtllm-python-py3"
+    ) == rendered(real_matrix, "25.01")
     text = rendered(real_matrix, "25.01")["server.Dockerfile"]
     assert 'org.opencontainers.image.base.name="${BASE_IMAGE}"' in text
 
@@ -170,7 +172,7 @@ def fake_vendor(tmp_path: Path) -> Path:
 
 
 def write(real_matrix, tag, tmp_path, wheel, assets):
-    plan = make_plan(real_matrix.get(tag), out_dir=tmp_path / "out")
+    plan = make_build_plan(real_matrix.get(tag), out_dir=tmp_path / "out")
     return plan, context.write_context(
         plan, render.render(plan), wheel, MATRIX_JSON, assets, MODELS_JSON, fake_vendor(tmp_path)
     )
@@ -233,7 +235,7 @@ def test_assets_for_a_tag_with_app_are_refused(real_matrix, tmp_path, wheel, ass
 
 
 def test_matrix_json_must_contain_the_tag(real_matrix, tmp_path, wheel):
-    plan = make_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
+    plan = make_build_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
     with pytest.raises(Error, match="no entry for tag 25.01"):
         context.write_context(
             plan, render.render(plan), wheel, json.dumps([{"tag": "24.08"}]), None, MODELS_JSON, fake_vendor(tmp_path)
@@ -245,6 +247,6 @@ def test_matrix_json_must_contain_the_tag(real_matrix, tmp_path, wheel):
 def test_wheel_must_be_the_entrypoint_wheel(real_matrix, tmp_path):
     other = tmp_path / "something-1.0-py3-none-any.whl"
     other.write_bytes(b"")
-    plan = make_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
+    plan = make_build_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
     with pytest.raises(Error, match="trtllm_entrypoint"):
         context.write_context(plan, render.render(plan), other, MATRIX_JSON, None, MODELS_JSON, fake_vendor(tmp_path))

@@ -1,3 +1,4 @@
+import os
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -5,6 +6,7 @@ import pytest
 
 from tests.image_data import ENGINE_DEFAULTS, FACTS
 from trtllm_entrypoint import settings as settings_mod
+from trtllm_entrypoint import variables
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.settings import Settings
 
@@ -290,7 +292,7 @@ def test_unwritable_default_cache_falls_back_to_temp(monkeypatch, tmp_path):
     monkeypatch.setattr(settings_mod, "_writable", lambda path: False)
     monkeypatch.setattr(settings_mod.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
     s = load()
-    assert s.cache_dir == tmp_path / "tmp" / "trtllm-cache"
+    assert s.cache_dir == tmp_path / "tmp" / f"trtllm-cache-{os.geteuid()}"
     assert "not writable" in s.cache_fallback_reason and str(tmp_path / "cache") in s.cache_fallback_reason
     assert not (tmp_path / "tmp").exists(), "from_env must not create directories"
 
@@ -320,3 +322,108 @@ def test_instance_counts_default_from_the_usable_cpus(monkeypatch):
     assert (s.preprocessing_instances, s.postprocessing_instances) == (1, 12)
     with pytest.raises(UsageError, match="POSTPROCESSING_INSTANCES='0' is not allowed: expected a whole number"):
         load(POSTPROCESSING_INSTANCES="0")
+
+
+# --- variables that look like ours ----------------------------------------------------------------------------------
+
+# What the NGC image, the container runtimes, Kubernetes, KServe, LeaderWorkerSet, huggingface_hub, TensorRT-LLM,
+# NCCL and Open MPI set or read: none of it is ours, none of it may be warned about.
+OTHERS = [
+    "PATH",
+    "HOME",
+    "HOSTNAME",
+    "LANG",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "PYTHONUNBUFFERED",
+    "TRITON_SERVER_VERSION",
+    "TRITON_SERVER_USER",
+    "NVIDIA_TRITON_SERVER_VERSION",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NVIDIA_REQUIRE_CUDA",
+    "NVIDIA_PRODUCT_NAME",
+    "CUDA_VERSION",
+    "CUDA_DRIVER_VERSION",
+    "CUDA_HOME",
+    "CUDA_MODULE_LOADING",
+    "CUDA_DEVICE_ORDER",
+    "TRT_VERSION",
+    "TENSORRT_VERSION",
+    "TRTLLM_ORCHESTRATOR",
+    "HF_HOME",
+    "HF_ENDPOINT",
+    "HF_HUB_CACHE",
+    "HF_HUB_ENABLE_HF_TRANSFER",
+    "HF_HUB_DISABLE_TELEMETRY",
+    "HF_HUB_DOWNLOAD_TIMEOUT",
+    "HF_HUB_ETAG_TIMEOUT",
+    "HF_TOKEN_PATH",
+    "HF_HUB_VERBOSITY",
+    "HF_XET_HIGH_PERFORMANCE",
+    "TRANSFORMERS_CACHE",
+    "TRANSFORMERS_OFFLINE",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "REQUESTS_CA_BUNDLE",
+    "SSL_CERT_FILE",
+    "KUBERNETES_SERVICE_HOST",
+    "KUBERNETES_SERVICE_PORT",
+    "POD_NAME",
+    "POD_NAMESPACE",
+    "NODE_NAME",
+    "LWS_NAME",
+    "K_SERVICE",
+    "PORT",
+    "STORAGE_URI",
+    "AIP_MODE",
+    "AIP_HTTP_PORT",
+    "NCCL_DEBUG",
+    "NCCL_IB_DISABLE",
+    "NCCL_SOCKET_IFNAME",
+    "OMPI_MCA_btl",
+    "OMPI_ALLOW_RUN_AS_ROOT",
+    "OMPI_MCA_rmaps_base_oversubscribe",
+    "OMP_NUM_THREADS",
+    "TOKENIZERS_PARALLELISM",
+    "OPENAI_API_KEY",
+    "GRPC_VERBOSITY",
+    "GRPC_TRACE",
+    "XDG_CACHE_HOME",
+    "TMPDIR",
+    "TZ",
+]
+
+
+def test_nothing_another_program_sets_looks_like_ours():
+    assert variables.lookalikes(OTHERS) == []
+
+
+@pytest.mark.parametrize(
+    "name, meant",
+    [
+        ("MAX_BATCH_SIZ", "MAX_BATCH_SIZE"),
+        ("DECOUPLE", "DECOUPLED"),
+        ("MODELID", "MODEL_ID"),
+        ("HF_TOKN", "HF_TOKEN"),
+        ("QUANTISATION", "QUANTIZATION"),
+        ("MAX_SEQ_LENGTH", "MAX_SEQ_LEN"),
+        ("MODEL_REV", "MODEL_REVISION"),  # not close, but our prefix
+        ("ENABLE_KV_REUSE", "ENABLE_KV_CACHE_REUSE"),
+        ("TRITON_ADMIN_KEY_PATH", "TRITON_ADMIN_KEY"),
+        ("EXIT_TIMEOUT", "EXIT_TIMEOUT_SECS"),
+    ],
+)
+def test_a_lookalike_names_the_variable_it_probably_meant(name, meant):
+    assert variables.lookalikes([name, "MAX_BATCH_SIZE", *OTHERS]) == [(name, meant)]
+
+
+def test_lookalikes_are_kept_for_a_warning_or_refused_with_strict_env():
+    settings = load(MAX_BATCH_SIZ="8", DECOUPLE="true")
+    assert settings.lookalikes == ("DECOUPLE (did you mean DECOUPLED?)", "MAX_BATCH_SIZ (did you mean MAX_BATCH_SIZE?)")
+    assert settings.max_batch_size == 64 and not settings.decoupled, "a lookalike is not read"
+    with pytest.raises(UsageError, match=r"DECOUPLE \(did you mean DECOUPLED\?\), MAX_BATCH_SIZ") as err:
+        load(MAX_BATCH_SIZ="8", DECOUPLE="true", STRICT_ENV="1")
+    assert err.value.exit_code == 2 and "\n" not in err.value.message
+    assert load(STRICT_ENV="1").lookalikes == ()

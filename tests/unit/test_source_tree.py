@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import source_tree, upstream
+from trtllm_images import safe_archive, source_tree, upstream
 
 pytestmark = [pytest.mark.process, pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")]
 
@@ -71,7 +71,7 @@ def archive_digest(repo: Path, tmp_path: Path, compression: str) -> tuple[str | 
     ).stdout
     data = {"gz": gzip.compress, "xz": lzma.compress, "": lambda b: b}[compression](tar)
     (tmp_path / "archive").write_bytes(data)
-    return upstream.extract(tmp_path / "archive", "repo@v1.0.0", PATHS, tmp_path / "tree")
+    return safe_archive.extract(tmp_path / "archive", "repo@v1.0.0", PATHS, tmp_path / "tree")
 
 
 @pytest.mark.parametrize("compression", ["gz", "xz", ""])

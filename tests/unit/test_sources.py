@@ -2,6 +2,8 @@ import io
 import json
 import os
 import shutil
+import sys
+import types
 from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
@@ -282,11 +284,25 @@ def test_content_digest_does_not_depend_on_location_or_creation_order(tmp_path):
 def test_identity(tmp_path):
     path = checkpoint(tmp_path / "m")
     local = ModelSource("checkpoint", path, None, None, False)
-    assert identity(local) == {"path": str(path), "content": content_digest(path, None)}
+    assert identity(local) == {"content": content_digest(path, None)}
     fetched = ModelSource("checkpoint", path, "org/name", "abc123", True)
     assert identity(fetched) == {"repo_id": "org/name", "revision": "abc123"}
     with pytest.raises(ValueError, match="needs download"):
         identity(ModelSource("hub", None, "org/name", "main", False))
+
+
+def test_the_same_bytes_at_any_path_share_an_identity_and_a_changed_byte_does_not(tmp_path):
+    docker = checkpoint(tmp_path / "models" / "x")
+    kserve = tmp_path / "mnt" / "models"
+    shutil.copytree(docker, kserve)
+    memo = tmp_path / "digests"
+    mounted = [ModelSource("checkpoint", p, None, None, False) for p in (docker, kserve)]
+    assert identity(mounted[0], memo) == identity(mounted[1], memo)
+    weights = next(p for p in sorted(kserve.iterdir()) if p.is_file() and p.stat().st_size > 0)
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # same size, one bit changed
+    weights.write_bytes(bytes(data))
+    assert identity(mounted[0], memo) != identity(mounted[1], memo)
 
 
 # --- hub_allow_patterns -------------------------------------------------------------------------------------------
@@ -494,47 +510,65 @@ def _http_error(cls, status):
 
 
 @pytest.mark.parametrize(
-    "make_error, message, hint",
+    "make_error, message, hint, code",
     [
         (
             lambda: _http_error(hub_errors.GatedRepoError, 403),
             "org/model is a gated model",
             "request access on https://huggingface.co/org/model and set HF_TOKEN",
+            2,
         ),
         (
             lambda: _http_error(hub_errors.RepositoryNotFoundError, 404),
             "model org/model was not found",
             "check MODEL_ID",
+            2,
         ),
         (
             lambda: _http_error(hub_errors.RevisionNotFoundError, 404),
             "revision 'v9' of org/model was not found",
             "check MODEL_REVISION",
+            2,
         ),
         (
             lambda: hub_errors.LocalEntryNotFoundError("not cached"),
             "org/model@v9 is not in the local cache",
             "set MODEL_ID to its path",
+            1,
         ),
-        (lambda: ConnectionError("connection refused"), "the Hugging Face hub cannot be reached", "HF_HUB_OFFLINE=1"),
+        (
+            lambda: ConnectionError("connection refused"),
+            "the Hugging Face hub cannot be reached",
+            "HF_HUB_OFFLINE=1",
+            1,
+        ),
         (
             lambda: hub_errors.OfflineModeIsEnabled("offline"),
             "the Hugging Face hub cannot be reached",
             "HF_HUB_OFFLINE=1",
+            1,
         ),
         (
             lambda: json.JSONDecodeError("Expecting value", "<html>proxy login</html>", 0),
             "the Hugging Face hub's answer about org/model is not JSON",
             "a proxy or captive portal",
+            1,
         ),
         (
             lambda: _http_error(hub_errors.HfHubHTTPError, 500),
-            "the Hugging Face hub refused to serve org/model: HTTP status 500",
+            "the Hugging Face hub failed to answer about org/model: HTTP status 500",
+            "start again later",
+            1,
+        ),
+        (
+            lambda: _http_error(hub_errors.HfHubHTTPError, 401),
+            "the Hugging Face hub refused to serve org/model: HTTP status 401",
             "check MODEL_ID, MODEL_REVISION and HF_TOKEN",
+            2,
         ),
     ],
 )
-def test_hub_errors_become_one_line_errors_without_the_token(tmp_path, make_error, message, hint):
+def test_hub_errors_become_one_line_errors_without_the_token(tmp_path, make_error, message, hint, code):
     settings = make_settings(tmp_path, HF_TOKEN=TOKEN, MODEL_ID="org/model")
     with (
         mock.patch("huggingface_hub.HfApi") as api,
@@ -544,11 +578,43 @@ def test_hub_errors_become_one_line_errors_without_the_token(tmp_path, make_erro
         api.return_value.model_info.side_effect = make_error()
         with pytest.raises(EntrypointError) as err:
             sources.download(hub_source("v9"), settings, Log(stream=io.StringIO(), secrets=(TOKEN,)))
-    assert type(err.value) is EntrypointError
+    # 2: the settings name what does not exist or may not be read; 1: the network or the hub failed.
+    assert err.value.exit_code == code
     assert err.value.message.startswith(message) and "\n" not in err.value.message
     assert hint in err.value.hint
     assert err.value.__suppress_context__ and err.value.__cause__ is None
     assert TOKEN not in str(err.value)
+
+
+def test_an_older_clients_wrapped_http_failure_names_the_status(tmp_path):
+    class HTTPError(OSError):  # requests' own, raised by huggingface_hub 0.x once its retries are spent
+        response = _response(503)
+
+    def wrapped(*_args, **_kwargs):
+        try:
+            raise HTTPError("503 Server Error")
+        except HTTPError as cause:
+            raise hub_errors.LocalEntryNotFoundError("An error happened") from cause
+
+    settings = make_settings(tmp_path, MODEL_ID="org/model")
+    with mock.patch("huggingface_hub.HfApi") as api, mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
+        api.return_value.model_info.side_effect = wrapped
+        with pytest.raises(EntrypointError, match="failed to answer about org/model: HTTP status 503") as err:
+            sources.download(hub_source(), settings, Log(stream=io.StringIO()))
+    assert err.value.exit_code == 1
+
+
+def test_metadata_calls_make_one_try_and_the_clients_retries_come_back_after(monkeypatch):
+    client = types.ModuleType("huggingface_hub._stand_in")
+
+    def http_backoff(method, url, *, max_retries=5):
+        return max_retries
+
+    client.http_backoff = http_backoff
+    monkeypatch.setitem(sys.modules, client.__name__, client)
+    with sources._one_try():
+        assert client.http_backoff("HEAD", "u") == 0
+    assert client.http_backoff is http_backoff
 
 
 def test_httpx_style_network_errors_are_recognised_by_name(tmp_path):

@@ -20,7 +20,7 @@ import pytest
 
 from tests.archive_server import ArchiveServer, link, refused_url, regular, tarball
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import backend_assets, matrix, source_tree, upstream
+from trtllm_images import backend_assets, matrix, safe_archive, source_cache, source_tree, upstream
 from trtllm_images.upstream import Lock, Pin
 
 COMMIT = "1fb781055dd1567164358233e1125142ca6ef1fe"
@@ -69,7 +69,7 @@ def pin_for(server: ArchiveServer, digest: str | None = DIGEST, path: str = "/ks
 
 
 def fetch(pin: Pin, cache: Path, **kw) -> Path:
-    return upstream.source(pin, cache, local_copy="--backend-dir DIR", log=kw.pop("log", quiet), **kw)
+    return source_cache.source(pin, cache, local_copy="--backend-dir DIR", log=kw.pop("log", quiet), **kw)
 
 
 def cache_files(cache: Path) -> list[str]:
@@ -183,12 +183,12 @@ def test_http_error_is_one_line_naming_the_url(server, tmp_path):
 
 
 def test_size_limits_stop_the_download_and_the_extraction(server, tmp_path, monkeypatch):
-    monkeypatch.setattr(upstream, "MAX_ARCHIVE_BYTES", len(GOOD) - 1)
-    monkeypatch.setattr(upstream, "CHUNK", 64)
+    monkeypatch.setattr(safe_archive, "MAX_ARCHIVE_BYTES", len(GOOD) - 1)
+    monkeypatch.setattr(safe_archive, "CHUNK", 64)
     with pytest.raises(Error, match="larger than"):
         fetch(pin_for(server), tmp_path)
-    monkeypatch.setattr(upstream, "MAX_ARCHIVE_BYTES", 1 << 20)
-    monkeypatch.setattr(upstream, "MAX_UNPACKED_BYTES", 8)
+    monkeypatch.setattr(safe_archive, "MAX_ARCHIVE_BYTES", 1 << 20)
+    monkeypatch.setattr(safe_archive, "MAX_UNPACKED_BYTES", 8)
     with pytest.raises(Error, match="unpacks to more than"):
         fetch(pin_for(server), tmp_path)
     assert cache_files(tmp_path) == []
@@ -202,24 +202,24 @@ def test_an_unpinned_source_is_trusted_on_first_use_with_one_line_and_must_match
     tree = fetch(pin_for(server, digest=None), tmp_path, log=messages.append)
     (line,) = [m for m in messages if "trust on first use" in m]
     assert "kserve/kserve@v0.20.0" in line and COMMIT in line and DIGEST in line and "\n" not in line
-    trusted = json.loads((tmp_path / upstream.TRUST_FILE).read_text())
+    trusted = json.loads((tmp_path / source_cache.TRUST_FILE).read_text())
     assert trusted["kserve/kserve@v0.20.0"]["digest"] == DIGEST
     assert fetch(pin_for(server, digest=None), tmp_path) == tree
     server.served["/kserve.tar.gz"] = tarball("kserve-0.20.0", {**FILES, CRD: b"evil\n"}, LINKS, commit=COMMIT)
     shutil.rmtree(tree)  # the next fetch downloads again
     with pytest.raises(Error, match="content of config/crd/full, tools differs from .*trusted.json") as info:
         fetch(pin_for(server, digest=None), tmp_path)
-    assert str(tmp_path / upstream.TRUST_FILE) in info.value.message
-    assert json.loads((tmp_path / upstream.TRUST_FILE).read_text()) == trusted
+    assert str(tmp_path / source_cache.TRUST_FILE) in info.value.message
+    assert json.loads((tmp_path / source_cache.TRUST_FILE).read_text()) == trusted
 
 
 @pytest.mark.parametrize("content", ["not json", "[]", '{"kserve/kserve@v0.20.0": {"commit": null}}'])
 def test_a_damaged_trust_file_is_an_error_never_an_empty_trust_store(server, tmp_path, content):
-    (tmp_path / upstream.TRUST_FILE).write_text(content)
+    (tmp_path / source_cache.TRUST_FILE).write_text(content)
     with pytest.raises(Error, match="trusted.json is malformed") as info:
         fetch(pin_for(server, digest=None), tmp_path)
     assert "delete it" in info.value.hint and server.requests == []
-    assert (tmp_path / upstream.TRUST_FILE).read_text() == content
+    assert (tmp_path / source_cache.TRUST_FILE).read_text() == content
 
 
 def test_require_pinned_refuses_an_unpinned_source_without_any_request(server, tmp_path):
@@ -229,7 +229,7 @@ def test_require_pinned_refuses_an_unpinned_source_without_any_request(server, t
     assert fetch(pin_for(server), tmp_path, require_pinned=True).is_dir()
 
 
-# --- safe extraction (issue 23: links already written are followed by the OS) ---------------------------------
+# --- safe extraction (links already written are followed by the OS) ------------------------------------------
 
 
 def extract_members(tmp_path: Path, members: list[tarfile.TarInfo], files: dict[str, bytes] | None = None) -> Path:
@@ -237,7 +237,7 @@ def extract_members(tmp_path: Path, members: list[tarfile.TarInfo], files: dict[
     archive.write_bytes(tarball("top", files or {"src/ok.txt": b"ok\n"}, members=members))
     dest = tmp_path / "deep" / "er" / "root"
     dest.parent.mkdir(parents=True)
-    upstream.extract(archive, "evil", ["src"], dest)
+    safe_archive.extract(archive, "evil", ["src"], dest)
     return dest
 
 
@@ -302,7 +302,7 @@ def test_random_link_chains_never_write_outside(tmp_path):
         ]
         (root / "a.tar").write_bytes(tarball("top", {"src/ok.txt": b"ok\n"}, members=members, compression=""))
         try:
-            upstream.extract(root / "a.tar", "random", ["src"], root / "sub" / "dest")
+            safe_archive.extract(root / "a.tar", "random", ["src"], root / "sub" / "dest")
         except Error:
             pass
         else:
@@ -332,9 +332,9 @@ def test_copy_members_leaves_out_links_that_leave_their_member(server, tmp_path)
     links = {"tools/up": "../docs/secret.md", "tools/same": "a.py"}
     archive = tmp_path / "a.tar.gz"
     archive.write_bytes(tarball("top", files, links))
-    upstream.extract(archive, "x", ["tools", "docs"], tmp_path / "tree")
+    safe_archive.extract(archive, "x", ["tools", "docs"], tmp_path / "tree")
     messages: list[str] = []
-    upstream.copy_members(tmp_path / "tree", {"tools": "bin"}, tmp_path / "out", "x", messages.append)
+    safe_archive.copy_members(tmp_path / "tree", {"tools": "bin"}, tmp_path / "out", "x", messages.append)
     assert tree_files(tmp_path / "out") == {"bin/a.py": "a", "bin/same": "-> a.py"}
     assert any("bin" not in m and "tools/up" in m for m in messages)
 
@@ -344,17 +344,17 @@ def test_copy_members_leaves_out_links_that_leave_their_member(server, tmp_path)
 
 def test_materialize_layout_builds_the_upstream_dir_once_per_content(server, tmp_path):
     lock = Lock((pin_for(server),))
-    root = upstream.materialize_layout(lock, tmp_path, local_copy="x", log=quiet)
+    root = source_cache.materialize_layout(lock, tmp_path, local_copy="x", log=quiet)
     assert tree_files(root) == {"kserve/crd/serving.kserve.io_servingruntimes.yaml": FILES[CRD].decode()}
-    assert upstream.materialize_layout(lock, tmp_path, local_copy="x", log=quiet) == root
+    assert source_cache.materialize_layout(lock, tmp_path, local_copy="x", log=quiet) == root
     other = Lock((replace(pin_for(server), layout=MappingProxyType({"tools": "tools"})),))
-    assert upstream.materialize_layout(other, tmp_path, local_copy="x", log=quiet) != root
+    assert source_cache.materialize_layout(other, tmp_path, local_copy="x", log=quiet) != root
 
 
 def test_materialize_layout_with_a_tampered_source_writes_nothing(server, tmp_path):
     server.served["/kserve.tar.gz"] = tarball("kserve-0.20.0", {**FILES, CRD: b"evil\n"}, LINKS, commit=COMMIT)
     with pytest.raises(Error, match="differs"):
-        upstream.materialize_layout(Lock((pin_for(server),)), tmp_path, local_copy="x", log=quiet)
+        source_cache.materialize_layout(Lock((pin_for(server),)), tmp_path, local_copy="x", log=quiet)
     assert not (tmp_path / "layout").exists() and cache_files(tmp_path) == []
 
 
@@ -442,4 +442,25 @@ def test_the_repository_lock_pins_every_mirrorable_source_the_matrix_needs():
     ],
 )
 def test_cache_root_follows_xdg(environ, expected):
-    assert upstream.cache_root(environ) == expected
+    assert source_cache.cache_root(environ) == expected
+
+
+@pytest.mark.parametrize("tamper", ["change", "add", "remove", "link"])
+def test_a_poisoned_layout_is_built_again_from_its_verified_sources(server, tmp_path, tamper):
+    lock = Lock((pin_for(server),))
+    root = source_cache.materialize_layout(lock, tmp_path, local_copy="x", log=quiet)
+    crd = root / "kserve/crd/serving.kserve.io_servingruntimes.yaml"
+    if tamper == "change":
+        crd.write_text("evil\n")
+    elif tamper == "add":
+        (root / "kserve/crd/planted.py").write_text("import os\n")
+    elif tamper == "remove":
+        crd.unlink()
+    else:
+        crd.unlink()
+        crd.symlink_to("/etc/passwd")
+    said = []
+    assert source_cache.materialize_layout(lock, tmp_path, local_copy="x", log=said.append) == root
+    assert tree_files(root) == {"kserve/crd/serving.kserve.io_servingruntimes.yaml": FILES[CRD].decode()}
+    assert any("differs from what its verified sources give" in line for line in said)
+    assert [p.name for p in (tmp_path / "layout").iterdir()] == [root.name]  # no scratch copies left

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 
 import pytest
 from docker.errors import APIError
@@ -207,8 +208,9 @@ class FakeContainers:
 
 
 class FakeClient:
-    def __init__(self, **kwargs):
+    def __init__(self, labels=None, **kwargs):
         self.containers = FakeContainers(**kwargs)
+        self.api = SimpleNamespace(inspect_image=lambda ref: {"Config": {"Labels": labels}})
 
 
 def test_run_probe_runs_the_entrypoint_probe_and_removes_the_container():
@@ -278,6 +280,21 @@ def test_verify_image_is_probe_plus_compare_plus_flags():
     assert result.ref == "img:1" and result.kind == "server"
     assert [kwargs["command"] for _, kwargs in client.containers.created] == [["probe"], ["flags"]]
     assert result.to_dict()["probe"]["flags"] == FLAGS_OK
+
+
+def test_a_stand_in_is_verified_against_the_python_it_declares_without_a_warning():
+    client = FakeClient(
+        labels={"io.trtllm-images.standin.python": "3.11.2"},
+        container=FakeContainer(stdout=json.dumps(good_probe(python="3.11.2")).encode()),
+        by_command={"flags": FakeContainer(stdout=json.dumps(FLAGS_OK).encode())},
+    )
+    result = verify.verify_image(client, Entry(), "server", "trtllm-serve:25.01-trtllm-0.17.0-standin")
+    assert result.mismatches == ()
+    real = FakeClient(
+        container=FakeContainer(stdout=json.dumps(good_probe(python="3.11.2")).encode()),
+        by_command={"flags": FakeContainer(stdout=json.dumps(FLAGS_OK).encode())},
+    )
+    assert [m.field for m in verify.verify_image(real, Entry(), "server", "img:1").errors] == ["python"]
 
 
 def test_a_flag_the_program_lacks_fails_the_build_naming_program_flag_and_tag():

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import ast
-<<<<<<< HEAD
-=======
 import graphlib
-import os
-import shutil
->>>>>>> main
 import subprocess
 import sys
 from pathlib import Path

@@ -149,8 +149,8 @@ RETIRED_THROUGHPUT = (
 )
 RETIRED_P99 = (
     "retired target (was <= 1.0x): on 2 CPUs ours and the seeds' get 1 instance each; on 16 cores (8 against 1) "
-    "the pipeline stops at the same rate whatever the instance count (1-8 instances: 660-680 req/s at c=64, the "
-    "engine double alone 930), so the ratio measures noise, not the instance counts"
+    "the pipeline stops at the same rate whatever the instance count (1-8 instances: 650-690 req/s at c=64, the "
+    "engine double alone 820-930), so the ratio measures noise, not the instance counts"
 )
 RETIRED_READY = (
     "retired target (was <= 1.1x): set when the floor was our doubles' 0.9 s on 2 CPUs, where 0.1 s of "

@@ -41,20 +41,14 @@ from trtllm_entrypoint import (
     sources,
     trust,
 )
+from trtllm_entrypoint.credentials import check_typed_keys, token_values
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, installation, load_facts
+from trtllm_entrypoint.group import group_from_env
 from trtllm_entrypoint.log import Log, capture_stderr, release_stderr, retarget_stderr
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.serve_plan import LaunchPlan, ServePlan
-from trtllm_entrypoint.settings import (
-    CommandLine,
-    Settings,
-    all_apis_open,
-    check_typed_keys,
-    group_from_env,
-    side_door_variables,
-    token_values,
-)
+from trtllm_entrypoint.settings import CommandLine, Settings, all_apis_open, side_door_variables
 
 DIGESTS = "digests"  # under CACHE_DIR: the content digests of local models (model_digest)
 SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health", "flags")

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_entrypoint import engine_config, fill, model_files, publish, repository
+from trtllm_entrypoint.environment import bad
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.settings import bad
 from trtllm_entrypoint.sources import TOKENIZER_FILES
 
 if TYPE_CHECKING:

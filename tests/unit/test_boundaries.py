@@ -139,8 +139,9 @@ def test_container_side_compiles_and_imports_on_python_3_10():
     assert result.returncode == 0, result.stderr + result.stdout
 
 
-# Only these read the environment: the settings parse it, the facts say what the image is, main hands the mapping on.
-ENVIRONMENT_READERS = {"settings.py", "facts.py", "main.py"}
+# Only these read the environment: the settings parse it (through environment.py's typed reads, and credentials.py
+# masks every URL password it holds), the facts say what the image is, main hands the mapping on.
+ENVIRONMENT_READERS = {"settings.py", "environment.py", "credentials.py", "facts.py", "main.py"}
 ENVIRONMENT_NAMES = {"env", "environ", "environment"}
 OS_ENVIRONMENT = {"environ", "environb", "getenv", "getenvb"}
 

@@ -20,8 +20,9 @@ from tests.fake_hub import FakeHub
 from tests.unit.test_main import Image, templates_for
 from trtllm_entrypoint import group, hub_answer, launch, main, paths, security, server_args, trust
 from trtllm_entrypoint import settings as settings_mod
+from trtllm_entrypoint.credentials import generated_key
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.settings import Settings, generated_key
+from trtllm_entrypoint.settings import Settings
 
 OPENAI_FACTS = image_data.image_facts("25.09")
 
@@ -399,12 +400,12 @@ LWS = {"LWS_LEADER_ADDRESS": "llm-0.llm.default", "LWS_GROUP_SIZE": "2", "LWS_WO
 )
 def test_a_leader_address_that_is_not_a_host_never_reaches_mpirun(address):
     with pytest.raises(UsageError, match="LWS_LEADER_ADDRESS=.* is not a DNS name or an IP address"):
-        settings_mod.group_from_env({**LWS, "LWS_LEADER_ADDRESS": address})
+        group.group_from_env({**LWS, "LWS_LEADER_ADDRESS": address})
 
 
 @pytest.mark.parametrize("address", ["llm-0.llm.default", "10.0.0.7", "fd00::7", "LLM-0.Team-A.svc"])
 def test_dns_names_and_ip_addresses_are_leader_addresses(address):
-    assert settings_mod.group_from_env({**LWS, "LWS_LEADER_ADDRESS": address}).leader_address == address
+    assert group.group_from_env({**LWS, "LWS_LEADER_ADDRESS": address}).leader_address == address
 
 
 @pytest.mark.process

@@ -6,12 +6,9 @@ is already valid), and `exec` the server at the end so that it receives the cont
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import json
 import os
-import re
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -20,7 +17,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from trtllm_entrypoint import (
-    contract,
+    diagnostics,
     engine_build,
     engine_cache,
     engine_config,
@@ -28,6 +25,7 @@ from trtllm_entrypoint import (
     flagcheck,
     gpu,
     group,
+    health,
     launch,
     models,
     paths,
@@ -76,7 +74,7 @@ class Prepared:
                 "argv": self.argv,
                 "repository": str(self.launch.repository),
                 "engine_dir": str(self.launch.engine_dir) if self.launch.engine_dir else None,
-                "health_url": health_url(self.plan.health_port, self.plan.health_path),
+                "health_url": health.health_url(self.plan.health_port, self.plan.health_path),
                 "env": self.plan.env,
                 "plan": self.launch.describe(),
                 "ready": self.ready,
@@ -134,7 +132,7 @@ def run(args: list[str], env: dict[str, str]) -> int:
         print(json.dumps(probe.probe(installation(env, _facts_or_none(env))), indent=2))
         return 0
     if command == "health":
-        return health(env)
+        return health.health(env)
     if command.startswith("-"):  # as postgres' entrypoint does: options are the server's
         return subcommand("serve", env, CommandLine(server_args=tuple(args)))
     if command not in SUBCOMMANDS:
@@ -161,7 +159,7 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
         group.ranks_per_pod(settings.world_size, pod_group, gpu.detect_gpus(settings.gpu_visibility).count)
         group.require_ssh(pod_group)
     if command == "check":
-        return check(settings, facts, env, log)
+        return diagnostics.check(settings, facts, env, log)
     if command == "flags":
         uses = flagcheck.planned_uses(facts, models.load(facts.models_file), settings)
         print(json.dumps(flagcheck.report(facts, flagcheck.check(uses)), indent=2))
@@ -437,61 +435,12 @@ def write_repository(
 
 
 def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoReturn:
-    url = health_url(prepared.plan.health_port, prepared.plan.health_path)
-    record_health_url(url)
+    url = health.health_url(prepared.plan.health_port, prepared.plan.health_path)
+    health.record_health_url(url)
     log.info("starting the server", program=Path(prepared.argv[0]).name, repository=prepared.launch.repository)
     log.debug("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
     ready.spawn_watcher(url, log, prepared.ready)
     launch.exec_argv(prepared.argv, {**env, **prepared.plan.env})
-
-
-def health_url(port: int | str, path: str = contract.READY_PATHS["triton"]) -> str:
-    return f"http://127.0.0.1:{port}{path}"
-
-
-HEALTH_FILE = "health.json"
-
-
-def record_health_url(url: str) -> None:
-    """Where `serve` says the server listens, for `health` (the image's HEALTHCHECK): in this process's private
-    state directory (paths.py), never at a fixed name another UID could create first."""
-    with contextlib.suppress(OSError):  # the health check then falls back to HTTP_PORT; serving must not fail over it
-        paths.write_private(paths.state_dir(), HEALTH_FILE, json.dumps({"url": url}))
-
-
-def recorded_health_url() -> str | None:
-    """The URL the newest start of this UID recorded, when it is one of ours: http on the loopback address."""
-    for directory in paths.state_dirs():
-        text = paths.private_file(directory, HEALTH_FILE)
-        if text is None:
-            continue
-        try:
-            url = json.loads(text)["url"]
-        except (ValueError, KeyError, TypeError):
-            return None
-        return url if isinstance(url, str) and LOCAL_URL.fullmatch(url) else None
-    return None
-
-
-LOCAL_URL = re.compile(r"http://127\.0\.0\.1:[0-9]{1,5}/[A-Za-z0-9/_.-]*")
-
-
-def health(env: Mapping[str, str]) -> int:
-    """Exit 0 when the server answers ready; the image's HEALTHCHECK runs this."""
-    import urllib.error  # noqa: PLC0415  (only this short-lived subcommand needs HTTP)
-    import urllib.request  # noqa: PLC0415
-
-    url = recorded_health_url()
-    if url is None:  # not recorded (yet): where the environment says the server listens
-        if (env.get("FRONTEND") or "").lower() == "openai":
-            url = health_url(env.get("OPENAI_PORT") or contract.DEFAULT_OPENAI_PORT, contract.READY_PATHS["openai"])
-        else:
-            url = health_url(env.get("HTTP_PORT") or contract.DEFAULT_HTTP_PORT)
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return 0 if response.status == 200 else 1
-    except (urllib.error.URLError, OSError, ValueError):
-        return 1
 
 
 def passthrough(args: list[str], env: dict[str, str]) -> int:
@@ -513,7 +462,7 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
         server_args.check_side_doors(args[1:], side_door_variables(env), "the tritonserver command")
     if store is None or kind == "repository":
         if given.http_port:
-            record_health_url(health_url(given.http_port))
+            health.record_health_url(health.health_url(given.http_port))
         launch.exec_argv(args, env)
     facts = load_facts(env)
     # The ports typed on the command line win over the environment's (and are validated with it); with several
@@ -525,70 +474,3 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     source = sources.ModelSource(kind=kind, path=store, repo_id=None, revision=None, read_only=under_model_dir(store))
     plan = decide(settings, facts, log, given=source, typed_argv=tuple(args))
     return exec_server(prepare(plan, facts, env, log, need_gpu=True), env, log)
-
-
-def check(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log) -> int:
-    """Print what was detected and resolved; non-zero when the image and the matrix disagree."""
-    gpus = gpu.detect_gpus(settings.gpu_visibility)
-    model = model_support(settings, facts)
-    report = {
-        "facts": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(facts).items()},
-        "gpus": [dataclasses.asdict(g) for g in gpus.gpus],
-        "settings": settings.describe(),
-        "installed": probe.probe(installation(env, facts)),
-        "model": model,
-        "template_parameters": template_parameters(settings, facts),
-    }
-    print(json.dumps(report, indent=2, default=str))
-    problems = compatibility_problems(facts, settings, gpus)
-    if model is not None and isinstance(model["problem"], str):
-        problems.append(model["problem"])
-    for problem in problems:
-        log.error(problem)
-    return 1 if problems else 0
-
-
-def model_support(settings: Settings, facts: ImageFacts) -> dict[str, object] | None:
-    """Whether this image serves the configured checkpoint with its workflow (None: no checkpoint is configured)."""
-    try:
-        source = sources.resolve(settings)
-    except UsageError:
-        return None
-    if source.kind not in ("hub", "checkpoint"):
-        return None
-    config = sources.read_config(source, settings)
-    return {
-        "model": models.describe(config),
-        "workflow": settings.workflow,
-        "problem": models.unsupported_reason(models.load(facts.models_file), config, facts, settings.workflow),
-    }
-
-
-def template_parameters(settings: Settings, facts: ImageFacts) -> dict[str, str] | str:
-    """Every optional template parameter with the value a start would fill in (the start-up log shows only the
-    ones set by the user), or why the templates cannot be filled; paths decided at start are shown as such."""
-    later = Path("<decided at start>")
-    try:
-        values = fill.fill_values(settings, facts, settings.engine_dir or later, later)
-        plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=settings.model_id or later)
-    except EntrypointError as exc:
-        return exc.message
-    return plan.effective
-
-
-def compatibility_problems(facts: ImageFacts, settings: Settings, gpus: gpu.GpuInfo) -> list[str]:
-    problems = []
-    if facts.installed and facts.tensorrt_llm != facts.matrix_tensorrt_llm:
-        problems.append(
-            f"installed TensorRT-LLM {facts.tensorrt_llm} differs from {facts.matrix_tensorrt_llm} that "
-            f"the matrix gives for {facts.tag}"
-        )
-    try:
-        fill.workflow_templates(settings.templates_dir, settings.workflow)
-    except UsageError as exc:
-        problems.append(exc.message)
-    if gpus.count < settings.world_size:
-        problems.append(
-            f"TP_SIZE x PP_SIZE = {settings.world_size} needs {settings.world_size} GPUs, {gpus.count} visible"
-        )
-    return problems

@@ -18,7 +18,7 @@ import pytest
 from tests import image_data
 from tests.fake_hub import FakeHub
 from tests.unit.test_main import Image, templates_for
-from trtllm_entrypoint import group, hub_answer, launch, main, paths, security, server_args, trust
+from trtllm_entrypoint import group, health, hub_answer, launch, main, paths, security, server_args, trust
 from trtllm_entrypoint import settings as settings_mod
 from trtllm_entrypoint.credentials import generated_key
 from trtllm_entrypoint.errors import UsageError
@@ -126,11 +126,11 @@ def test_state_lives_in_a_new_private_directory_never_at_a_fixed_name(tmpdir_env
     state = paths.state_dir()
     assert state.parent == tmpdir_env and not state.is_symlink()
     assert stat.S_IMODE(state.stat().st_mode) == 0o700 and state.stat().st_uid == os.geteuid()
-    main.record_health_url("http://127.0.0.1:8000/v2/health/ready")
+    health.record_health_url("http://127.0.0.1:8000/v2/health/ready")
     files = main.ssh_files()
     assert files.directory.parent == state
     assert list(victim.iterdir()) == []
-    assert main.recorded_health_url() == "http://127.0.0.1:8000/v2/health/ready"
+    assert health.recorded_health_url() == "http://127.0.0.1:8000/v2/health/ready"
 
 
 def test_ssh_keys_are_copied_into_the_private_state_directory(tmpdir_env, tmp_path):
@@ -161,13 +161,13 @@ def test_health_reads_only_its_own_private_record(tmpdir_env, tmp_path, plant):
     if plant == "link_to_other_file":
         other = tmp_path / "other.json"
         other.write_text(record)
-        (directory / main.HEALTH_FILE).symlink_to(other)
+        (directory / health.HEALTH_FILE).symlink_to(other)
     elif plant == "open_directory":
-        (directory / main.HEALTH_FILE).write_text(record)
+        (directory / health.HEALTH_FILE).write_text(record)
         directory.chmod(0o777)
     else:
-        (directory / main.HEALTH_FILE).write_text(json.dumps({"url": "http://evil.example:80/ok"}))
-    assert main.recorded_health_url() is None
+        (directory / health.HEALTH_FILE).write_text(json.dumps({"url": "http://evil.example:80/ok"}))
+    assert health.recorded_health_url() is None
 
 
 def test_serve_never_writes_through_a_planted_health_file(tmpdir_env, tmp_path):
@@ -175,7 +175,7 @@ def test_serve_never_writes_through_a_planted_health_file(tmpdir_env, tmp_path):
     target.write_text("precious")
     (tmpdir_env / "trtllm-entrypoint").mkdir()
     (tmpdir_env / "trtllm-entrypoint" / "health.json").symlink_to(target)
-    main.record_health_url("http://127.0.0.1:8000/v2/health/ready")
+    health.record_health_url("http://127.0.0.1:8000/v2/health/ready")
     assert target.read_text() == "precious"
 
 
@@ -199,7 +199,7 @@ def test_health_against_a_planted_ready_server_reports_unhealthy_with_no_server(
         planted.mkdir()
         (planted / "health.json").write_text(json.dumps({"url": f"http://127.0.0.1:{server.server_address[1]}/"}))
         planted.chmod(0o777)
-        assert main.health({"HTTP_PORT": "1"}) == 1
+        assert health.health({"HTTP_PORT": "1"}) == 1
     finally:
         server.shutdown()
         server.server_close()

@@ -6,6 +6,7 @@ is already valid), and `exec` the server at the end so that it receives the cont
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -45,7 +46,7 @@ from trtllm_entrypoint.facts import ImageFacts, installation, load_facts
 from trtllm_entrypoint.group import group_from_env
 from trtllm_entrypoint.log import Log, capture_stderr, release_stderr, retarget_stderr
 from trtllm_entrypoint.paths import under_model_dir
-from trtllm_entrypoint.serve_plan import LaunchPlan, ServePlan
+from trtllm_entrypoint.serve_plan import LaunchPlan, Located, ServePlan
 from trtllm_entrypoint.settings import CommandLine, Settings, all_apis_open, side_door_variables
 
 DIGESTS = "digests"  # under CACHE_DIR: the content digests of local models (model_digest)
@@ -229,46 +230,51 @@ def decide(
     typed_argv: tuple[str, ...] = (),
 ) -> ServePlan:
     """Locate and check the model (downloading it last), then decide once what is served."""
-    model = checked_model(settings, facts, log, locate_model(settings, facts, log, given))
-    plan = serve_plan.decide(settings, model, typed_argv)
+    located = checked_model(settings, facts, log, locate_model(settings, facts, log, given))
+    plan = serve_plan.decide(settings, located, typed_argv)
     for note in plan.notes:
         log.info(note)
     return plan
 
 
-def locate_model(
-    settings: Settings, facts: ImageFacts, log: Log, given: sources.ModelSource | None = None
-) -> sources.ModelSource:
-    """What the model is, from names and files only: nothing is downloaded or written yet. A prebuilt engine of
-    another TensorRT-LLM gives way to the checkpoint MODEL_ID names, which is then built here."""
+def locate_model(settings: Settings, facts: ImageFacts, log: Log, given: sources.ModelSource | None = None) -> Located:
+    """What the model is, from names and files only: nothing is downloaded or written yet. A prebuilt engine's
+    config.json is read here, once. One of another TensorRT-LLM gives way to the checkpoint MODEL_ID names, which is
+    then built here."""
     with log.phase("resolve") as extra:
         source = given or sources.resolve(settings)
         extra.update(kind=source.kind, model=source.repo_id or source.path)
-    if source.kind != "engine" or source.path is None or not settings.model_id:
-        return source
+    model_dir = sources.model_id_dir(settings)
+    if source.kind != "engine" or source.path is None:
+        return Located(source, model_dir=model_dir)
+    built = engine_config.read(source.path)
+    if not settings.model_id:
+        return Located(source, built, model_dir)
     try:
-        engine_config.check_engine_version(source.path, facts.tensorrt_llm)
+        engine_config.check_engine_version(built, facts.tensorrt_llm)
     except EntrypointError as exc:
         checkpoint = sources.resolve_model(settings)
         if checkpoint.kind == "engine":  # MODEL_ID names that engine: nothing to rebuild it from
             raise
         log.warn(f"{exc.message}; rebuilding from MODEL_ID", model=settings.model_id)
-        return checkpoint
-    return source
+        return Located(checkpoint, model_dir=model_dir)
+    return Located(source, built, model_dir)
 
 
-def checked_model(settings: Settings, facts: ImageFacts, log: Log, source: sources.ModelSource) -> sources.ModelSource:
+def checked_model(settings: Settings, facts: ImageFacts, log: Log, located: Located) -> Located:
     """The model, after every check that needs no download: the first write or download comes after them."""
+    source = located.source
     if source.kind in ("hub", "checkpoint"):
-        # Refuse a checkpoint this image cannot serve with its workflow before any weight is downloaded or built.
-        models.require_support(
-            models.load(facts.models_file), sources.read_config(source, settings), facts, settings.workflow
-        )
-    preflight.check(settings, facts, source)
+        # Refuse a checkpoint this image cannot serve with its workflow before any weight is downloaded or built;
+        # the model list is read this once, and the converter an engine would be built with is kept.
+        table, config = models.load(facts.models_file), sources.read_config(source, settings)
+        models.require_support(table, config, facts, settings.workflow)
+        located = dataclasses.replace(located, converter=models.engine_converter(table, config, facts))
+    preflight.check(settings, facts, located)
     if source.kind != "hub":
-        return source
+        return located
     with log.phase("download", model=source.repo_id):
-        return sources.download(source, settings, log)
+        return dataclasses.replace(located, source=sources.download(source, settings, log))
 
 
 def prepare(
@@ -289,15 +295,7 @@ def prepare(
             "compared with the image's)",
             repository=plan.repository,
         )
-        given = LaunchPlan(
-            plan=plan,
-            settings=settings,
-            facts=facts,
-            repository=plan.repository,
-            engine_dir=None,
-            world_size=settings.world_size,
-            tokenizer=None,
-        )
+        given = LaunchPlan(plan=plan, facts=facts, repository=plan.repository, engine_dir=None, tokenizer=None)
         return finish(given, log)
     if plan.engine == "cache" or not settings.repository_dir:
         warn_open_cache(settings.cache_dir, log)
@@ -306,32 +304,28 @@ def prepare(
     rank_options: list[str] = []
     if pod_group is not None:
         # Each pod runs its share of the ranks on its own GPUs; the leader's mpirun places them all.
-        per_pod = group.ranks_per_pod(planned_world_size(plan), pod_group, gpus().count)
+        per_pod = group.ranks_per_pod(plan.world_size, pod_group, gpus().count)
         if need_gpu:
             gpu.require_gpus(gpus(), per_pod[pod_group.index], "this pod's ranks")
         mpi_options = group.mpirun_options(pod_group, per_pod, ssh_files())
         rank_options = group.rank_options(env)
     elif need_gpu:
-        gpu.require_gpus(gpus(), planned_world_size(plan), "to serve the model")
+        gpu.require_gpus(gpus(), plan.world_size, "to serve the model")
     engine_dir = None if plan.engine == "none" else ensure_engine(plan, facts, env, log, gpus)
-    world_size, taken = settings.world_size, dict[str, int]()
-    if engine_dir is not None:
-        world_size = engine_config.engine_world_size(engine_dir)
-        settings, taken = engine_config.serving_settings(settings, engine_dir)
-        if taken:
-            log.info("serving the limits the engine was built with", **taken)
-    tokenizer = preflight.tokenizer_dir(settings, plan.model, engine_dir)
+    if plan.engine == "cache" and engine_dir is not None:
+        # Its key holds what was asked; its own record, read once it exists, says what it was built with.
+        plan = serve_plan.with_engine(plan, engine_config.read(engine_dir))
+    if plan.taken:
+        log.info("serving the limits the engine was built with", **plan.taken)
+    tokenizer = preflight.tokenizer_dir(plan.settings, plan.model, engine_dir, plan.model_dir)
     with log.phase("fill"):
-        repo = write_repository(settings, facts, log, plan.model, engine_dir, tokenizer)
+        repo = write_repository(plan.settings, facts, log, plan.model, engine_dir, tokenizer)
     resolved = LaunchPlan(
         plan=plan,
-        settings=settings,
         facts=facts,
         repository=repo,
         engine_dir=engine_dir,
-        world_size=world_size,
         tokenizer=tokenizer,
-        taken=taken,
         mpi_options=tuple(mpi_options),
         rank_options=tuple(rank_options),
     )
@@ -348,14 +342,6 @@ def warn_open_cache(cache_dir: Path, log: Log) -> None:
             "serves after the check: make it sticky (chmod +t) or writable by this UID alone",
             dirs=", ".join(map(str, open_dirs)),
         )
-
-
-def planned_world_size(plan: ServePlan) -> int:
-    """The ranks the plan serves, known before any build: a prebuilt engine's own, else TP_SIZE x PP_SIZE (which a
-    cached engine's key holds)."""
-    if plan.engine == "prebuilt" and plan.model.path is not None:
-        return engine_config.engine_world_size(plan.model.path)
-    return plan.settings.world_size
 
 
 def finish(resolved: LaunchPlan, log: Log) -> Prepared:
@@ -380,12 +366,12 @@ def ensure_engine(
     if plan.engine == "prebuilt" and source.path is not None:
         log.info("using the prebuilt engine", engine_dir=source.path)
         return source.path
-    if source.kind != "checkpoint" or source.path is None:
+    if source.kind != "checkpoint" or source.path is None or plan.converter is None:  # checkpoints have one looked up
         raise UsageError(
             f"the {source.kind} at {source.path} cannot be turned into an engine",
             "give MODEL_ID a Hugging Face checkpoint, or ENGINE_DIR a prebuilt engine",
         )
-    converter = models.converter(models.load(facts.models_file), sources.read_config(source, settings), facts)
+    converter = models.required(plan.converter)
     gpus = detect_gpus()
     # Engines are specific to the GPU's compute capability, so building needs one (ranks are built one by one).
     gpu.require_gpus(gpus, 1, "to build a TensorRT engine")

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import NoReturn
 
 from trtllm_entrypoint import (
-    diagnostics,
     engine_build,
     engine_cache,
     engine_config,
@@ -26,7 +25,6 @@ from trtllm_entrypoint import (
     flagcheck,
     gpu,
     group,
-    health,
     launch,
     models,
     paths,
@@ -41,9 +39,11 @@ from trtllm_entrypoint import (
     trust,
 )
 from trtllm_entrypoint.credentials import check_typed_keys, token_values
+from trtllm_entrypoint.diagnostics import check
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, installation, load_facts
 from trtllm_entrypoint.group import group_from_env
+from trtllm_entrypoint.health import health, health_url, record_health_url
 from trtllm_entrypoint.log import Log, capture_stderr, release_stderr, retarget_stderr
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.serve_plan import LaunchPlan, Located, ServePlan
@@ -75,7 +75,7 @@ class Prepared:
                 "argv": self.argv,
                 "repository": str(self.launch.repository),
                 "engine_dir": str(self.launch.engine_dir) if self.launch.engine_dir else None,
-                "health_url": health.health_url(self.plan.health_port, self.plan.health_path),
+                "health_url": health_url(self.plan.health_port, self.plan.health_path),
                 "env": self.plan.env,
                 "plan": self.launch.describe(),
                 "ready": self.ready,
@@ -133,7 +133,7 @@ def run(args: list[str], env: dict[str, str]) -> int:
         print(json.dumps(probe.probe(installation(env, _facts_or_none(env))), indent=2))
         return 0
     if command == "health":
-        return health.health(env)
+        return health(env)
     if command.startswith("-"):  # as postgres' entrypoint does: options are the server's
         return subcommand("serve", env, CommandLine(server_args=tuple(args)))
     if command not in SUBCOMMANDS:
@@ -160,7 +160,7 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
         group.ranks_per_pod(settings.world_size, pod_group, gpu.detect_gpus(settings.gpu_visibility).count)
         group.require_ssh(pod_group)
     if command == "check":
-        return diagnostics.check(settings, facts, env, log)
+        return check(settings, facts, env, log)
     if command == "flags":
         uses = flagcheck.planned_uses(facts, models.load(facts.models_file), settings)
         print(json.dumps(flagcheck.report(facts, flagcheck.check(uses)), indent=2))
@@ -421,8 +421,8 @@ def write_repository(
 
 
 def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoReturn:
-    url = health.health_url(prepared.plan.health_port, prepared.plan.health_path)
-    health.record_health_url(url)
+    url = health_url(prepared.plan.health_port, prepared.plan.health_path)
+    record_health_url(url)
     log.info("starting the server", program=Path(prepared.argv[0]).name, repository=prepared.launch.repository)
     log.debug("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
     ready.spawn_watcher(url, log, prepared.ready)
@@ -448,7 +448,7 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
         server_args.check_side_doors(args[1:], side_door_variables(env), "the tritonserver command")
     if store is None or kind == "repository":
         if given.http_port:
-            health.record_health_url(health.health_url(given.http_port))
+            record_health_url(health_url(given.http_port))
         launch.exec_argv(args, env)
     facts = load_facts(env)
     # The ports typed on the command line win over the environment's (and are validated with it); with several

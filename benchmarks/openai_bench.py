@@ -1,8 +1,8 @@
-"""Triton's OpenAI frontend against Triton's own generate_stream, side by side in one run: the same prepared
-repository (one `prepare`, the same engine double at the same delay per token), the same HTTP streaming client and
-load, alternating. Real: tritonserver 2.51.0, server r24.12's OpenAI frontend on the in-process core
-(tests/realopenai.py), upstream's pre/postprocessing. Targets: at most 1 ms/token added at p50 at c=16,
-at least 0.9x the tokens/s; if one is missed, `profile` records where the frontend's process spends its time.
+"""Our OpenAI front against Triton's own generate_stream, back to back on the same running FRONTEND=openai process
+tree (one `prepare`, run by the entrypoint's supervisor: tests/realfront.py), the same engine double at the same
+delay per token, the same HTTP streaming client and load. Real: tritonserver 2.51.0, upstream's pre/postprocessing,
+our front. Targets: at most 1 ms/token added at p50 at c=16, at least 0.9x the tokens/s; if one is missed,
+`profile` records where the process tree spends its time.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import serving_bench
+from benchmarks import sandbox, serving_bench
 from benchmarks.report import Metric, Target
 from benchmarks.serving_stats import StreamRun, percentile
-from tests import realopenai, realtriton
+from tests import realfront, realtriton
 from tests.tiny_checkpoint import PROMPT
 
 CONCURRENCY = (1, 16)
@@ -125,69 +126,59 @@ def load(
 
 @dataclass(frozen=True)
 class Servers:
-    """The two command lines for one prepared repository, and the environment both run with."""
+    """One prepared FRONTEND=openai plan (tritonserver's command line and the front's), and where each API answers."""
 
-    triton_argv: list[str]
-    openai_argv: list[str]
+    prepared: dict
     env: dict[str, str]
     http_port: int
     openai_port: int
-    frontend: realopenai.HostFrontend
+    layout: realtriton.Layout
 
 
-def prepare(work: Path) -> Servers:
+def prepare(work: Path, workers: int | None = None) -> Servers:
     layout = serving_bench.layout()
-    frontend = realopenai.host_frontend(layout)
     bench = serving_bench.Bench(work, layout)
     openai_port = realtriton.free_port()
+    extra = {"OPENAI_WORKERS": str(workers)} if workers else {}
     env = bench.env(
         serving_bench.OURS,
         True,
         TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S=str(TOKEN_DELAY_S),
+        FRONTEND="openai",
         OPENAI_PORT=str(openai_port),
+        **extra,
     )
-    triton_argv = bench.prepare(env)
-    openai_argv = realopenai.host_argv(frontend, bench.sandbox.prepare({**env, "FRONTEND": "openai"})["argv"])
-    return Servers(triton_argv, openai_argv, frontend.environ(env), int(env["HTTP_PORT"]), openai_port, frontend)
+    prepared = bench.sandbox.prepare(env)
+    return Servers(prepared, env, int(env["HTTP_PORT"]), openai_port, layout)
 
 
-def ready_at(servers: Servers, api: Api) -> tuple[str, str]:
-    """(base URL, readiness route) of the server for `api`."""
-    if api is OPENAI:
-        return f"http://127.0.0.1:{servers.openai_port}", "/health/ready"
-    return f"http://127.0.0.1:{servers.http_port}", "/v2/health/ready"
-
-
-def started(servers: Servers, api: Api, log: Path) -> tuple[subprocess.Popen, float, int]:
-    """Start the server for `api`; (the process, seconds to ready, the port to stream from)."""
-    argv = servers.openai_argv if api is OPENAI else servers.triton_argv
+@contextmanager
+def started(servers: Servers, log_dir: Path) -> Iterator[tuple[realfront.RunningFront, float]]:
+    """The whole FRONTEND=openai process tree, as `serve` runs it; (it, seconds to the front's readiness)."""
     began = time.time()
-    proc = serving_bench.start_server(argv, servers.env, log)
-    url, route = ready_at(servers, api)
-    ready = serving_bench.wait_ready(url, proc, route=route)
-    port = servers.openai_port if api is OPENAI else servers.http_port
-    return proc, ready - began, port
+    with realfront.start(
+        servers.layout, servers.prepared, sandbox.BENCH_ADMIN_KEY, env=servers.env, log_dir=log_dir, ready_timeout_s=300
+    ) as tree:
+        yield tree, time.time() - began
 
 
 def measure(work: Path, warmup_s: float, measure_s: float, rounds: int, say: Say) -> dict:
-    """Alternating rounds of each API at each concurrency; the raw runs, the CPU they used and times to ready."""
+    """Rounds of both APIs, back to back on the same running tree, at each concurrency; the raw runs, the CPU
+    they used (the whole tree's) and the times to ready."""
     servers = prepare(work)
     runs: dict[tuple[str, int], list[StreamRun]] = {}
     cpu: dict[tuple[str, int], list[CpuUse]] = {}
     ready: dict[str, list[float]] = {}
     for index in range(rounds):
-        for api in (TRITON, OPENAI):
-            proc, seconds, port = started(servers, api, work / f"{api.name}.log")
-            ready.setdefault(api.name, []).append(seconds)
-            try:
-                for concurrency in CONCURRENCY:
+        with started(servers, work) as (tree, seconds):
+            ready.setdefault(OPENAI.name, []).append(seconds)
+            for concurrency in CONCURRENCY:
+                for api, port in ((TRITON, servers.http_port), (OPENAI, servers.openai_port)):
                     say(f"openai bench: round {index + 1}/{rounds}, {api.name}, c={concurrency}")
-                    run, used = load(port, api, concurrency, warmup_s, measure_s, proc.pid)
+                    run, used = load(port, api, concurrency, warmup_s, measure_s, tree.process.pid)
                     runs.setdefault((api.name, concurrency), []).append(run)
                     cpu.setdefault((api.name, concurrency), []).append(used)
-            finally:
-                serving_bench.stop(proc)
-    return {"runs": runs, "cpu": cpu, "ready": ready}
+    return {"runs": runs, "cpu": cpu, "ready": ready, "workers": servers.prepared["front"]["workers"]}
 
 
 def merged(runs: list[StreamRun]) -> StreamRun:
@@ -252,15 +243,15 @@ def metrics(measured: dict) -> list[Metric]:
                 f"(server + load) {openai['cpus_busy']:.2f} vs {triton['cpus_busy']:.2f} of {os.cpu_count()}",
             ),
         ]
-    for name, samples in measured["ready"].items():
-        rows.append(
-            Metric(
-                f"time to ready: {name} server (openai: the frontend's /health/ready)",
-                sorted(samples)[len(samples) // 2],
-                "s",
-                details={"samples_s": samples},
-            )
+    samples = measured["ready"][OPENAI.name]
+    rows.append(
+        Metric(
+            "time to ready: tritonserver and the OpenAI front (its /health/ready)",
+            sorted(samples)[len(samples) // 2],
+            "s",
+            details={"samples_s": samples},
         )
+    )
     return rows
 
 
@@ -274,10 +265,8 @@ def profile(work: Path, measure_s: float, out: Path, say: Say) -> str:
     servers = prepare(work)
     out.parent.mkdir(parents=True, exist_ok=True)
     raw = out.with_suffix(".speedscope.json")
-    proc = serving_bench.start_server(servers.openai_argv, servers.env, work / "profile.log")
-    try:
-        url, route = ready_at(servers, OPENAI)
-        serving_bench.wait_ready(url, proc, route=route)
+    with started(servers, work) as (tree, _):
+        proc = tree.process
         roles = process_roles(proc.pid)
         say(f"openai bench: profiling the frontend at c={max(CONCURRENCY)} with py-spy --native")
         warmup_s = 1.0
@@ -287,8 +276,6 @@ def profile(work: Path, measure_s: float, out: Path, say: Say) -> str:
         spy = subprocess.Popen(spy_argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         run, used = load(servers.openai_port, OPENAI, max(CONCURRENCY), warmup_s, measure_s, proc.pid)
         _, errors = spy.communicate(timeout=120)
-    finally:
-        serving_bench.stop(proc)
     if spy.returncode != 0 or not raw.is_file():
         return f"no profile: py-spy exited {spy.returncode}: {errors.strip()[-500:]}"
     header = (
@@ -328,7 +315,7 @@ def write_plot(rows: list[Metric], path: Path, subtitle: str) -> str | None:
         axis.grid(True, axis="y", alpha=0.3)
     left.legend(loc="upper left", fontsize=8)
     figure.suptitle(
-        "Triton's OpenAI frontend (r24.12) vs generate_stream, same repository, engine double at "
+        "The OpenAI front vs generate_stream, same running server, engine double at "
         f"{TOKEN_DELAY_S * 1e3:g} ms/token\n{subtitle}",
         fontsize=10,
     )
@@ -344,7 +331,8 @@ SPY_ROOTS = ("process ", "thread (")  # py-spy's own root frames (the process an
 
 
 def process_roles(pgid: int) -> dict[int, str]:
-    """What each process of the frontend's process group is: the frontend, or the stub of which model."""
+    """What each process of the tree's process group is: the supervisor, tritonserver, a front worker, or the stub of
+    which model."""
     roles = {}
     for proc, _ in serving_bench.group_processes(pgid):
         try:
@@ -353,7 +341,12 @@ def process_roles(pgid: int) -> dict[int, str]:
             continue
         stub = next((i for i, a in enumerate(args) if a.endswith(b"triton_python_backend_stub")), None)
         # A stub's first argument is <repository>/<model>/<version>/model.py.
-        roles[int(proc.name)] = "frontend" if stub is None else f"stub {Path(args[stub + 1].decode()).parts[-3]}"
+        if stub is not None:
+            roles[int(proc.name)] = f"stub {Path(args[stub + 1].decode()).parts[-3]}"
+        elif any(a.endswith(b"tritonserver") for a in args[:1]):
+            roles[int(proc.name)] = "tritonserver"
+        else:
+            roles[int(proc.name)] = "front worker" if b"trtllm_entrypoint.openai_front" in args else "supervisor"
     return roles
 
 

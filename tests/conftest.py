@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests import realopenai, realtriton
+from tests import realtriton
 from tests.ci_skips import pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401  (hooks: CI's allowed skips)
 from tests.layers import _pure_tests_start_no_program, pytest_collection_modifyitems  # noqa: F401  (test layers)
 
@@ -21,15 +21,3 @@ def real_triton() -> realtriton.Layout:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true, so the real tritonserver must run: {exc}")
         pytest.skip(f"real tritonserver {realtriton.TRITON_VERSION} unavailable: {exc}")
-
-
-@pytest.fixture(scope="session")
-def real_openai(real_triton: realtriton.Layout) -> realopenai.HostFrontend:
-    """Triton's OpenAI frontend (server r24.12, unmodified) on that server, with the in-process `tritonserver`
-    package built here (tests/realopenai.py). Skips like real_triton; under CI=true that is a failure instead."""
-    try:
-        return realopenai.host_frontend(real_triton)
-    except realtriton.RealTritonUnavailable as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true, so the real OpenAI frontend must run: {exc}")
-        pytest.skip(f"Triton's OpenAI frontend unavailable: {exc}")

@@ -2,7 +2,7 @@
 
   pure         in-process only: starts no program (the fast layer, `python -m pytest -m pure`)
   process      starts programs: the entrypoint as its own process, build.py, git, hadolint, a nested pytest, …
-  real_server  runs the real tritonserver or Triton's OpenAI frontend (the real_triton / real_openai fixtures)
+  real_server  runs the real tritonserver (the real_triton fixture), with our OpenAI front where it is tested
   docker       needs a Docker engine: everything under tests/docker
 
 A test with no layer marker is pure unless it uses a real-server fixture; `process` is written on the test (or as
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 LAYERS = ("pure", "process", "real_server", "docker")  # described in pyproject.toml [tool.pytest.ini_options]
-REAL_SERVER_FIXTURES = frozenset({"real_triton", "real_openai"})
+REAL_SERVER_FIXTURES = frozenset({"real_triton"})
 DOCKER_DIR = Path(__file__).parent / "docker"
 
 

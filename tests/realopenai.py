@@ -1,11 +1,9 @@
-"""Triton's real OpenAI frontend (server r24.12's `python/openai`) on the real 2.51.0 core, for tests, benchmarks and
-the stand-in images. Built from the byte-exact upstream sources under ../shared/upstream/triton (never copied into
-this repository):
+"""Triton's own OpenAI frontend (server r24.12's `python/openai`) on the real 2.51.0 core, for the stand-in images of
+tags from 24.12, which carry it as NGC images do (docs/openai.md runs it by hand). Built from the byte-exact
+upstream sources under ../shared/upstream/triton (never copied into this repository):
 
-    package = realopenai.tritonserver_package(layout)   # the in-process `tritonserver` package, compiled once
-    venv = realopenai.frontend_venv(layout)             # the frontend's requirements plus the Python models' ones
-    with realopenai.start(layout, argv) as frontend:    # argv: the entrypoint's launch command
-        frontend.url                                    # http://127.0.0.1:<OPENAI_PORT>
+    package = realopenai.tritonserver_package(home)     # the in-process `tritonserver` package, compiled once
+    wheels = realopenai.fetch_wheels(py)                # the frontend's requirements, for the stand-in's context
 
 The package is what NGC images carry in site-packages: core r24.10's Python API (C API 1.34, that of 2.51's
 library) with its pybind11 extension compiled here against the wheel's libtritonserver. The extension is linked
@@ -23,9 +21,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -174,127 +170,6 @@ def fetch_wheels(py: str | None = None) -> Path:
     return dest
 
 
-def frontend_venv(layout: realtriton.Layout) -> Path:
-    """The Python models' venv (realtriton's) plus the frontend's requirements, from the wheel caches: first on
-    PATH, it is the frontend's Python and (through `python3` on PATH) the Python-backend stub's."""
-    stub_wheels = realtriton.fetch_wheels()
-    wheels = fetch_wheels()
-    venv = realtriton.cache_dir("openai-venv-")
-    with realtriton._locked(venv):
-        done = venv / ".complete"
-        if done.exists() and done.read_text() == _fingerprint():
-            return venv
-        realtriton.install_stub_venv(venv, stub_wheels)
-        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index"]
-        links = ["--find-links", str(wheels), "--find-links", str(stub_wheels)]
-        _run([*pip, *links, "-c", str(realtriton.STUB_REQUIREMENTS), *FRONTEND_REQUIREMENTS])
-        done.write_text(_fingerprint())
-    return venv
-
-
-# --- running it -----------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HostFrontend:
-    """The frontend on this host: the server layout, the built package and the venv."""
-
-    layout: realtriton.Layout
-    package: Path
-    venv: Path
-
-    def environ(self, base: dict[str, str] | None = None) -> dict[str, str]:
-        env = self.layout.environ(base)
-        env["PATH"] = os.pathsep.join([str(self.venv / "bin"), env["PATH"]])
-        env["VIRTUAL_ENV"] = str(self.venv)
-        env["PYTHONPATH"] = str(self.package)
-        env["PYTHONUNBUFFERED"] = "1"
-        env["REALOPENAI_TRITON_HOME"] = str(self.layout.home)
-        return env
-
-
-def host_frontend(layout: realtriton.Layout) -> HostFrontend:
-    return HostFrontend(layout, tritonserver_package(layout.home), frontend_venv(layout))
-
-
-def _flag_value(args: Sequence[str], flag: str) -> str | None:
-    return realtriton._flag_value(args, flag)
-
-
-# The in-process server's Options default to the image's /opt/tritonserver/{backends,caches,repoagents} and main.py
-# takes no flag for them: on this host they point into the unpacked layout instead (main.py itself runs unchanged).
-HOST_BOOTSTRAP = """
-import os, runpy, sys, tritonserver
-home, init = os.environ["REALOPENAI_TRITON_HOME"], tritonserver.Server.__init__
-def host_init(self, options=None, **kwargs):
-    if options is None:
-        for name in ("backend", "cache", "repo_agent"):
-            kwargs.setdefault(name + "_directory", os.path.join(home, name.replace("_", "") + "s"))
-    init(self, options, **kwargs)
-tritonserver.Server.__init__ = host_init
-sys.argv = sys.argv[1:]
-sys.path.insert(0, os.path.dirname(sys.argv[0]))
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
-
-
-def host_argv(frontend: HostFrontend, argv: Sequence[str]) -> list[str]:
-    """The entrypoint's launch command as this host runs it: the venv's Python and the stored main.py."""
-    args = list(argv)
-    if len(args) < 2 or not args[1].endswith("openai_frontend/main.py"):
-        raise ValueError(f"not an OpenAI frontend command line: {args[:2]}")
-    main = frontend_dir() / "openai_frontend" / "main.py"
-    return [str(frontend.venv / "bin" / "python3"), "-c", HOST_BOOTSTRAP, str(main), *args[2:]]
-
-
-class RunningFrontend(realtriton.RunningServer):
-    """The frontend's process: its one port is OPENAI_PORT (as http_port), ready at its own /health/ready."""
-
-    READY_ROUTE = "/health/ready"
-    NAME = "the OpenAI frontend"
-
-    @property
-    def port(self) -> int:
-        return self.http_port
-
-    @property
-    def url(self) -> str:
-        return self.http_url
-
-
-@contextmanager
-def start(
-    frontend: HostFrontend,
-    argv: Sequence[str],
-    *,
-    env: dict[str, str] | None = None,
-    log_dir: Path | None = None,
-    ready_timeout_s: float = 300,
-    wait: bool = True,
-) -> Iterator[RunningFrontend]:
-    """Run the entrypoint's OpenAI command line `argv` here until the block ends (then SIGTERM)."""
-    port = int(_flag_value(argv, "--openai-port") or 9000)
-    command = host_argv(frontend, argv)
-    log_dir = Path(log_dir or tempfile.mkdtemp(prefix="openai-frontend-log-"))
-    log_path = log_dir / f"openai-frontend-{port}.log"
-    log = open(log_path, "wb")  # noqa: SIM115 (open for the process's lifetime; stop() closes it)
-    process = subprocess.Popen(
-        command,
-        env=frontend.environ(env),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    running = RunningFrontend(process, command, port, 0, log_path, log)
-    try:
-        if wait:
-            running.wait_ready(ready_timeout_s)
-        yield running
-    finally:
-        running.stop(timeout_s=60)
-
-
 if __name__ == "__main__":  # `python tests/realopenai.py`: build and fetch once, print where they are
-    built = host_frontend(realtriton.host_layout())
-    print(built.package)
-    print(built.venv)
+    print(tritonserver_package(realtriton.host_layout().home))
+    print(fetch_wheels())

@@ -278,7 +278,7 @@ def _flag_value(args: Sequence[str], flag: str) -> str | None:
 
 @dataclass
 class RunningServer:
-    # Where readiness is asked and what the errors call it (tests/realopenai.py's frontend answers elsewhere).
+    # Where readiness is asked and what the errors call it (tests/realfront.py's front answers elsewhere).
     READY_ROUTE: ClassVar[str] = "/v2/health/ready"
     NAME: ClassVar[str] = "tritonserver"
 

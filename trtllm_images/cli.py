@@ -6,10 +6,9 @@ before anything is written or built), then executes them.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -21,10 +20,10 @@ from trtllm_images import (
     kserve,
     kserve_options,
     render,
-    report,
     source_cache,
     source_tree,
     support,
+    tables,
     upstream,
 )
 from trtllm_images import matrix as matrix_mod
@@ -248,7 +247,7 @@ def cli(
     for number, plan in enumerate(plans, 1):
         _say(f"[{plan.entry.tag}] tag {number} of {len(plans)}: {', '.join(spec.ref for spec in plan.images)}")
         outcomes.append(build_tag(plan, options, docker))
-    _print_summary([outcome.record for outcome in outcomes])
+    click.echo(tables.build_summary([outcome.record for outcome in outcomes]))
     if len(outcomes) == 1 and outcomes[0].error:
         raise outcomes[0].error
     failed = [outcome for outcome in outcomes if outcome.error]
@@ -259,33 +258,7 @@ def cli(
         )
 
 
-def _print_summary(records: list[report.BuildRecord]) -> None:
-    rows: list[tuple[str, ...]] = [("TAG", "RESULT", "IMAGES", "WARNINGS", "SECONDS")]
-    for record in records:
-        warnings = sum(len(v["warnings"]) for v in record.verifications)
-        refs = ", ".join(image["ref"] for image in record.images) or "-"
-        rows.append(
-            (record.tag, "ok" if record.ok else "FAILED", refs, str(warnings), f"{sum(record.durations.values()):.0f}")
-        )
-    click.echo(_table(rows))
-
-
-def _table(rows: Sequence[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
-
-
 # --- list, render, check -------------------------------------------------------------------------------------------
-
-LIST_COLUMNS = (
-    ("TAG", "tag"),
-    ("STATUS", "status"),
-    ("TRITON", "triton"),
-    ("TRT-LLM", "tensorrt_llm"),
-    ("TENSORRT", "tensorrt"),
-    ("PYTHON", "python"),
-    ("WORKFLOWS", "workflows"),
-)
 
 
 @cli.command("list")
@@ -305,19 +278,7 @@ def list_command(matrix_path, supported_only, as_json, markdown):
     elif markdown:
         click.echo(matrix_mod.markdown_table(matrix), nl=False)
     else:
-        click.echo(_list_table(matrix))
-
-
-def _list_table(matrix: matrix_mod.Matrix) -> str:
-    rows = [tuple(title for title, _ in LIST_COLUMNS) + ("NOTE",)]
-    for entry in matrix.entries:
-        cells = []
-        for _, field in LIST_COLUMNS:
-            value = getattr(entry, field)
-            text = ",".join(value) if isinstance(value, tuple) else (value or "-")
-            cells.append(text + ("?" if field in entry.uncertain else ""))
-        rows.append(tuple(cells) + (entry.note,))
-    return _table(rows) + "\n\n? = uncertain: matrix.yaml says why under `uncertain:`"
+        click.echo(tables.matrix_table(matrix))
 
 
 @cli.command("models")
@@ -337,40 +298,13 @@ def models_command(matrix_path, name, as_json):
         if as_json:
             click.echo(support.models_json(models, matrix, capabilities), nl=False)
         else:
-            click.echo(_models_table(models, matrix, capabilities))
+            click.echo(tables.models_table(models, matrix, capabilities))
         return
     model = support.find(models, name)
-    record = support.model_record(model, matrix, capabilities)
     if as_json:
-        click.echo(json.dumps(record, indent=2))
-        return
-    rows = [("TAG", "TRT-LLM", "ENGINE", "LLMAPI")]
-    for entry in matrix.supported():
-        caps = capabilities.of(entry)
-        engine = model.serves(entry, caps, "engine")
-        folder = model.converter_dir(caps.examples_layout) if engine else "-"
-        rows.append(
-            (entry.tag, entry.tensorrt_llm or "-", folder, "yes" if model.serves(entry, caps, "llmapi") else "-")
-        )
-    notes = [f"{key} is uncertain: {why}" for key, why in sorted(model.uncertain.items())]
-    click.echo(
-        f"{model.model_type} ({', '.join(model.architectures)}): engine from TensorRT-LLM "
-        f"{model.engine.since if model.engine else '(none)'}, llmapi from {model.llmapi_since or '(none)'}\n"
-    )
-    click.echo(_table(rows) + "".join(f"\n{note}" for note in notes))
-
-
-def _models_table(models, matrix: matrix_mod.Matrix, capabilities) -> str:
-    rows = [("MODEL_TYPE", "ARCHITECTURES", "ENGINE TAGS", "LLMAPI TAGS")]
-    for model in models:
-        record = support.model_record(model, matrix, capabilities)
-        spans = [_span(record[w]["tags"]) if record[w] else "-" for w in ("engine", "llmapi")]
-        rows.append((model.model_type + ("?" if model.uncertain else ""), ",".join(model.architectures), *spans))
-    return _table(rows) + "\n\n? = uncertain: models.yaml says why under `uncertain:`"
-
-
-def _span(tags: list[str]) -> str:
-    return f"{tags[0]}..{tags[-1]}" if tags else "none"
+        click.echo(json.dumps(support.model_record(model, matrix, capabilities), indent=2))
+    else:
+        click.echo(tables.model_table(model, matrix, capabilities))
 
 
 @cli.command("render")
@@ -427,124 +361,34 @@ def check_command(tags, all_tags, matrix_path):
         raise Error(f"{len(errors)} check(s) failed", "each failing check above has its hint")
 
 
-# The options' defaults are KServeOptions' own.
-_KSERVE = {f.name: f.default for f in dataclasses.fields(kserve_options.KServeOptions)}
+def _kserve_options(func):
+    """The flags of kserve_options.OPTIONS as click options: each declared once there, its type and default the
+    KServeOptions field's."""
+    for option in reversed(kserve_options.OPTIONS):
+        if option.kind is bool:
+            func = click.option(option.name, option.keyword, is_flag=True, help=option.help)(func)
+            continue
+        default: dict[str, Any] = {}  # none given where there is none: click takes None as a value for `required`
+        if option.default is not None:
+            default = {"default": option.default, "show_default": option.kind is not tuple}
+        func = click.option(
+            option.name,
+            option.keyword,
+            type=click.Choice(option.choices) if option.choices else _CLICK_TYPES[option.kind],
+            multiple=option.kind is tuple,
+            required=option.required,
+            metavar=option.metavar,
+            help=option.help,
+            **default,
+        )(func)
+    return func
+
+
+_CLICK_TYPES = {str: str, int: int, float: float, tuple: str}  # a tuple field: a repeatable text option
 
 
 @cli.command("kserve")
-@click.option("--tag", required=True, help="The NGC tag whose server image the runtime runs, e.g. 25.01.")
-@click.option("--image", help="Full image ref (default: the server image build.py makes for --tag).")
-@click.option("--registry", metavar="HOST[/NAMESPACE]", help="Prefix of the default image ref, e.g. ghcr.io/my-org.")
-@click.option("--model-id", help="Hugging Face model id the pod downloads (or give --storage-uri).")
-@click.option("--model-revision", help="Pin the hub model to a revision.")
-@click.option("--storage-uri", help="KServe puts the model at /mnt/models: s3://, gs://, pvc://, hf://, …")
-@click.option("--tp-size", type=int, default=_KSERVE["tp_size"], show_default=True, help="Tensor parallelism.")
-@click.option(
-    "--pp-size", type=int, default=_KSERVE["pp_size"], show_default=True, help="Pipeline parallelism (GPUs = TP x PP)."
-)
-@click.option("--namespace", default=_KSERVE["namespace"], show_default=True)
-@click.option(
-    "--name", default=_KSERVE["name"], show_default=True, help="InferenceService name, also the served model name."
-)
-@click.option(
-    "--cache",
-    type=click.Choice(kserve_options.CACHE_MODES),
-    default=_KSERVE["cache"],
-    show_default=True,
-    help="Where engines are cached: per pod (emptydir) or on a PersistentVolumeClaim (pvc).",
-)
-@click.option("--pvc-name", help="Cache PVC name  [default: <name>-trtllm-cache]")
-@click.option("--pvc-size", default=_KSERVE["pvc_size"], show_default=True)
-@click.option(
-    "--pvc-access-mode",
-    type=click.Choice(kserve_options.ACCESS_MODES),
-    default=_KSERVE["pvc_access_mode"],
-    show_default=True,
-    help="ReadWriteMany whenever several pods mount the cache (replicas, a group's pods, the warm Job).",
-)
-@click.option("--pvc-storage-class", help="The cache PVC's StorageClass (one that provides the access mode).")
-@click.option(
-    "--namespaced-runtime", is_flag=True, help="A ServingRuntime in --namespace, not a ClusterServingRuntime."
-)
-@click.option(
-    "--warm-job", is_flag=True, help="Add a Job that builds the engine into the cache PVC (needs --cache pvc)."
-)
-@click.option(
-    "--hf-token-secret",
-    default=_KSERVE["hf_token_secret"],
-    show_default=True,
-    help="Secret holding the Hugging Face token under key 'token' (optional at run time).",
-)
-@click.option("--no-hf-token", is_flag=True, help="Reference no token Secret.")
-@click.option(
-    "--admin-key-secret",
-    default=_KSERVE["admin_key_secret"],
-    show_default=True,
-    help="Secret holding the key of Triton's restricted APIs under key 'key' (optional at run time; "
-    "without it those APIs stay closed).",
-)
-@click.option("--no-admin-key", is_flag=True, help="Reference no admin-key Secret.")
-@click.option("--storage-writable", is_flag=True, help="Mount /mnt/models read-write (default: read-only).")
-@click.option(
-    "--frontend",
-    type=click.Choice(kserve_options.FRONTENDS),
-    default="triton",
-    show_default=True,
-    help="openai: Triton's OpenAI-compatible frontend on the HTTP port, probed at /health/ready (tags from 24.12).",
-)
-@click.option("--min-replicas", type=int, default=1, show_default=True, help="Replicas (groups with --nodes) at least.")
-@click.option(
-    "--max-replicas",
-    type=int,
-    default=None,
-    help="Replicas at most; above --min-replicas: autoscaling with KEDA on Triton's queue/compute ratio and a "
-    "PodMonitor (needs KEDA and the Prometheus Operator)  [default: --min-replicas, a fixed count]",
-)
-@click.option(
-    "--scale-target",
-    type=float,
-    default=1.0,
-    show_default=True,
-    help="Scale out while Triton's queue time exceeds this multiple of its compute time.",
-)
-@click.option(
-    "--scale-down-window", type=int, default=600, show_default=True, help="Seconds of lower load before scaling in."
-)
-@click.option(
-    "--prometheus-url",
-    default="http://prometheus-operated.monitoring.svc:9090",
-    show_default=True,
-    help="The Prometheus the autoscaler queries.",
-)
-@click.option(
-    "--nodes",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Pods (nodes) per model replica; above 1: a LeaderWorkerSet group instead of an InferenceService.",
-)
-@click.option("--ssh-secret", help="Secret with the group's MPI ssh key  [default: <name>-mpi-ssh]")
-@click.option("--node-selector", multiple=True, metavar="KEY=VALUE", help="Node label every pod needs (repeatable).")
-@click.option(
-    "--toleration",
-    "tolerations",
-    multiple=True,
-    metavar="KEY[=VALUE][:EFFECT]",
-    help="A taint every pod tolerates, e.g. nvidia.com/gpu:NoSchedule (repeatable).",
-)
-@click.option("--affinity", metavar="JSON", help="A Kubernetes Affinity object for every pod, as JSON.")
-@click.option(
-    "--image-pull-secret", "image_pull_secrets", multiple=True, metavar="NAME", help="Pull secret (repeatable)."
-)
-@click.option("--service-account", metavar="NAME", help="Service account of every pod.")
-@click.option("--priority-class", metavar="NAME", help="PriorityClass of every pod.")
-@click.option(
-    "--env", multiple=True, metavar="NAME=VALUE", help="Extra environment of every pod, e.g. MAX_BATCH_SIZE=64."
-)
-@click.option("--cpu", default=_KSERVE["cpu"], show_default=True, help="CPU request of each serving pod.")
-@click.option("--memory", default=_KSERVE["memory"], show_default=True, help="Memory request of each serving pod.")
-@click.option("--cpu-limit", help="CPU limit  [default: none, a limit throttles tokenization]")
-@click.option("--memory-limit", help="Memory limit  [default: --memory]")
+@_kserve_options
 @_matrix_option
 @click.option(
     "--out",
@@ -552,20 +396,11 @@ _KSERVE = {f.name: f.default for f in dataclasses.fields(kserve_options.KServeOp
     type=click.Path(file_okay=False, path_type=Path),
     help="Write one YAML file per kind into this directory  [default: print to stdout]",
 )
-def kserve_command(
-    matrix_path, out_dir, no_hf_token, hf_token_secret, no_admin_key, admin_key_secret, storage_writable, **values
-):
+def kserve_command(matrix_path, out_dir, **flags):
     """KServe manifests for one tag: runtime, InferenceService, optional cache PVC and warm-up Job, and with
     --max-replicas above --min-replicas its KEDA autoscaling and PodMonitor; with --nodes above 1, a LeaderWorkerSet
     group per replica with its Service and NetworkPolicy instead."""
-    if values["max_replicas"] is None:  # autoscaling is opt-in: it needs KEDA and the Prometheus Operator
-        values["max_replicas"] = values["min_replicas"]
-    options = kserve_options.KServeOptions(
-        hf_token_secret=None if no_hf_token else hf_token_secret,
-        admin_key_secret=None if no_admin_key else admin_key_secret,
-        storage_readonly=not storage_writable,
-        **values,
-    )
+    options = kserve_options.from_flags(flags)
     plan = kserve.make_kserve_plan(matrix_mod.load(matrix_path), options)
     if out_dir is None:
         click.echo(kserve.render(plan), nl=False)

@@ -18,6 +18,8 @@ from trtllm_images.plan import BuildPlan
 from trtllm_images.wheel import WHEEL_GLOB
 
 BUNDLED_APP = Path("backend") / "app"
+# The OpenAI front's libraries: pure ones, and compiled ones per Python (the image's own Python picks its set at start).
+FRONT_DIRS = ("front/any", "front/py3.10", "front/py3.12")
 VENDOR_FILES = (
     "bin/tini",
     "validation/model_config_pb2.py",
@@ -37,6 +39,7 @@ def write_context(
     vendor.assemble()'s output (tini and the repository check's validation kit)."""
     _validate(plan, dockerfiles, Path(wheel), matrix_json, assets)
     missing = [name for name in VENDOR_FILES if not (Path(vendor_dir) / name).is_file()]
+    missing += [name for name in FRONT_DIRS if not (Path(vendor_dir) / name).is_dir()]
     if missing:
         raise Error(f"{vendor_dir} lacks {', '.join(missing)}", "assemble it with vendor.assemble()")
     target = plan.context_dir

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,7 @@ from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import multinode, pod, scaling
 from trtllm_images.atomic import write_atomic
 from trtllm_images.kserve_findings import CONTAINER, semantic_findings
-from trtllm_images.kserve_options import KServeOptions, flag
+from trtllm_images.kserve_options import KServeOptions, to_flags
 from trtllm_images.pod import GRPC_PORT, HTTP_PORT
 
 if TYPE_CHECKING:
@@ -262,22 +262,7 @@ def _warm_job(o: KServeOptions, image: str) -> dict:
 
 def command_line(options: KServeOptions) -> str:
     """The `build.py kserve` invocation that produces these options (stamped into generated files)."""
-    argv = ["python", "build.py", "kserve"]
-    for field in fields(KServeOptions):
-        value = getattr(options, field.name)
-        if value == field.default:
-            continue
-        if field.name == "hf_token_secret" and value is None:
-            argv.append("--no-hf-token")
-        elif field.name == "admin_key_secret" and value is None:
-            argv.append("--no-admin-key")
-        elif isinstance(value, bool):
-            argv.append(flag(field.name))
-        elif isinstance(value, tuple):  # a repeatable option
-            argv += [part for item in value for part in (flag(field.name), item)]
-        else:
-            argv += [flag(field.name), str(value)]
-    return shlex.join(argv)
+    return shlex.join(["python", "build.py", "kserve", *to_flags(options)])
 
 
 def dump_yaml(docs: Iterable[dict], header: str = "") -> str:

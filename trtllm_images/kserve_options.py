@@ -1,65 +1,19 @@
-"""The options of `build.py kserve` and their validation: everything the entrypoint or KServe would refuse later is
-refused here, as one UsageError naming the flags, before any manifest is rendered or written. (The values of the
-image's own variables given with --env are the entrypoint's to check, at the pod's start, as with `docker run -e`.)"""
+"""The options of `build.py kserve`: `KServeOptions`, and `OPTIONS`, the table that declares each flag once (its help;
+its type and default are the field's). cli.py turns the table into click options; kserve.py turns options back into
+the command line stamped into generated files. Bad options are refused when made (kserve_checks.py), as one
+UsageError naming the flags, before any manifest is rendered or written."""
 
 from __future__ import annotations
 
-import json
-import re
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast, get_args
+from types import UnionType
+from typing import cast, get_args, get_origin, get_type_hints
 
-from trtllm_entrypoint import contract
-from trtllm_entrypoint.contract import HUB_ID_RULE, is_hub_id
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.variables import VARIABLES, Frontend
-
-CACHE_MODES = ("emptydir", "pvc")
-FRONTENDS: tuple[str, ...] = get_args(Frontend)  # the entrypoint's FRONTEND values
-ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
-INT32_MAX = 2**31 - 1  # replica counts and sizes are int32 in the Kubernetes API
-HPA_MAX_WINDOW = 3600  # autoscaling/v2 stabilizationWindowSeconds: 0 to 3600
-# What the entrypoint reads from an environment variable: printable ASCII, no spaces (it strips and splits nothing).
-_PLAIN = re.compile(r"[!-~]+")
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # KServe's rule for InferenceService names
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
-_CPU = re.compile(r"^([0-9]+(\.[0-9]{1,3})?|[0-9]+m)$")
-_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
-_UNITS.update({f"{p}i": 1024 ** (n + 1) for n, p in enumerate("KMGTP")})
-# Label keys and values, as Kubernetes checks them: [prefix/]name, the name up to 63 characters.
-_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-_LABEL_KEY = re.compile(rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_LABEL_NAME}$")
-_LABEL_VALUE = re.compile(rf"^({_LABEL_NAME})?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|KEY)", re.IGNORECASE)
-# An image reference by the distribution grammar: [host[:port]/]path[:tag][@digest], path components lowercase.
-_HOST_PART = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE_REF = re.compile(
-    rf"^(?:{_HOST_PART}(?:\.{_HOST_PART})*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
-    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
-)
-# Options whose flag is not "--" + the field's name with dashes: messages name the flag a user types.
-_FLAGS = {
-    "tolerations": "--toleration",
-    "image_pull_secrets": "--image-pull-secret",
-    "storage_readonly": "--storage-writable",
-}
-
-
-def flag(field: str) -> str:
-    """The command-line flag of a KServeOptions field."""
-    return _FLAGS.get(field, "--" + field.replace("_", "-"))
-
-
-# The names of the models a filled repository holds besides the served one (whatever the workflow).
-RESERVED_NAMES = frozenset(name for names in contract.INNER_MODELS.values() for name in names)
+from trtllm_entrypoint.variables import VARIABLES
+from trtllm_images.kserve_checks import ACCESS_MODES, CACHE_MODES, FRONTENDS, problems_of
 
 
 @dataclass(frozen=True)
@@ -110,7 +64,7 @@ class KServeOptions:
     memory_limit: str | None = None  # None: the memory request
 
     def __post_init__(self) -> None:
-        problems = _problems(self)
+        problems = problems_of(self)
         if problems:
             raise UsageError(
                 "invalid KServe options: " + "; ".join(problems),
@@ -154,254 +108,162 @@ class KServeOptions:
         return sharers
 
 
-def _problems(o: KServeOptions) -> list[str]:
-    problems = []
-    for label, value in (
-        ("--name", o.name),
-        ("--namespace", o.namespace),
-        ("--pvc-name", o.claim),
-        ("--hf-token-secret", o.hf_token_secret or "x"),
-        ("--admin-key-secret", o.admin_key_secret or "x"),
-    ):
-        if len(value) > 63 or not _DNS_LABEL.fullmatch(value):
-            problems.append(f"{label} {value!r} must be a DNS label (lowercase letters, digits, '-', at most 63)")
-    if len(o.name) > 45:  # KServe and the warm Job append suffixes such as "-predictor" to it
-        problems.append(f"--name {o.name!r} is longer than 45 characters")
-    if o.name in RESERVED_NAMES:  # the served model takes the service's name
-        problems.append(f"--name {o.name!r} clashes with a model inside the Triton repository")
-    if (o.model_id is None) == (o.storage_uri is None):
-        problems.append("give exactly one of --model-id (a hub id) and --storage-uri (KServe puts it at /mnt/models)")
-    if o.model_id is not None and not (isinstance(o.model_id, str) and is_hub_id(o.model_id)):
-        problems.append(f"--model-id {o.model_id!r} is not allowed: the entrypoint takes {HUB_ID_RULE}")
-    for field, text in (("model_revision", o.model_revision), ("storage_uri", o.storage_uri)):
-        if text is not None and not (isinstance(text, str) and _PLAIN.fullmatch(text) and "${" not in text):
-            problems.append(f"{flag(field)} {text!r} must be printable ASCII without spaces or '${{'")
-    if o.storage_uri is not None and "://" not in o.storage_uri:
-        problems.append(f"--storage-uri {o.storage_uri!r} needs a scheme such as hf://, s3://, gs://, pvc://")
-    problems += _parallelism_problems(o)
-    if not _DNS_1035_LABEL.fullmatch(o.name):
-        problems.append(f"--name {o.name!r} must start with a lowercase letter (KServe's rule for service names)")
-    problems += _storage_problems(o.storage_uri)
-    for label, ref in (("image", o.image), ("registry", o.registry and f"{o.registry}/trtllm-serve:x")):
-        if ref and not _IMAGE_REF.fullmatch(ref):
-            problems.append(f"--{label} {getattr(o, label)!r} is not an image reference such as ghcr.io/org/name:tag")
-    if o.frontend not in FRONTENDS:
-        problems.append(f"--frontend {o.frontend!r} is not one of {', '.join(FRONTENDS)}")
-    if o.frontend == "openai" and o.nodes > 1:
-        problems.append("--frontend openai runs on one node: the OpenAI front does not span pods (drop --nodes)")
-    if o.cache not in CACHE_MODES:
-        problems.append(f"--cache {o.cache!r} is not one of {', '.join(CACHE_MODES)}")
-    if o.pvc_access_mode not in ACCESS_MODES:
-        problems.append(f"--pvc-access-mode {o.pvc_access_mode!r} is not one of {', '.join(ACCESS_MODES)}")
-    if not _QUANTITY.fullmatch(o.pvc_size) or float(re.sub(r"[A-Za-z]+$", "", o.pvc_size) or 0) == 0:
-        problems.append(f"--pvc-size {o.pvc_size!r} is not a Kubernetes quantity above zero such as 100Gi")
-    problems += _scaling_problems(o)
-    problems += _cache_problems(o) + _pod_problems(o)
-    if o.image and o.registry:
-        problems.append("--image and --registry exclude each other (--registry only prefixes the default image)")
-    if o.warm_job and o.cache != "pvc":
-        problems.append("--warm-job needs --cache pvc: an emptyDir dies with the Job's pod")
-    if o.warm_job and o.storage_uri and not o.storage_uri.startswith("pvc://"):
-        problems.append(
-            "--warm-job can only read a model given as --model-id or a pvc:// --storage-uri "
-            "(the storage initializer runs for InferenceServices only)"
-        )
-    return problems
+@dataclass(frozen=True)
+class Option:
+    """One flag of `build.py kserve` and the KServeOptions field it sets. What it takes (text, a number, a switch, a
+    repeatable text) and its default are the field's: a field without a default is required, and a switch flips the
+    field's default (--storage-writable sets storage_readonly False)."""
+
+    field: str
+    help: str = ""
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+    flag: str = ""  # default: "--" + the field's name with dashes
+    clears: bool = False  # a switch that sets the field to None (--no-hf-token), beside the flag that sets it
+    follows: str | None = None  # left out, the field takes this other field's value (--max-replicas: --min-replicas)
+
+    @property
+    def name(self) -> str:
+        """The flag as a user types it."""
+        return self.flag or "--" + self.field.replace("_", "-")
+
+    @property
+    def keyword(self) -> str:
+        """The keyword the command line hands the value over as (from_flags reads it)."""
+        return self.name[2:].replace("-", "_") if self.clears else self.field
+
+    @property
+    def kind(self) -> type:
+        """str, int, float, bool (a switch) or tuple (repeatable, of str): from the field's type."""
+        if self.clears:
+            return bool
+        hint = get_type_hints(KServeOptions)[self.field]
+        if isinstance(hint, UnionType):  # X | None
+            (hint,) = (arg for arg in get_args(hint) if arg is not type(None))
+        return cast(type, get_origin(hint) or hint)
+
+    @property
+    def required(self) -> bool:
+        return _field(self.field).default is dataclasses.MISSING
+
+    @property
+    def default(self) -> object:
+        """The value a command line without this flag gives: the field's default (None: required or derived)."""
+        if self.clears or self.follows or self.required:
+            return None
+        return _field(self.field).default
 
 
-def _cache_problems(o: KServeOptions) -> list[str]:
-    """A cache PVC that several pods mount must attach on several nodes: ReadWriteMany, or one line saying so."""
-    if o.pvc_storage_class is not None and o.cache != "pvc":
-        return ["--pvc-storage-class needs --cache pvc"]
-    if o.pvc_storage_class is not None and not _dns_subdomain(o.pvc_storage_class):
-        return [f"--pvc-storage-class {o.pvc_storage_class!r} must be a DNS subdomain (a StorageClass name)"]
-    if o.cache != "pvc" or o.pvc_access_mode != "ReadWriteOnce" or not _counts_valid(o) or not o.cache_sharers:
-        return []
-    return [
-        f"--pvc-access-mode ReadWriteOnce: the cache PVC is mounted by several pods ({'; '.join(o.cache_sharers)}), "
-        "which may run on different nodes, and a ReadWriteOnce volume attaches to one node: pass --pvc-access-mode "
-        "ReadWriteMany (with --pvc-storage-class naming a class that provides it), or --cache emptydir"
-    ]
+# Every flag of `build.py kserve`, in the order `--help` lists them.
+OPTIONS = (
+    Option("tag", "The NGC tag whose server image the runtime runs, e.g. 25.01."),
+    Option("image", "Full image ref (default: the server image build.py makes for --tag)."),
+    Option("registry", "Prefix of the default image ref, e.g. ghcr.io/my-org.", metavar="HOST[/NAMESPACE]"),
+    Option("model_id", "Hugging Face model id the pod downloads (or give --storage-uri)."),
+    Option("model_revision", "Pin the hub model to a revision."),
+    Option("storage_uri", "KServe puts the model at /mnt/models: s3://, gs://, pvc://, hf://, …"),
+    Option("tp_size", "Tensor parallelism."),
+    Option("pp_size", "Pipeline parallelism (GPUs = TP x PP)."),
+    Option("namespace"),
+    Option("name", "InferenceService name, also the served model name."),
+    Option(
+        "cache",
+        "Where engines are cached: per pod (emptydir) or on a PersistentVolumeClaim (pvc).",
+        choices=CACHE_MODES,
+    ),
+    Option("pvc_name", "Cache PVC name  [default: <name>-trtllm-cache]"),
+    Option("pvc_size"),
+    Option(
+        "pvc_access_mode",
+        "ReadWriteMany whenever several pods mount the cache (replicas, a group's pods, the warm Job).",
+        choices=ACCESS_MODES,
+    ),
+    Option("pvc_storage_class", "The cache PVC's StorageClass (one that provides the access mode)."),
+    Option("namespaced_runtime", "A ServingRuntime in --namespace, not a ClusterServingRuntime."),
+    Option("warm_job", "Add a Job that builds the engine into the cache PVC (needs --cache pvc)."),
+    Option("hf_token_secret", "Secret holding the Hugging Face token under key 'token' (optional at run time)."),
+    Option("hf_token_secret", "Reference no token Secret.", flag="--no-hf-token", clears=True),
+    Option(
+        "admin_key_secret",
+        "Secret holding the key of Triton's restricted APIs under key 'key' (optional at run time; "
+        "without it those APIs stay closed).",
+    ),
+    Option("admin_key_secret", "Reference no admin-key Secret.", flag="--no-admin-key", clears=True),
+    Option("storage_readonly", "Mount /mnt/models read-write (default: read-only).", flag="--storage-writable"),
+    Option(
+        "frontend",
+        "openai: Triton's OpenAI-compatible frontend on the HTTP port, probed at /health/ready (tags from 24.12).",
+        choices=FRONTENDS,
+    ),
+    Option("min_replicas", "Replicas (groups with --nodes) at least."),
+    Option(
+        "max_replicas",
+        "Replicas at most; above --min-replicas: autoscaling with KEDA on Triton's queue/compute ratio and a "
+        "PodMonitor (needs KEDA and the Prometheus Operator)  [default: --min-replicas, a fixed count]",
+        follows="min_replicas",
+    ),
+    Option("scale_target", "Scale out while Triton's queue time exceeds this multiple of its compute time."),
+    Option("scale_down_window", "Seconds of lower load before scaling in."),
+    Option("prometheus_url", "The Prometheus the autoscaler queries."),
+    Option("nodes", "Pods (nodes) per model replica; above 1: a LeaderWorkerSet group instead of an InferenceService."),
+    Option("ssh_secret", "Secret with the group's MPI ssh key  [default: <name>-mpi-ssh]"),
+    Option("node_selector", "Node label every pod needs (repeatable).", metavar="KEY=VALUE"),
+    Option(
+        "tolerations",
+        "A taint every pod tolerates, e.g. nvidia.com/gpu:NoSchedule (repeatable).",
+        metavar="KEY[=VALUE][:EFFECT]",
+        flag="--toleration",
+    ),
+    Option("affinity", "A Kubernetes Affinity object for every pod, as JSON.", metavar="JSON"),
+    Option("image_pull_secrets", "Pull secret (repeatable).", metavar="NAME", flag="--image-pull-secret"),
+    Option("service_account", "Service account of every pod.", metavar="NAME"),
+    Option("priority_class", "PriorityClass of every pod.", metavar="NAME"),
+    Option("env", "Extra environment of every pod, e.g. MAX_BATCH_SIZE=64.", metavar="NAME=VALUE"),
+    Option("cpu", "CPU request of each serving pod."),
+    Option("memory", "Memory request of each serving pod."),
+    Option("cpu_limit", "CPU limit  [default: none, a limit throttles tokenization]"),
+    Option("memory_limit", "Memory limit  [default: --memory]"),
+)
+_SETS = {option.field: option for option in OPTIONS if not option.clears}  # the flag that sets each field
+_CLEARS = {option.field: option for option in OPTIONS if option.clears}
 
 
-def _counts_valid(o: KServeOptions) -> bool:
-    return all(isinstance(v, int) and v >= 1 for v in (o.nodes, o.min_replicas, o.max_replicas))
+def _field(name: str) -> dataclasses.Field:
+    return next(f for f in dataclasses.fields(KServeOptions) if f.name == name)
 
 
-def _dns_subdomain(value: str) -> bool:
-    return len(value) <= 253 and bool(_DNS_SUBDOMAIN.fullmatch(value))
+def flag(field: str) -> str:
+    """The command-line flag of a KServeOptions field."""
+    return _SETS[field].name
 
 
-def _pod_problems(o: KServeOptions) -> list[str]:
-    """Placement, identity, extra environment and resources, as the API server and the entrypoint would check them."""
-    problems = []
-    for item in o.node_selector:
-        key, sep, value = item.partition("=")
-        if not sep or not _LABEL_KEY.fullmatch(key) or not _LABEL_VALUE.fullmatch(value):
-            problems.append(f"--node-selector {item!r} is not KEY=VALUE with a label key and value")
-    problems += [f"--toleration {item!r} {why}" for item in o.tolerations if (why := _toleration_problem(item))]
-    if o.affinity is not None:
-        problems += _affinity_problems(o.affinity)
-    for field, names in (
-        ("image_pull_secrets", o.image_pull_secrets),
-        ("service_account", (o.service_account,) if o.service_account is not None else ()),
-        ("priority_class", (o.priority_class,) if o.priority_class is not None else ()),
-    ):
-        problems += [
-            f"{flag(field)} {n!r} must be a DNS subdomain (a Kubernetes name)" for n in names if not _dns_subdomain(n)
-        ]
-    problems += [f"--env {item!r} {why}" for item in o.env if (why := _env_problem(item))]
-    env_names = [item.partition("=")[0] for item in o.env]
-    problems += [f"--env {n} is given twice" for n in sorted({n for n in env_names if env_names.count(n) > 1})]
-    return problems + _resource_problems(o)
+def from_flags(values: Mapping[str, object]) -> KServeOptions:
+    """KServeOptions from what `build.py kserve` received, by each option's keyword (a flag left out: its default)."""
+    fields: dict[str, object] = {}
+    for option in _SETS.values():
+        value = values[option.keyword]
+        if option.kind is bool:
+            value = bool(value) != _field(option.field).default  # a switch flips the default
+        elif value is None and option.follows:
+            value = values[option.follows]
+        fields[option.field] = value
+    fields.update({option.field: None for option in _CLEARS.values() if values[option.keyword]})
+    return KServeOptions(**fields)  # type: ignore[arg-type]
 
 
-def _toleration_problem(item: str) -> str | None:
-    rest, _, effect = item.rpartition(":") if ":" in item else (item, "", "")
-    key, _, value = rest.partition("=")
-    if effect and effect not in TAINT_EFFECTS:
-        return f"has effect {effect!r}, not one of {', '.join(TAINT_EFFECTS)}"
-    if not _LABEL_KEY.fullmatch(key) or not _LABEL_VALUE.fullmatch(value):
-        return "is not KEY[=VALUE][:EFFECT] with a label key and value (e.g. nvidia.com/gpu:NoSchedule)"
-    return None
-
-
-def toleration(item: str) -> dict[str, str]:
-    """A Kubernetes toleration from KEY[=VALUE][:EFFECT]: Equal with a value, Exists without; no effect: all."""
-    rest, _, effect = item.rpartition(":") if ":" in item else (item, "", "")
-    key, sep, value = rest.partition("=")
-    found = {"key": key, "operator": "Equal" if sep else "Exists", "value": value if sep else None, "effect": effect}
-    return {k: v for k, v in found.items() if v}
-
-
-def _affinity_problems(text: str) -> list[str]:
-    try:
-        affinity = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return [f"--affinity is not JSON ({exc.msg} at character {exc.pos})"]
-    if not isinstance(affinity, dict) or not affinity:
-        return ["--affinity must be a JSON object with nodeAffinity, podAffinity or podAntiAffinity"]
-    unknown = sorted(set(affinity) - set(AFFINITY_KINDS))
-    if unknown:
-        return [f"--affinity has {', '.join(unknown)}; a Kubernetes Affinity holds only {', '.join(AFFINITY_KINDS)}"]
-    return [f"--affinity {kind} must be a JSON object" for kind, v in affinity.items() if not isinstance(v, dict)]
-
-
-# The variables the generator sets itself, with the option that sets each (None: derived, not settable).
-OWNED_VARIABLES = {
-    "MODEL_ID": "--model-id",
-    "MODEL_REVISION": "--model-revision",
-    "TP_SIZE": "--tp-size",
-    "PP_SIZE": "--pp-size",
-    "FRONTEND": "--frontend",
-    "HF_TOKEN": "--hf-token-secret",
-    "TRITON_ADMIN_KEY": "--admin-key-secret",
-    "SERVED_MODEL_NAME": "--name",
-    "CACHE_DIR": None,
-    "HTTP_PORT": None,
-    "GRPC_PORT": None,
-    "METRICS_PORT": None,
-    "OPENAI_PORT": None,
-}
-
-
-def _env_problem(item: str) -> str | None:
-    name, sep, _ = item.partition("=")
-    if not sep or not _ENV_NAME.fullmatch(name):
-        return "is not NAME=VALUE with a variable name (letters, digits, '_', not starting with a digit)"
-    if name in OWNED_VARIABLES or name.startswith("LWS_"):
-        owner = OWNED_VARIABLES.get(name)
-        return f"is set by the generator{f' (use {owner})' if owner else ''}"
-    if _SECRET_LIKE.search(name):
-        return "looks like a secret, and a literal value would sit in the manifest: keep it in a Secret"
-    return None
-
-
-def _resource_problems(o: KServeOptions) -> list[str]:
-    problems = []
-    cpus = {"cpu": o.cpu, "cpu_limit": o.cpu_limit}
-    memories = {"memory": o.memory, "memory_limit": o.memory_limit}
-    for field, value in cpus.items():
-        if value is not None and (not _CPU.fullmatch(value) or _millicores(value) == 0):
-            problems.append(f"{flag(field)} {value!r} is not a CPU quantity above zero such as 4 or 500m")
-    for field, value in memories.items():
-        if value is not None and (not _QUANTITY.fullmatch(value) or _bytes(value) == 0):
-            problems.append(f"{flag(field)} {value!r} is not a memory quantity above zero such as 32Gi")
-    if problems:
-        return problems
-    if o.cpu_limit is not None and _millicores(o.cpu_limit) < _millicores(o.cpu):
-        problems.append(f"--cpu-limit {o.cpu_limit} is below the request --cpu {o.cpu}")
-    if o.memory_limit is not None and _bytes(o.memory_limit) < _bytes(o.memory):
-        problems.append(f"--memory-limit {o.memory_limit} is below the request --memory {o.memory}")
-    return problems
-
-
-def _millicores(value: str) -> float:
-    return float(value[:-1]) if value.endswith("m") else float(value) * 1000
-
-
-def _bytes(value: str) -> float:
-    number, unit = re.match(r"^([0-9.]+)([A-Za-z]*)$", value).groups()  # type: ignore[union-attr]
-    return float(number) * _UNITS[unit]
-
-
-def _parallelism_problems(o: KServeOptions) -> list[str]:
-    """TP_SIZE and PP_SIZE as the entrypoint reads them (its variable table), so no pod exits 2 at start."""
-    problems = []
-    for field, size in (("tp_size", o.tp_size), ("pp_size", o.pp_size)):
-        variable, label = VARIABLES[field.upper()], flag(field)
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            problems.append(f"{label} must be a positive integer, got {size!r}")
-        elif variable.choices and size not in variable.choices:
-            problems.append(f"{label} must be {variable.allowed_text.replace('`', '')}, got {size}")
-        elif variable.high is not None and size > variable.high:
-            problems.append(f"{label} must be at most {variable.high}, got {size}")
-    return problems
-
-
-def _storage_problems(uri: str | None) -> list[str]:
-    """A pvc:// URI names a claim (a DNS subdomain) and a path inside it that stays inside it."""
-    if uri is None or not uri.startswith("pvc://"):
-        return []
-    claim, _, path = uri[len("pvc://") :].partition("/")
-    problems = []
-    if len(claim) > 253 or not _DNS_SUBDOMAIN.fullmatch(claim):
-        problems.append(f"--storage-uri {uri!r} must name a PersistentVolumeClaim: pvc://<claim>[/<path>]")
-    if any(part in (".", "..") for part in path.split("/")):
-        problems.append(f"--storage-uri {uri!r} may not leave the claim ('.' or '..' in the path)")
-    return problems
-
-
-def _scaling_problems(o: KServeOptions) -> list[str]:
-    problems = []
-    counts = (("min_replicas", o.min_replicas, 1), ("max_replicas", o.max_replicas, 1), ("nodes", o.nodes, 1))
-    for field, value, least, most in (
-        *((field, value, least, INT32_MAX) for field, value, least in counts),
-        ("scale_down_window", o.scale_down_window, 0, HPA_MAX_WINDOW),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
-            problems.append(f"{flag(field)} must be an integer of at least {least} and at most {most}, got {value!r}")
-    if isinstance(o.min_replicas, int) and isinstance(o.max_replicas, int) and o.max_replicas < o.min_replicas:
-        problems.append(f"--max-replicas {o.max_replicas} is below --min-replicas {o.min_replicas}")
-    if not isinstance(o.scale_target, (int, float)) or not 0.001 <= o.scale_target <= 1000:
-        problems.append(f"--scale-target must be a ratio from 0.001 to 1000, got {o.scale_target!r}")
-    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", o.prometheus_url):
-        problems.append(f"--prometheus-url {o.prometheus_url!r} is not an http(s) URL")
-    if o.ssh_secret is not None and (len(o.ssh_secret) > 63 or not _DNS_LABEL.fullmatch(o.ssh_secret)):
-        problems.append(f"--ssh-secret {o.ssh_secret!r} must be a DNS label")
-    if not isinstance(o.nodes, int) or o.nodes < 2 or not isinstance(o.tp_size, int) or not isinstance(o.pp_size, int):
-        return problems
-    if o.gpus % o.nodes:
-        problems.append(
-            f"--tp-size x --pp-size = {o.gpus} GPUs cannot be split evenly over --nodes {o.nodes}: give a node count "
-            "that divides it"
-        )
-    if o.storage_uri is not None:
-        problems.append(
-            "a multi-node group (--nodes) reads its model by --model-id (no KServe storage initializer runs)"
-        )
-    if o.warm_job:
-        problems.append("--warm-job is for single-node services: every pod of a group prepares from the shared cache")
-    if len(o.name) > 40:  # LWS names pods <name>-<group>-<worker>, and they must stay DNS labels
-        problems.append(f"--name {o.name!r} is longer than 40 characters, too long for a multi-node group (--nodes)")
-    return problems
+def to_flags(options: KServeOptions) -> list[str]:
+    """The flags that give these options, field by field (none for a default): from_flags' inverse."""
+    argv: list[str] = []
+    for field in dataclasses.fields(KServeOptions):
+        value = getattr(options, field.name)
+        if value == field.default:
+            continue
+        if value is None:
+            argv.append(_CLEARS[field.name].name)
+        elif isinstance(value, bool):
+            argv.append(flag(field.name))
+        elif isinstance(value, tuple):  # a repeatable option
+            argv += [part for item in value for part in (flag(field.name), item)]
+        else:
+            argv += [flag(field.name), str(value)]
+    return argv

@@ -305,7 +305,7 @@ def markdown_table(matrix: Matrix) -> str:
         ("backend", _backend_cell, ("backend.ref",)),
         ("templates in image", lambda e: "yes" if e.backend.in_image else "no", ()),
         ("workflows", lambda e: ", ".join(e.workflows), ()),
-        ("OpenAI", lambda e: "yes" if e.openai_frontend else "no", ()),
+        ("Triton OpenAI frontend", lambda e: "yes" if e.openai_frontend else "no", ()),
     ]
     lines = ["| " + " | ".join(title for title, _, _ in columns) + " |", "|" + "---|" * len(columns)]
     notes: list[str] = []

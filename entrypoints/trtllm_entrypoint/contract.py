@@ -19,6 +19,10 @@ BUNDLED_APP_DIR = "/opt/trtllm-images/app"
 # Only the repository check puts it on its import path: protobuf's pure-Python runtime and Triton's ModelConfig
 # (model_config_pb2.py), pinned in vendor.lock.json; the base image's own site-packages stay untouched.
 VALIDATION_DIR = "/opt/trtllm-images/validation"
+# The same for the OpenAI front's processes (FRONTEND=openai): its HTTP server and client, schemas (vendor.lock.json).
+FRONT_DIR = "/opt/trtllm-images/front"
+# The variable that hands the admin key to the front's processes (read and dropped at their start).
+FRONT_KEY_VARIABLE = "TRTLLM_FRONT_ADMIN_KEY"
 # PID 1 of the images (ENTRYPOINT): passes signals to the server and reaps the ready-line watcher.
 TINI = "/opt/trtllm-images/bin/tini"
 
@@ -42,8 +46,9 @@ DEFAULT_OPENAI_PORT = 9000
 UID = 1000
 
 TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
+# Triton's own OpenAI frontend, in images from 24.12 (run by hand: docs/openai.md).
 OPENAI_FRONTEND_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
-# Where each frontend answers whether it is ready (Triton's KServe protocol; the OpenAI frontend's own route).
+# Where each frontend answers whether it is ready (Triton's KServe protocol; the OpenAI front's own route).
 READY_PATHS = {"triton": "/v2/health/ready", "openai": "/health/ready"}
 
 # The models of a filled repository by workflow, and the one clients call (SERVED_MODEL_NAME renames it). The

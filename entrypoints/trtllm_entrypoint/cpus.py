@@ -64,9 +64,18 @@ def usable_from(affinity: int, quota: float | None) -> int:
     return count
 
 
+MAX_FRONT_WORKERS = 8
+
+
 def default_instances(cpus: int) -> int:
     """The default instance count of pre- and postprocessing on `cpus` usable CPUs."""
     return max(1, min(cpus // CPUS_PER_INSTANCE, MAX_DEFAULT_INSTANCES))
+
+
+def default_front_workers(cpus: int) -> int:
+    """The OpenAI front's default process count: half the CPUs (tritonserver's Python models need the rest), at
+    most MAX_FRONT_WORKERS (measured: docs/benchmarks.md)."""
+    return max(1, min(cpus // 2, MAX_FRONT_WORKERS))
 
 
 def _read(path: Path) -> str | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtllm_entrypoint import contract, engine_build, launch, security
+from trtllm_entrypoint import contract, engine_build, launch
 from trtllm_entrypoint.models import Converter, ModelTable
 
 if TYPE_CHECKING:
@@ -89,18 +89,6 @@ def planned_uses(facts: ImageFacts, table: ModelTable, settings: Settings) -> li
             tuple(sorted(flags_in(launch.tritonserver_argv(full, _PLACEHOLDER, world_size=2, uid=1000)))),
         )
     ]
-    if facts.openai_frontend:
-        # Every optional part on: its KServe frontends, the restriction (where this tag takes it), the engine format.
-        openai = dataclasses.replace(full, frontend="openai", openai_kserve_frontends=True)
-        restrict = security.openai_restriction(openai, facts).argv()
-        argv = launch.openai_argv(openai, _PLACEHOLDER, _PLACEHOLDER, restrict)
-        uses.append(
-            ProgramUse(
-                "openai_frontend/main.py",
-                ("python3", contract.OPENAI_FRONTEND_MAIN, "--help"),
-                tuple(sorted(flags_in(argv))),
-            )
-        )
     if "engine" not in facts.workflows or "engine_build" not in facts.features:
         return uses
     spec = full.engine_spec

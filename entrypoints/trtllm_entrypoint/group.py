@@ -121,12 +121,12 @@ def ranks_per_pod(world_size: int, group: Group, gpus_per_pod: int) -> tuple[int
 
 
 def require_frontend(frontend: str, group: Group) -> None:
-    """Only tritonserver's ranks span pods (mpirun over ssh); the OpenAI frontend serves from one process, so the
-    other pods' ranks would never start. Refused before any download or build."""
+    """Only FRONTEND=triton is proven with ranks on other pods (mpirun over ssh, tests/docker/test_multinode.py);
+    the OpenAI front's supervised process tree is not. Refused before any download or build."""
     if frontend != "triton":
         raise UsageError(
-            f"FRONTEND={frontend} cannot serve a multi-pod group (LWS_GROUP_SIZE={group.size}): its frontend runs "
-            "in one pod, and the ranks on the other pods would never start",
+            f"FRONTEND={frontend} cannot serve a multi-pod group (LWS_GROUP_SIZE={group.size}): the OpenAI front "
+            "and its supervisor are served from one pod only",
             "use FRONTEND=triton in a multi-pod group (Triton's HTTP/gRPC API), or serve the OpenAI API from one "
             "pod (a LeaderWorkerSet of size 1, TP_SIZE x PP_SIZE within that pod's GPUs)",
         )

@@ -1,4 +1,4 @@
-"""The server command line (tritonserver, mpirun with one tritonserver per rank, or the OpenAI frontend) and the exec.
+"""The server command lines (tritonserver, or mpirun with one tritonserver per rank; the OpenAI front) and the exec.
 
 The server always replaces this process (`os.execvpe`) so that it receives the container's signals and its exit
 code is the container's; NVIDIA's launch_triton_server.py backgrounds mpirun and returns, which a container cannot use.
@@ -88,31 +88,25 @@ def tritonserver_argv(
     return argv
 
 
-def openai_argv(
-    settings: Settings, repository: Path, tokenizer: str | Path | None, restrict: Sequence[str] = ()
+def front_argv(
+    settings: Settings, repository: Path, tokenizer: Path, workflow: str, served_name: str, python: str
 ) -> list[str]:
-    """Triton's OpenAI frontend, which runs Triton in-process. `restrict`: security.openai_restriction's argv.
-    Its KServe frontends stay off unless OPENAI_KSERVE_FRONTENDS asks (settings allow that only with nothing
-    restricted): they cannot restrict APIs, and readiness comes from the frontend's own /health/ready."""
-    tokenizer = tokenizer or settings.model_id
-    if not tokenizer:
-        raise UsageError("FRONTEND=openai needs a tokenizer for chat templates, and no model is known", "set MODEL_ID")
-    argv = [
-        "python3",
-        contract.OPENAI_FRONTEND_MAIN,
-        f"--model-repository={repository}",
+    """One process of the OpenAI front (openai_front.py; the supervisor starts OPENAI_WORKERS of them). It asks
+    tritonserver's own HTTP endpoint on this host; the admin key reaches it in its environment, never here."""
+    return [
+        python,
+        "-m",
+        "trtllm_entrypoint.openai_front",
+        f"--port={settings.openai_port}",
+        f"--triton-url=http://127.0.0.1:{settings.http_port}",
+        f"--model-name={served_name}",
+        f"--workflow={workflow}",
+        f"--config={repository / served_name / 'config.pbtxt'}",
         f"--tokenizer={tokenizer}",
-        f"--openai-port={settings.openai_port}",
+        f"--restricted={','.join(security.front_restricted(settings))}",
+        f"--max-seq-len={settings.max_seq_len}",
+        f"--shutdown-timeout={settings.exit_timeout_secs}",
     ]
-    if settings.openai_kserve_frontends:
-        argv += [
-            "--enable-kserve-frontends",
-            f"--kserve-http-port={settings.http_port}",
-            f"--kserve-grpc-port={settings.grpc_port}",
-        ]
-    if settings.workflow == "engine":
-        argv.append("--backend=tensorrtllm")
-    return argv + list(restrict) + list(settings.triton_args)
 
 
 def server_argv(
@@ -122,15 +116,12 @@ def server_argv(
     world_size: int,
     *,
     uid: int | None = None,
-    tokenizer: str | Path | None = None,
     mpi_options: Sequence[str] = (),
     rank_options: Sequence[str] = (),
 ) -> list[str]:
     """The command that serves `repository`. TRITON_ARGS go to the program that serves the endpoints (rank 0)."""
     if world_size < 1:
         raise UsageError(f"world size must be at least 1, got {world_size}", "check TP_SIZE and PP_SIZE")
-    if settings.frontend == "openai":
-        return openai_argv(settings, repository, tokenizer, security.openai_restriction(settings, facts).argv())
     return tritonserver_argv(
         settings,
         repository,
@@ -140,14 +131,6 @@ def server_argv(
         mpi_options,
         rank_options,
     )
-
-
-def server_env(settings: Settings) -> dict[str, str]:
-    """Variables the server needs on top of the container's: the OpenAI frontend runs Triton in-process, so
-    TensorRT-LLM must spawn its own workers (orchestrator mode, as Triton's OpenAI frontend README sets it)."""
-    if settings.frontend == "openai" and settings.workflow == "engine":
-        return {"TRTLLM_ORCHESTRATOR": "1"}
-    return {}
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from trtllm_entrypoint import (
     serve_plan,
     server_args,
     sources,
+    supervise,
     trust,
 )
 from trtllm_entrypoint.credentials import check_typed_keys, token_values
@@ -64,6 +65,7 @@ class Prepared:
     launch: LaunchPlan
     argv: list[str]
     ready: dict[str, object]  # the fields of the line logged once the server answers readiness
+    front: list[str] | None = None  # FRONTEND=openai: one process of the OpenAI front (supervise.py runs them)
 
     @property
     def plan(self) -> ServePlan:
@@ -76,7 +78,9 @@ class Prepared:
                 "repository": str(self.launch.repository),
                 "engine_dir": str(self.launch.engine_dir) if self.launch.engine_dir else None,
                 "health_url": health_url(self.plan.health_port, self.plan.health_path),
-                "env": self.plan.env,
+                "front": None
+                if self.front is None
+                else {"argv": self.front, "workers": self.launch.settings.openai_workers},
                 "plan": self.launch.describe(),
                 "ready": self.ready,
             },
@@ -346,6 +350,7 @@ def warn_open_cache(cache_dir: Path, log: Log) -> None:
 
 def finish(resolved: LaunchPlan, log: Log) -> Prepared:
     argv = serve_plan.launch_argv(resolved)
+    front = serve_plan.front_argv(resolved, sys.executable or "python3")
     for warning in security.start_warnings(resolved.settings, resolved.facts):
         log.warn(warning)
     tokenizer = resolved.tokenizer
@@ -355,7 +360,7 @@ def finish(resolved: LaunchPlan, log: Log) -> Prepared:
             "the tokenizer has no chat_template: /v1/completions serves, /v1/chat/completions answers 400",
             tokenizer=tokenizer,
         )
-    return Prepared(launch=resolved, argv=argv, ready=ready.summary(resolved))
+    return Prepared(launch=resolved, argv=argv, ready=ready.summary(resolved), front=front)
 
 
 def ensure_engine(
@@ -426,7 +431,12 @@ def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoRetur
     log.info("starting the server", program=Path(prepared.argv[0]).name, repository=prepared.launch.repository)
     log.debug("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
     ready.spawn_watcher(url, log, prepared.ready)
-    launch.exec_argv(prepared.argv, {**env, **prepared.plan.env})
+    if prepared.front is None:
+        launch.exec_argv(prepared.argv, env)
+    settings = prepared.launch.settings
+    log.info("starting the OpenAI front", workers=settings.openai_workers, port=settings.openai_port)
+    front_env = supervise.front_environ(env, settings.admin_key)
+    sys.exit(supervise.run(prepared.argv, prepared.front, settings.openai_workers, env, front_env))
 
 
 def passthrough(args: list[str], env: dict[str, str]) -> int:

@@ -71,8 +71,7 @@ def summary(launch: LaunchPlan) -> dict[str, object]:
         endpoints["openai"] = f"http://localhost:{settings.openai_port}/v1"
     endpoints["http"] = f"http://localhost:{settings.http_port}"
     endpoints["grpc"] = f"localhost:{settings.grpc_port}"
-    if settings.frontend != "openai":  # the OpenAI frontend serves no metrics port
-        endpoints["metrics"] = f"http://localhost:{settings.metrics_port}/metrics"
+    endpoints["metrics"] = f"http://localhost:{settings.metrics_port}/metrics"
     return {
         "model": model.repo_id or str(model.path),
         "source": model.kind if model.repo_id is None else f"hub@{model.revision}",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from trtllm_entrypoint import contract, engine_config, launch, security
+from trtllm_entrypoint import contract, engine_config, fill, launch, security
 from trtllm_entrypoint.engine_config import BuiltEngine
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
@@ -48,7 +48,6 @@ class ServePlan:
     engine: Engine
     world_size: int  # ranks: a built engine's own, else TP_SIZE x PP_SIZE (which a cached engine's key holds)
     repository: Path  # the given repository, REPOSITORY_DIR, or the cache's (content-named below it)
-    env: dict[str, str]  # environment the server gets on top of the container's
     health_port: int  # where `health` asks whether the server is ready
     health_path: str  # and on which route (contract.READY_PATHS)
     typed_argv: tuple[str, ...] = ()  # a typed `tritonserver …` command: kept, with only its repository replaced
@@ -71,7 +70,6 @@ class ServePlan:
             "model": {"kind": self.model.kind, "path": _text(self.model.path), "repo_id": self.model.repo_id},
             "engine": self.engine,
             "repository": str(self.repository),
-            "env": self.env,
             "health_port": self.health_port,
             "health_path": self.health_path,
             "typed_argv": list(self.typed_argv) or None,
@@ -83,7 +81,7 @@ def _text(path: Path | None) -> str | None:
 
 
 def decide(settings: Settings, located: Located, typed_argv: tuple[str, ...] = ()) -> ServePlan:
-    """The one decision of what is served: workflow, engine, repository, the server's environment and port, and a
+    """The one decision of what is served: workflow, engine, repository, where readiness is asked, and a
     prebuilt engine's own parallelism and limits (a set value the engine cannot honour is refused here)."""
     model = located.source
     notes: list[str] = []
@@ -97,6 +95,11 @@ def decide(settings: Settings, located: Located, typed_argv: tuple[str, ...] = (
         notes.append("the model is a prebuilt engine: using the engine workflow (this image's default is llmapi)")
         workflow = "engine"
     settings = dataclasses.replace(settings, workflow=workflow)
+    if settings.frontend == "openai" and model.kind == "repository":
+        raise UsageError(
+            f"FRONTEND=openai serves the repositories the entrypoint fills, not the complete one at {model.path}",
+            "set FRONTEND=triton for a repository of your own, or give MODEL_ID a checkpoint or engine",
+        )
     engine: Engine
     if model.kind == "repository" and model.path is not None:  # a repository is always local
         engine, repository = "none", model.path
@@ -108,8 +111,7 @@ def decide(settings: Settings, located: Located, typed_argv: tuple[str, ...] = (
         model=model,
         engine=engine,
         repository=repository,
-        env=launch.server_env(settings),
-        # The OpenAI frontend's readiness is on its own port (its KServe frontends are off unless asked for).
+        # With FRONTEND=openai, the front's readiness: it answers ready once tritonserver does.
         health_port=settings.openai_port if settings.frontend == "openai" else settings.http_port,
         health_path=contract.READY_PATHS[settings.frontend],
         typed_argv=typed_argv,
@@ -171,7 +173,6 @@ def launch_argv(launch_plan: LaunchPlan) -> list[str]:
         p.facts,
         p.repository,
         p.world_size,
-        tokenizer=p.tokenizer,
         mpi_options=p.mpi_options,
         rank_options=p.rank_options,
     )
@@ -180,3 +181,14 @@ def launch_argv(launch_plan: LaunchPlan) -> list[str]:
         restrict = security.restriction(p.settings, p.facts).argv()
         return launch.rewrite_repository(p.plan.typed_argv, p.repository) + restrict
     return argv
+
+
+def front_argv(launch_plan: LaunchPlan, python: str) -> list[str] | None:
+    """The command of one OpenAI front process (FRONTEND=openai), else None."""
+    p = launch_plan
+    if p.settings.frontend != "openai":
+        return None
+    if p.tokenizer is None:  # a filled repository always has one (preflight.tokenizer_dir)
+        raise UsageError("FRONTEND=openai needs the model's tokenizer, and none was found", "set MODEL_ID")
+    name = fill.served_name(p.settings, p.plan.workflow)
+    return launch.front_argv(p.settings, p.repository, p.tokenizer, p.plan.workflow, name, python)

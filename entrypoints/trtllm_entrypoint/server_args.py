@@ -6,7 +6,7 @@ what the entrypoint sets (a second `--http-port` would make the health check pro
 replacing its repository. `parse` follows getopt_long, which tritonserver uses (measured on 2.51): any unique prefix
 of a long option is that option (`--model-repo=/x` serves /x), an ambiguous prefix is refused, a flag that takes a
 value takes the next argument whatever it looks like (`--log-file --model-store=/x` names a log file), and a flag
-without one refuses `=value`. The OpenAI frontend's argparse follows the same prefix rules. Pure.
+without one refuses `=value`. Pure.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ RESTRICTION = "RESTRICTED_APIS (and the key with TRITON_ADMIN_KEY or TRITON_ADMI
 HTTP_RESTRICTION = "--http-restricted-api"
 GRPC_RESTRICTION = "--grpc-restricted-protocol"
 RESTRICTION_FLAGS = (HTTP_RESTRICTION, GRPC_RESTRICTION)
-OPENAI_RESTRICTION_FLAG = "--openai-restricted-api"  # Triton's OpenAI frontend, server r25.09 on
 BACKEND_CONFIG = "--backend-config"
 REPOSITORY_FLAG = "--model-repository"  # --model-store is the same option
 SHM_PREFIX = "python,shm-region-prefix-name"
@@ -88,49 +87,10 @@ TRITONSERVER = (
     *_flags("--model-load-gpu-limit", "--strict-model-config", "--response-cache-byte-size", "--trace-file"),
     *_flags("--trace-level", "--trace-rate", "--trace-count", "--trace-log-frequency"),
 )
-# Triton's OpenAI frontend (server r24.12 python/openai/openai_frontend/main.py, argparse).
-OPENAI_FRONTEND = (
-    Flag("--help", value=False),
-    Flag("--model-repository", owner=REPOSITORY),
-    *_flags("--tokenizer", "--backend", "--tritonserver-log-verbose-level", "--host"),
-    Flag("--openai-port", owner="OPENAI_PORT"),
-    Flag("--uvicorn-log-level"),
-    # Its KServe HTTP/gRPC frontends take no restriction: every Triton API answers there without a key. Only the
-    # variable starts them, and only with RESTRICTED_APIS=none (settings.py).
-    Flag(
-        "--enable-kserve-frontends",
-        value=False,
-        owner="OPENAI_KSERVE_FRONTENDS=true (with RESTRICTED_APIS=none: they cannot restrict APIs)",
-        side_door="openai_kserve_frontends",
-    ),
-    Flag("--kserve-http-port", owner="HTTP_PORT"),
-    Flag("--kserve-grpc-port", owner="GRPC_PORT"),
-    # From r25.09: `--openai-restricted-api <apis> <header> <key>` (security.openai_restriction).
-    Flag(OPENAI_RESTRICTION_FLAG, owner=RESTRICTION),
-    # Later branches' flags (capabilities.yaml `flags.openai_frontend` says which tag has which; settings refuses
-    # a flag the image's own frontend lacks).
-    *_flags("--chat-template", "--lora-separator", "--tool-call-parser", "--default-max-tokens"),
-    *_flags("--model-control-mode", "--load-model", "--http-max-input-size", "--max-tool-call-parse-bytes"),
-)
-PROGRAMS = {"tritonserver": TRITONSERVER, "openai": OPENAI_FRONTEND}
 # Variables that open a side door in the server's environment: (variable, value, how to keep it closed, feature).
 # tritonserver turns Vertex AI on by itself when AIP_MODE=PREDICTION (its --help: "Default is true if
 # AIP_MODE=PREDICTION"; measured on 2.51: it starts the service).
 SIDE_DOOR_VARIABLES = (("AIP_MODE", "PREDICTION", "--allow-vertex-ai=false", "tritonserver_vertex_ai"),)
-
-
-def value_words(*values: str) -> list[str]:
-    """Values given to a parser as words of their own (argparse's nargs): none may read as an option. Secrets and
-    user values go as `--flag=value` wherever the parser allows it; where it does not, a value starting with '-' is
-    refused here (settings refuse such a key earlier, with the variable's name)."""
-    for value in values:
-        if not value or value.startswith("-"):
-            raise UsageError(
-                "a value passed as an argument of its own is empty or starts with '-' (the value is not shown), so "
-                "the server's parser would read it as an option",
-                "use values that do not start with '-' (admin keys: e.g. openssl rand -hex 32)",
-            )
-    return list(values)
 
 
 @dataclass(frozen=True)
@@ -216,35 +176,18 @@ def reserved_argument(args: Sequence[str], table: Sequence[Flag] = TRITONSERVER)
     return None
 
 
-def check_extra_arguments(
-    args: Sequence[str],
-    source: str = "TRITON_ARGS",
-    program: str = "tritonserver",
-    taken: Sequence[str] | None = None,
-    image: str = "",
-) -> None:
-    """`taken`: the flags this image's program takes, where known (the OpenAI frontend's differ per tag); an option
-    that is not one of them is refused, as the program's parser would refuse it at start."""
-    found_arg = reserved_argument(args, PROGRAMS[program])
+def check_extra_arguments(args: Sequence[str], source: str = "TRITON_ARGS") -> None:
+    found_arg = reserved_argument(args)
     if found_arg is not None:
         arg, variable = found_arg
         # The option's name only: the value of a restriction flag holds a key.
         raise UsageError(f"{source} may not contain {arg}: the entrypoint sets it itself", f"set {variable} instead")
-    if taken is None:
-        return
-    for option in parse(args, PROGRAMS[program]):
-        name = option.flag.name if option.flag is not None else option.given.partition("=")[0]
-        if name.startswith("--") and name not in taken and name != "--help":
-            raise UsageError(
-                f"{source} may not contain {name}: the {program} frontend of image {image} does not take it",
-                f"its flags: {', '.join(sorted(taken))}",
-            )
 
 
-def side_doors(args: Sequence[str], variables: Mapping[str, str], program: str = "tritonserver") -> list[str]:
+def side_doors(args: Sequence[str], variables: Mapping[str, str]) -> list[str]:
     """What in these arguments, or in `variables` (the server's values of SIDE_DOOR_VARIABLES), opens a route
     around the API restriction."""
-    options = parse(args, PROGRAMS[program])
+    options = parse(args)
     doors = []
     for option in options:
         if option.flag is None or option.flag.side_door is None:
@@ -252,23 +195,20 @@ def side_doors(args: Sequence[str], variables: Mapping[str, str], program: str =
         if option.flag.value and (option.value or "").strip().lower() in FALSE_WORDS:
             continue  # --allow-sagemaker=false keeps it closed
         doors.append(option.given if option.value is None else f"{option.given}={option.value}")
-    if program == "tritonserver":
-        for variable, value, closed_by, _feature in SIDE_DOOR_VARIABLES:
-            name, _, flag_value = closed_by.partition("=")
-            closed = any(o.flag is not None and o.flag.name == name and o.value == flag_value for o in options)
-            if variables.get(variable, "").strip() == value and not closed:
-                doors.append(f"{variable}={value} in the environment (without {closed_by})")
+    for variable, value, closed_by, _feature in SIDE_DOOR_VARIABLES:
+        name, _, flag_value = closed_by.partition("=")
+        closed = any(o.flag is not None and o.flag.name == name and o.value == flag_value for o in options)
+        if variables.get(variable, "").strip() == value and not closed:
+            doors.append(f"{variable}={value} in the environment (without {closed_by})")
     return doors
 
 
-def check_side_doors(
-    args: Sequence[str], variables: Mapping[str, str], source: str, program: str = "tritonserver"
-) -> None:
-    doors = side_doors(args, variables, program)
+def check_side_doors(args: Sequence[str], variables: Mapping[str, str], source: str) -> None:
+    doors = side_doors(args, variables)
     if doors:
         raise UsageError(
-            f"{source} opens a route around the API restriction: {', '.join(doors)} (SageMaker, Vertex AI and "
-            "the OpenAI frontend's KServe endpoints answer restricted APIs without the key)",
+            f"{source} opens a route around the API restriction: {', '.join(doors)} (SageMaker and Vertex AI "
+            "answer restricted APIs without the key)",
             "remove it, or set RESTRICTED_APIS=none to open every API on purpose",
         )
 

@@ -48,7 +48,7 @@ class CommandLine:
     server_args: tuple[str, ...] = ()  # after TRITON_ARGS on the server's command line
     ports: Mapping[str, int] = field(default_factory=dict)  # by field name; they win over the variables
     # A `tritonserver …` command typed by the user: its arguments are its own (not checked, its own API restriction
-    # flags win over RESTRICTED_APIS) and there is no OpenAI frontend.
+    # flags win over RESTRICTED_APIS) and there is no OpenAI front.
     typed_server: bool = False
 
 
@@ -124,8 +124,7 @@ class ServerSettings:
     metrics_port: int
     openai_port: int
     frontend: Frontend
-    # OPENAI_KSERVE_FRONTENDS: Triton's KServe HTTP/gRPC beside the OpenAI frontend; they cannot restrict APIs.
-    openai_kserve_frontends: bool
+    openai_workers: int  # processes of the OpenAI front (FRONTEND=openai), sharing OPENAI_PORT
     served_model_name: str | None
     log_format: LogFormat
     log_level: LogLevel = "info"  # LOG_LEVEL: debug adds the full tables and command lines
@@ -157,11 +156,6 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
     def engine_spec(self) -> EngineSpec:
         return EngineSpec(**{f.name: getattr(self, f.name) for f in fields(EngineSpec)})
 
-    @property
-    def server_program(self) -> str:
-        """Whose flags TRITON_ARGS are (server_args.PROGRAMS)."""
-        return "openai" if self.frontend == "openai" else "tritonserver"
-
     @classmethod
     def from_env(
         cls, environ: Mapping[str, str], facts: ImageFacts, command_line: CommandLine = CommandLine()
@@ -174,6 +168,7 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
             **_admin_values(env, command_line),
             **_instance_values(env, cpus.usable_cpus()),
         }
+        values["decoupled"] = _decoupled(env, values["frontend"])
         values["cache_dir"], values["cache_fallback_reason"] = _cache_dir(env)
         values["model_init_async"] = env.text("MODEL_INIT_MODE") == "async"
         # Presence matters (an empty NVIDIA_VISIBLE_DEVICES hides every GPU), so these are read as given.
@@ -188,9 +183,7 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
                 settings.triton_args,
                 side_door_variables(environ),
                 "TRITON_ARGS (or the command line)",
-                settings.server_program,
             )
-        _check_frontend(settings, facts)
         return settings
 
     def describe(self) -> dict[str, Any]:
@@ -297,21 +290,30 @@ def _limit_values(env: Env) -> dict[str, Any]:
 
 
 def _instance_values(env: Env, usable_cpus: int) -> dict[str, Any]:
-    """Python model instances; the default follows the CPUs the container may use (see cpus.py)."""
+    """Python model instances and the OpenAI front's processes; the defaults follow the CPUs the container may use
+    (see cpus.py)."""
     default = cpus.default_instances(usable_cpus)
     return {
         "preprocessing_instances": env.integer("PREPROCESSING_INSTANCES", default),
         "postprocessing_instances": env.integer("POSTPROCESSING_INSTANCES", default),
+        "openai_workers": env.integer("OPENAI_WORKERS", cpus.default_front_workers(usable_cpus)),
     }
+
+
+def _decoupled(env: Env, frontend: str) -> bool:
+    """The OpenAI front streams every answer (whole ones are the stream, gathered), so its model is decoupled."""
+    if frontend != "openai":
+        return env.boolean("DECOUPLED")
+    if env.text("DECOUPLED") is not None and not env.boolean("DECOUPLED"):
+        raise UsageError(
+            "DECOUPLED=false cannot serve FRONTEND=openai: the OpenAI front streams from a decoupled model",
+            "leave DECOUPLED unset with FRONTEND=openai (it is then true), or set FRONTEND=triton",
+        )
+    return True
 
 
 def _server_values(env: Env, facts: ImageFacts, command_line: CommandLine) -> dict[str, Any]:
     frontend = "triton" if command_line.typed_server else env.choice("FRONTEND")
-    if frontend == "openai" and not facts.openai_frontend:
-        raise bad("FRONTEND", "openai", f"triton (image {facts.tag} has no OpenAI-compatible frontend)")
-    kserve_frontends = env.boolean("OPENAI_KSERVE_FRONTENDS")
-    if kserve_frontends and frontend != "openai":
-        raise bad("OPENAI_KSERVE_FRONTENDS", "true", "false unless FRONTEND=openai (tritonserver serves KServe itself)")
     name = env.text("SERVED_MODEL_NAME")
     if name is not None and not SERVED_NAME.fullmatch(name):
         raise bad(
@@ -322,14 +324,9 @@ def _server_values(env: Env, facts: ImageFacts, command_line: CommandLine) -> di
         triton_args = tuple(shlex.split(raw_args))
     except ValueError as exc:
         raise bad("TRITON_ARGS", raw_args, f"arguments in shell quoting ({exc})") from None
-    program = "openai" if frontend == "openai" else "tritonserver"  # as Settings.server_program
-    # The OpenAI frontend's flags differ per tag (capabilities.yaml); tritonserver's are checked by its own table.
-    taken = facts.flags.get("openai_frontend") if program == "openai" else None
-    server_args.check_extra_arguments(triton_args, program=program, taken=taken, image=facts.tag)
+    server_args.check_extra_arguments(triton_args)
     if not command_line.typed_server:
-        server_args.check_extra_arguments(
-            command_line.server_args, source="the command line", program=program, taken=taken, image=facts.tag
-        )
+        server_args.check_extra_arguments(command_line.server_args, source="the command line")
     ports = {
         name: command_line.ports.get(name) or env.integer(name.upper())
         for name in ("http_port", "grpc_port", "metrics_port", "openai_port")
@@ -337,7 +334,6 @@ def _server_values(env: Env, facts: ImageFacts, command_line: CommandLine) -> di
     return {
         **ports,
         "frontend": frontend,
-        "openai_kserve_frontends": kserve_frontends,
         "served_model_name": name,
         "log_format": env.choice("LOG_FORMAT"),
         "log_level": env.choice("LOG_LEVEL"),
@@ -397,36 +393,6 @@ def _cache_dir(env: Env) -> tuple[Path, str | None]:
         f"which is lost with the container: mount a volume at {default} or set CACHE_DIR to keep engines"
     )
     return fallback, reason
-
-
-def _check_frontend(s: Settings, facts: ImageFacts) -> None:
-    """What this image's OpenAI frontend can serve, and what may be opened beside it (before any download)."""
-    if s.frontend != "openai":
-        return
-    if s.workflow == "llmapi" and "openai_frontend_llmapi" not in facts.features:
-        first = facts.first_tag_with.get("openai_frontend_llmapi")
-        where = f"from image {first} on" if first else "in no image of this matrix"
-        raise UsageError(
-            f"FRONTEND=openai cannot serve WORKFLOW=llmapi in image {facts.tag}: Triton's OpenAI frontend "
-            f"handles the llmapi model {where}",
-            "set WORKFLOW=engine (with a checkpoint that has an engine converter)"
-            + (f", or use image {first} or later" if first else ""),
-        )
-    if s.restricted_apis and s.admin_key.startswith("-"):
-        variable = "TRITON_ADMIN_KEY_FILE" if "triton_admin_key_file" in s.explicit else "TRITON_ADMIN_KEY"
-        raise UsageError(
-            f"{variable} is not allowed with FRONTEND=openai (the value is not shown): it starts with '-', and the "
-            "OpenAI frontend takes the key as an argument of its own, which its parser would read as an option",
-            "use a key that does not start with '-' (e.g. openssl rand -hex 32)",
-        )
-    if s.openai_kserve_frontends and s.restricted_apis:
-        raise bad(
-            "OPENAI_KSERVE_FRONTENDS",
-            "true",
-            "false while RESTRICTED_APIS closes APIs: Triton's KServe frontends beside the OpenAI one cannot "
-            f"restrict any ({', '.join(s.restricted_apis)} would be open); set RESTRICTED_APIS=none as well to "
-            "open them on purpose",
-        )
 
 
 def _check_relations(s: Settings) -> None:

@@ -285,7 +285,14 @@ TABLE: tuple[Variable, ...] = (
         low=0,
         high=86400,
     ),
-    Variable("DECOUPLED", SERVER, "boolean", "Streaming responses (Triton's decoupled mode).", default=False),
+    Variable(
+        "DECOUPLED",
+        SERVER,
+        "boolean",
+        "Streaming responses (Triton's decoupled mode).",
+        default=False,
+        shown_default="`false`; `true` with `FRONTEND=openai`, which streams (`false` is refused there)",
+    ),
     Variable(
         "PREPROCESSING_INSTANCES",
         SERVER,
@@ -340,23 +347,22 @@ TABLE: tuple[Variable, ...] = (
         "FRONTEND",
         SERVER,
         "choice",
-        "Which API to serve. `openai`: Triton's own frontend (`/v1/models`, `/v1/completions`, "
-        "`/v1/chat/completions`, streamed or not) on `OPENAI_PORT`, ready at `/health/ready` there; see "
-        "[The OpenAI-compatible API](openai.md).",
+        "Which APIs to serve. `triton`: Triton's HTTP/gRPC. `openai`: the same, plus an OpenAI-compatible API "
+        "(`/v1/models`, `/v1/completions`, `/v1/chat/completions`, streamed or not) on `OPENAI_PORT`, ready at "
+        "`/health/ready` there once Triton is; see [The OpenAI-compatible API](openai.md).",
         default="triton",
         choices=get_args(Frontend),
-        shown_allowed="`triton`; `openai` where the image has Triton's OpenAI frontend (from 24.12); with "
-        "`WORKFLOW=llmapi` only from 25.12 (earlier frontends cannot serve the llmapi model: refused at start)",
+        shown_allowed="`triton`, `openai` (every tag and workflow)",
     ),
     Variable(
-        "OPENAI_KSERVE_FRONTENDS",
+        "OPENAI_WORKERS",
         SERVER,
-        "boolean",
-        "Also serve Triton's KServe HTTP/gRPC protocol on `HTTP_PORT`/`GRPC_PORT` beside the OpenAI API. Off by "
-        "default because those frontends cannot restrict any API. Images whose frontend lacks Triton's "
-        "`tritonfrontend` package warn and serve without them.",
-        default=False,
-        also="only with `FRONTEND=openai` and `RESTRICTED_APIS=none`",
+        "integer",
+        "Processes of the OpenAI front (with `FRONTEND=openai`), sharing `OPENAI_PORT`.",
+        default=None,
+        shown_default="half the CPUs the container may use (at least 1, at most 8)",
+        low=1,
+        high=64,
     ),
     Variable(
         "SERVED_MODEL_NAME",
@@ -401,15 +407,13 @@ TABLE: tuple[Variable, ...] = (
         "TRITON_ARGS",
         SERVER,
         "special",
-        "Appended to the server command line: `tritonserver`'s (rank 0 with several GPUs), e.g. `--log-verbose=1`; "
-        "with `FRONTEND=openai`, the OpenAI frontend's.",
+        "Appended to the server command line: `tritonserver`'s (rank 0 with several GPUs), e.g. `--log-verbose=1`.",
         shown_default="empty",
         shown_allowed="arguments in shell quoting, except those the entrypoint sets: the repository "
-        "(`--model-repository`, `--model-store`), the ports (`--http-port`, `--grpc-port`, `--metrics-port`, and "
-        "the OpenAI frontend's `--openai-port`, `--kserve-http-port`, `--kserve-grpc-port`, "
-        "`--enable-kserve-frontends`) the shared-memory prefix (`--backend-config=python,shm-region-prefix-name=…`) "
-        "and the API restriction (`--http-restricted-api`, `--grpc-restricted-protocol`, `--openai-restricted-api`); "
-        "use `REPOSITORY_DIR`, the `*_PORT` variables, `OPENAI_KSERVE_FRONTENDS` and `RESTRICTED_APIS` instead",
+        "(`--model-repository`, `--model-store`), the ports (`--http-port`, `--grpc-port`, `--metrics-port`), "
+        "the shared-memory prefix (`--backend-config=python,shm-region-prefix-name=…`) "
+        "and the API restriction (`--http-restricted-api`, `--grpc-restricted-protocol`); "
+        "use `REPOSITORY_DIR`, the `*_PORT` variables and `RESTRICTED_APIS` instead",
     ),
     Variable(
         "RESTRICTED_APIS",

@@ -568,24 +568,20 @@ def test_a_broken_filled_config_is_refused_in_the_container_before_triton_starts
 
 
 def test_frontend_openai_serves_the_official_client_healthy_and_stops_cleanly(server, tiny_model, records, containers):
-    """FRONTEND=openai in the image: Triton's real OpenAI frontend (r24.12, what the stand-in carries) on
-    OPENAI_PORT, asked by the official client; the HEALTHCHECK follows its /health/ready; no KServe frontend."""
+    """FRONTEND=openai and nothing else: our OpenAI front on OPENAI_PORT beside tritonserver's own endpoints, asked by
+    the official client (streamed and not); the HEALTHCHECK follows the front's /health/ready; docker stop drains."""
     openai = pytest.importorskip("openai")
     delay, max_tokens = "0.3", 8  # a stream of 2.4 s, in flight when the container is stopped
     container = serve(
-        containers,
-        server,
-        tiny_model,
-        records,
-        env={"FRONTEND": "openai", "DECOUPLED": "true", "TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S": delay},
+        containers, server, tiny_model, records, env={"FRONTEND": "openai", "TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S": delay}
     )
     assert wait_health_status(container, timeout_s=180) == "healthy", logs(container)[-3000:]
     api = openai.OpenAI(base_url=f"http://{address(container)}:9000/v1", api_key="unused", max_retries=0, timeout=60)
-    listed = {model.id for model in api.models.list()}
+    listed = [model.id for model in api.models.list()]
     completion = api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=4)
     with pytest.raises(openai.BadRequestError) as no_template:  # the tiny tokenizer has no chat_template
         api.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": PROMPT}], max_tokens=4)
-    assert not ready_now(container), "Triton's KServe HTTP frontend must stay off in the OpenAI mode"
+    both = ready_now(container) and ready_now(container, route="/v2/models/ensemble/ready")
 
     def stream() -> list[str]:
         chunks = api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=max_tokens, stream=True)
@@ -596,9 +592,14 @@ def test_frontend_openai_serves_the_official_client_healthy_and_stops_cleanly(se
     assert request.is_alive(), "the stream must still be in flight when the container is stopped"
     container.stop(timeout=40)
     request.join(timeout=30)
-    assert "ensemble" in listed and set(tokens(completion.choices[0].text)) <= set(PROMPT_WORDS), completion
-    assert no_template.value.status_code == 400 and "chat" in no_template.value.response.text.lower()
+    assert listed == ["ensemble"] and set(tokens(completion.choices[0].text)) <= set(PROMPT_WORDS), completion
+    assert completion.choices[0].finish_reason == "length" and completion.usage.completion_tokens == 4
+    assert both, "Triton's own HTTP endpoint answers beside the front"
+    assert no_template.value.status_code == 400 and "chat_template" in no_template.value.response.text
     assert "error" not in outcome, f"{outcome.get('error')!r}\n{logs(container)[-3000:]}"
     assert len([piece for piece in outcome["result"] if piece]) == max_tokens, outcome["result"]
     assert container.wait(timeout=30)["StatusCode"] == 0, logs(container)[-3000:]
-    assert "has no chat_template" in logs(container)
+    output = logs(container)
+    assert "has no chat_template" in output
+    [line] = [line for line in output.splitlines() if "info: ready " in line]
+    assert "openai=http://localhost:9000/v1 http=http://localhost:8000 grpc=localhost:8001" in line

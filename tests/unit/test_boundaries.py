@@ -31,12 +31,28 @@ def imports(path: Path) -> list[tuple[str, bool]]:
     return found
 
 
+# The OpenAI front runs in processes of its own, with its libraries on a private path (contract.FRONT_DIR).
+FRONT_MODULES = {"openai_api.py": "openai_api", "openai_front.py": "openai_front"}
+FRONT_LIBRARIES = {"aiohttp", "msgspec", "jinja2", "tokenizers", "transformers"}
+
+
 def test_container_side_imports_only_the_standard_library_at_import_time():
     for path in sorted(CONTAINER.glob("*.py")):
+        if path.name in FRONT_MODULES:
+            assert {m for m, _ in imports(path)} - {"trtllm_entrypoint", "__future__"} - set(
+                sys.stdlib_module_names
+            ) <= FRONT_LIBRARIES, path.name
+            continue
         for module, at_import in imports(path):
             if module in ("trtllm_entrypoint", "__future__") or module in sys.stdlib_module_names:
                 continue
             assert module in LAZY_ONLY and not at_import, f"{path.name} imports {module}"
+
+
+def test_only_the_front_imports_the_front():
+    for path in sorted(CONTAINER.glob("*.py")):
+        if path.name not in FRONT_MODULES:
+            assert not our_imports(path, "trtllm_entrypoint") & set(FRONT_MODULES.values()), path.name
 
 
 # The container's modules that hold facts the host needs too; each imports no other module of ours but these.
@@ -148,7 +164,16 @@ def test_container_side_compiles_and_imports_on_python_3_10():
 # Only these read the environment: the settings parse it (through environment.py's typed reads, and credentials.py
 # masks every URL password it holds), the facts say what the image is, main hands the mapping on, and `health` (the
 # image's HEALTHCHECK, a process of its own) falls back to the ports it names without parsing every setting.
-ENVIRONMENT_READERS = {"settings.py", "environment.py", "credentials.py", "facts.py", "main.py", "health.py"}
+# openai_front.py is a program of its own: the admin key is handed to it in its environment.
+ENVIRONMENT_READERS = {
+    "settings.py",
+    "environment.py",
+    "credentials.py",
+    "facts.py",
+    "main.py",
+    "health.py",
+    "openai_front.py",
+}
 ENVIRONMENT_NAMES = {"env", "environ", "environment"}
 OS_ENVIRONMENT = {"environ", "environb", "getenv", "getenvb"}
 

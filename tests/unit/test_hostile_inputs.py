@@ -3,14 +3,12 @@ shared TMPDIR, hub answers, group settings."""
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
 import shlex
 import stat
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ import pytest
 from tests import image_data
 from tests.fake_hub import FakeHub
 from tests.unit.test_main import Image, templates_for
-from trtllm_entrypoint import group, health, hub_answer, launch, main, paths, security, server_args, trust
+from trtllm_entrypoint import group, health, hub_answer, launch, main, paths, trust
 from trtllm_entrypoint import settings as settings_mod
 from trtllm_entrypoint.credentials import generated_key
 from trtllm_entrypoint.errors import UsageError
@@ -32,17 +30,6 @@ def writable_default_cache(monkeypatch, tmp_path):
     monkeypatch.setattr(settings_mod.contract, "DEFAULT_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def frontend_parser() -> argparse.ArgumentParser:
-    """How Triton's OpenAI frontend (r25.09 on) declares its restriction flag: three words per use, appended."""
-    parser = argparse.ArgumentParser(exit_on_error=False)
-    parser.add_argument("--model-repository")
-    parser.add_argument("--tokenizer")
-    parser.add_argument("--openai-port", type=int)
-    parser.add_argument("--backend")
-    parser.add_argument("--openai-restricted-api", nargs=3, action="append")
-    return parser
-
-
 def test_generated_keys_never_look_like_an_option():
     keys = [generated_key() for _ in range(5000)]
     assert not any(key.startswith("-") for key in keys)
@@ -52,57 +39,30 @@ def test_generated_keys_never_look_like_an_option():
 OPENAI = {"FRONTEND": "openai", "MODEL_ID": "org/model", "WORKFLOW": "engine"}
 
 
-def test_the_default_start_passes_its_generated_key_to_the_frontends_parser():
-    """Every start's key survives the parser (token_urlsafe gave a key starting with '-' about once in 64 starts)."""
-    for _ in range(500):
-        settings = Settings.from_env(OPENAI, OPENAI_FACTS)
-        argv = launch.server_argv(settings, OPENAI_FACTS, Path("/repo"), 1, tokenizer="/tok")
-        parsed = frontend_parser().parse_args(argv[2:])
-        assert parsed.openai_restricted_api[0][2] == settings.admin_key
+def launch_words(env: dict[str, str]) -> tuple[Settings, list[str]]:
+    """Every word the launch passes: tritonserver's (or mpirun's) and, with FRONTEND=openai, one front worker's."""
+    settings = Settings.from_env(env, OPENAI_FACTS)
+    argv = launch.server_argv(settings, OPENAI_FACTS, Path("/repo"), settings.world_size, uid=1)
+    if settings.frontend == "openai":
+        argv += launch.front_argv(settings, Path("/repo"), Path("/tok"), "engine", "ensemble", "python3")
+    return settings, argv
 
 
-@pytest.mark.parametrize("key", ["-starts-with-a-dash-0123", "--looks-like-a-flag-0123", "-1234567890123456"])
-def test_a_given_key_that_reads_as_an_option_is_refused_for_the_openai_frontend(key, tmp_path):
-    with pytest.raises(UsageError, match="TRITON_ADMIN_KEY is not allowed with FRONTEND=openai") as error:
-        Settings.from_env({**OPENAI, "TRITON_ADMIN_KEY": key}, OPENAI_FACTS)
-    assert key not in str(error.value)
-    key_file = tmp_path / "key"
-    key_file.write_text(key)
-    with pytest.raises(UsageError, match="TRITON_ADMIN_KEY_FILE is not allowed"):
-        Settings.from_env({**OPENAI, "TRITON_ADMIN_KEY_FILE": str(key_file)}, OPENAI_FACTS)
-    # tritonserver takes it inside one `--flag=value` word, which no parser splits
-    facts = replace(image_data.FACTS, features=("restricted_apis",))
-    argv = security.restriction(Settings.from_env({"TRITON_ADMIN_KEY": key}, facts), facts).argv()
-    assert argv and all(word.startswith("--") and word.endswith(f":admin-key={key}") for word in argv)
-
-
-def test_no_value_word_of_any_launch_reads_as_an_option():
-    """Every argument the launch gives is an option (`--name` or `--name=value`), or a value word that cannot be
-    read as one."""
-    for env in (OPENAI, {"TP_SIZE": "2"}, {}):
-        settings = Settings.from_env(env, OPENAI_FACTS)
-        argv = launch.server_argv(settings, OPENAI_FACTS, Path("/repo"), settings.world_size, tokenizer="/tok", uid=1)
-        words = [i for i, word in enumerate(argv) if word == server_args.OPENAI_RESTRICTION_FLAG]
-        value_words = {i + n for i in words for n in (1, 2, 3)}
-        assert words or env != OPENAI
-        for i, word in enumerate(argv):
-            if i in value_words:
-                assert not word.startswith("-"), shlex.join(argv)
+@pytest.mark.parametrize("key", [None, "-starts-with-a-dash-0123", "--looks-like-a-flag-0123"])
+@pytest.mark.parametrize("env", [OPENAI, {"TP_SIZE": "2"}, {}], ids=["openai", "mpirun", "triton"])
+def test_no_launch_word_is_a_secret_or_reads_as_an_option_it_is_not(env, key):
+    """Every argument the launch gives is an option (`--name`, `--name=value`, mpirun's -n/-x, python's -m) or a
+    plain value; the admin key, generated or given (a given one may start with '-'), is only ever inside one
+    `--flag=…` word, which no parser splits, and never in the OpenAI front's command line (its environment has it)."""
+    for _ in range(50 if key is None else 1):  # generated keys: token_urlsafe gave one starting with '-' 1 in 64
+        settings, argv = launch_words({**env, **({"TRITON_ADMIN_KEY": key} if key else {})})
+        for word in argv:
+            if settings.admin_key in word:
+                assert word.startswith("--") and "=" in word and word.endswith(f"admin-key={settings.admin_key}")
             elif word.startswith("-"):
-                assert word.startswith("--") or word in ("-n", "-x"), shlex.join(argv)
-
-
-def test_value_words_refuses_what_reads_as_an_option():
-    assert server_args.value_words("inference", "admin-key", "k" * 20) == ["inference", "admin-key", "k" * 20]
-    for bad in ("-k", "--x", ""):
-        with pytest.raises(UsageError, match="starts with '-'") as error:
-            server_args.value_words("inference", bad)
-        assert bad not in error.value.message or not bad
-
-
-# --- fixed names under a shared TMPDIR ----------------------------------------------------------------------------
-# Another UID cannot be played here without root, so its planted names are links and directories made beforehand
-# under the names an earlier version used, and names of this UID's state that are not private.
+                assert word.startswith("--") or word in ("-n", "-x", "-m"), shlex.join(argv)
+        front = argv[argv.index("trtllm_entrypoint.openai_front") :] if "trtllm_entrypoint.openai_front" in argv else []
+        assert not any(settings.admin_key in word for word in front)
 
 
 @pytest.fixture
@@ -433,89 +393,6 @@ def test_the_openai_frontend_in_a_multi_pod_group_is_refused_before_any_download
         hub.close()
     assert hub.requests == []
     assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*.json"))
-
-
-# --- the OpenAI frontend's flags and route groups, per tag --------------------------------------------------------
-
-
-def openai_tags() -> list[str]:
-    from trtllm_images import matrix
-
-    return [entry.tag for entry in matrix.load().entries if image_data.image_facts(entry.tag).openai_frontend]
-
-
-def test_the_flag_table_holds_every_flag_any_tags_frontend_takes():
-    table = {flag.name for flag in server_args.OPENAI_FRONTEND} - {"--help"}
-    taken = set().union(*(image_data.image_facts(tag).flags["openai_frontend"] for tag in openai_tags()))
-    assert taken == table
-
-
-def test_the_oldest_frontends_flags_are_its_own_parsers():
-    """r24.12's main.py (the upstream copy the tests run) declares exactly the flags the data gives 24.12 tags."""
-    import ast
-
-    from tests.upstream_files import upstream_path
-
-    main_py = upstream_path("triton/server-r24.12/python/openai/openai_frontend/main.py")
-    declared = {
-        node.args[0].value
-        for node in ast.walk(ast.parse(main_py.read_text()))
-        if isinstance(node, ast.Call)
-        and getattr(node.func, "attr", "") == "add_argument"
-        and node.args
-        and isinstance(node.args[0], ast.Constant)
-    }
-    assert declared == set(image_data.image_facts("25.01").flags["openai_frontend"])
-
-
-@pytest.mark.parametrize(
-    "tag,args,refused",
-    [
-        ("25.09", "--model-control-mode=explicit --load-model=ensemble", "--model-control-mode"),
-        ("26.04", "--model-control-mode=explicit --load-model=ensemble", None),
-        ("26.04", "--startup-models=ensemble", "--startup-models"),
-        ("25.01", "--chat-template=/t.jinja", "--chat-template"),
-        ("25.05", "--chat-template /t.jinja --tool-call-parser=llama3", None),
-        ("26.05", "--http-max-input-size=1024", "--http-max-input-size"),
-        ("26.07", "--max-tool-call-parse-bytes=10 --http-max-input-size=1024", None),
-    ],
-)
-def test_triton_args_for_the_openai_frontend_hold_only_its_own_tags_flags(tag, args, refused):
-    facts = image_data.image_facts(tag)
-    env = {**OPENAI, "TRITON_ARGS": args, "WORKFLOW": "engine" if "engine" in facts.workflows else "llmapi"}
-    if refused is None:
-        assert Settings.from_env(env, facts).triton_args == tuple(shlex.split(args))
-        return
-    with pytest.raises(UsageError, match=f"may not contain {refused}: the openai frontend of image {tag}"):
-        Settings.from_env(env, facts)
-
-
-def test_every_route_group_a_tags_frontend_defines_is_closed_but_health():
-    for tag in openai_tags():
-        facts = image_data.image_facts(tag)
-        env = {**OPENAI, "WORKFLOW": "engine" if "engine" in facts.workflows else "llmapi"}
-        restriction = security.openai_restriction(Settings.from_env(env, facts), facts)
-        if "openai_restricted_api" not in facts.features:
-            assert not restriction.supported, tag
-            continue
-        defined = {f.removeprefix("openai_api_group_") for f in facts.features if f.startswith("openai_api_group_")}
-        assert defined >= {"inference", "model-repository", "metrics", "health"}, tag
-        # load and unload (POST /v1/models/…) are in model-repository, which the default closes
-        assert set(restriction.apis) == {"model-repository", "metrics"}, tag
-        everything = Settings.from_env(
-            {**env, "TRITON_ADMIN_KEY": "k" * 20, "RESTRICTED_APIS": "inference,model-repository,statistics"}, facts
-        )
-        assert set(security.openai_restriction(everything, facts).apis) == defined - {"health"}, tag
-
-
-def test_a_route_group_a_later_frontend_adds_is_closed_from_the_data_alone():
-    facts = image_data.image_facts("26.07")
-    later = replace(facts, features=(*facts.features, "openai_api_group_model-management", "openai_api_group_admin"))
-    env = {**OPENAI, "WORKFLOW": "engine" if "engine" in facts.workflows else "llmapi"}
-    apis = security.openai_restriction(Settings.from_env(env, later), later).apis
-    assert {"model-repository", "model-management", "admin"} <= set(apis) and "health" not in apis
-    opened = Settings.from_env({**env, "RESTRICTED_APIS": "none"}, later)
-    assert security.openai_restriction(opened, later).argv() == []
 
 
 @needs_root

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 
@@ -23,7 +24,7 @@ from tests.upstream_files import UpstreamMissing, upstream_path
 from tests.upstream_files import find as find_upstream
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import kserve, kserve_findings, kserve_options, matrix, scaling
+from trtllm_images import kserve, kserve_checks, kserve_findings, kserve_options, matrix, scaling
 from trtllm_images.plan import make_build_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -222,7 +223,7 @@ def grid():
         "s3-storage": {"storage_uri": "s3://bucket/llama-8b"},
     }
     for cache, namespaced, warm, (source, kwargs), tp in itertools.product(
-        kserve_options.CACHE_MODES, (False, True), (False, True), sources.items(), (1, 2, 4)
+        kserve_checks.CACHE_MODES, (False, True), (False, True), sources.items(), (1, 2, 4)
     ):
         if warm and (cache != "pvc" or source == "s3-storage"):
             continue
@@ -748,6 +749,48 @@ def test_command_line_names_only_what_differs_from_the_defaults():
     )
 
 
+def test_the_cli_takes_its_defaults_from_kserve_options():
+    """`build.py kserve` with only the required flags gives KServeOptions' own defaults, and each click option's
+    default is its field's: a default is written once, in the dataclass."""
+    from trtllm_images.cli import kserve_command
+
+    context = kserve_command.make_context("kserve", ["--tag", "25.01", "--model-id", HUB_MODEL])
+    flags = {k: v for k, v in context.params.items() if k not in ("matrix_path", "out_dir")}
+    assert kserve_options.from_flags(flags) == kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL)
+    for field in dataclasses.fields(kserve.KServeOptions):
+        if field.name in ("tag", "model_id"):
+            continue
+        (option,) = (o for o in kserve_options.OPTIONS if o.field == field.name and not o.clears)
+        parsed = flags[option.keyword]
+        if isinstance(field.default, bool):  # a switch: given, it flips the field's default
+            assert parsed is False, field.name
+        elif option.follows:  # left out, the field takes another's value (from_flags above)
+            assert parsed is None, field.name
+        else:
+            assert parsed == field.default, field.name
+    assert {o.keyword for o in kserve_options.OPTIONS} == set(flags), "every click option of kserve is in OPTIONS"
+    with pytest.raises(click.MissingParameter) as missing:  # a field without a default is a required flag
+        kserve_command.make_context("kserve", ["--model-id", HUB_MODEL])
+    assert missing.value.param is not None and missing.value.param.name == "tag"
+
+
+def test_flags_round_trip_through_the_option_table():
+    """The command line stamped into generated files (to_flags) parses back into the same options (from_flags)."""
+    from trtllm_images.cli import kserve_command
+
+    options = dataclasses.replace(KNOBS_OPTIONS, hf_token_secret=None, admin_key_secret=None, storage_readonly=False)
+
+    context = kserve_command.make_context("kserve", kserve_options.to_flags(options))
+    flags = {k: v for k, v in context.params.items() if k not in ("matrix_path", "out_dir")}
+    assert kserve_options.from_flags(flags) == options
+
+
+def test_messages_name_only_flags_that_exist():
+    text = (REPO / "trtllm_images" / "kserve_checks.py").read_text()
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", text))
+    assert named and named <= {o.name for o in kserve_options.OPTIONS}, named - {o.name for o in kserve_options.OPTIONS}
+
+
 def test_write_files_leaves_no_temp_files(tmp_path, entry):
     files = kserve.render_files(kserve.make_kserve_plan(_matrix(), DEPLOY_OPTIONS))
     written = kserve.write_files(tmp_path / "out", files)
@@ -884,11 +927,7 @@ def test_the_entrypoint_accepts_every_generated_environment(options, entry, tmp_
         assert settings.tp_size == options.tp_size, kind
         if kind == "InferenceService" and options.frontend == "openai":
             # The OpenAI API on KServe's HTTP port, where the probes ask; nothing else is served.
-            assert (settings.frontend, settings.openai_port, settings.openai_kserve_frontends) == (
-                "openai",
-                8080,
-                False,
-            )
+            assert (settings.frontend, settings.openai_port) == ("openai", 8080)
         elif kind == "InferenceService":
             assert (settings.http_port, settings.grpc_port) == (8080, 9000)
 
@@ -1111,7 +1150,7 @@ SHARING = {
 
 
 @pytest.mark.parametrize("case", SHARING)
-@pytest.mark.parametrize("mode", kserve_options.ACCESS_MODES)
+@pytest.mark.parametrize("mode", kserve_checks.ACCESS_MODES)
 def test_a_cache_pvc_that_several_pods_mount_is_read_write_many(case, mode):
     """Pods that may sit on different nodes cannot share a ReadWriteOnce volume: such a PVC is refused with one line
     naming what to pass; ReadWriteMany is written as asked; one pod alone may have ReadWriteOnce."""

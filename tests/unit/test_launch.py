@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from tests.image_data import FACTS, image_facts
-from trtllm_entrypoint import contract, launch, server_args
+from trtllm_entrypoint import contract, launch
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.settings import Settings
 
@@ -108,83 +108,44 @@ def openai_settings(facts=FACTS, **env):
     return Settings.from_env({"CACHE_DIR": "/var/cache/trtllm", "FRONTEND": "openai", **env}, facts)
 
 
-def test_openai_frontend_engine_workflow_serves_no_kserve_frontends():
-    settings = openai_settings(HTTP_PORT="8080", GRPC_PORT="9001", TRITON_ARGS="--uvicorn-log-level=warning")
-    argv = launch.server_argv(settings, FACTS, REPO, 2, uid=1000, tokenizer=Path("/models/tok"))
-    # 25.05's frontend cannot restrict its routes: nothing to pass; its KServe frontends stay off (secure default).
-    assert argv == [
-        "python3",
-        contract.OPENAI_FRONTEND_MAIN,
-        f"--model-repository={REPO}",
-        "--tokenizer=/models/tok",
-        "--openai-port=9000",
-        "--backend=tensorrtllm",
-        "--uvicorn-log-level=warning",
-    ]
-    # TP_SIZE=2 is one process: Triton in-process, TensorRT-LLM spawning its own workers (orchestrator mode).
-    assert "mpirun" not in argv and launch.server_env(settings) == {"TRTLLM_ORCHESTRATOR": "1"}
-
-
-def test_kserve_frontends_beside_the_openai_one_only_when_asked_and_nothing_is_restricted():
-    settings = openai_settings(OPENAI_KSERVE_FRONTENDS="true", RESTRICTED_APIS="none", HTTP_PORT="8080")
-    argv = launch.server_argv(settings, FACTS, REPO, 1, uid=1000, tokenizer=Path("/tok"))
-    assert argv[5:8] == ["--enable-kserve-frontends", "--kserve-http-port=8080", "--kserve-grpc-port=8001"]
-    with pytest.raises(UsageError, match=r"OPENAI_KSERVE_FRONTENDS='true' is not allowed: .*RESTRICTED_APIS=none"):
-        openai_settings(OPENAI_KSERVE_FRONTENDS="true")
-    with pytest.raises(UsageError, match="unless FRONTEND=openai"):
-        make_settings(OPENAI_KSERVE_FRONTENDS="true")
-
-
 @pytest.mark.parametrize(
-    "tag,apis,expected",
-    [
-        ("25.09", None, ["model-repository,metrics"]),  # the default list: model-repository and statistics map
-        ("25.09", "inference,model-repository", ["inference,model-repository"]),
-        ("25.09", "shared-memory,trace", []),  # nothing the frontend serves
-        ("25.09", "none", []),
-        ("25.08", None, []),  # r25.08's main.py has no --openai-restricted-api
-        ("24.12", None, []),
-    ],
+    "tag,workflow", [(tag, wf) for tag in ("24.04", "25.01", "26.07") for wf in image_facts(tag).workflows]
 )
-def test_openai_routes_are_restricted_with_the_admin_key_where_the_frontend_can(tag, apis, expected):
+def test_openai_runs_tritonserver_as_triton_mode_does_plus_the_front(tag, workflow):
     facts = image_facts(tag)
-    key = "k" * 32
-    env = {"TRITON_ADMIN_KEY": key, "WORKFLOW": "engine", **({"RESTRICTED_APIS": apis} if apis else {})}
-    argv = launch.server_argv(openai_settings(facts, **env), facts, REPO, 1, uid=1000, tokenizer=Path("/tok"))
-    flag = [i for i, arg in enumerate(argv) if arg == "--openai-restricted-api"]
-    # nargs=3 in r25.09's main.py: the APIs, the header, its value (the same key as tritonserver's restriction).
-    assert [argv[i + 1] for i in flag] == expected
-    assert all(argv[i + 2 : i + 4] == ["admin-key", key] for i in flag)
-    assert ("--openai-restricted-api" in facts.flags["openai_frontend"]) == (tag >= "25.09")
+    settings = openai_settings(facts, WORKFLOW=workflow, TRITON_ADMIN_KEY="k" * 20, RESTRICTED_APIS="inference")
+    triton = Settings.from_env({"CACHE_DIR": "/var/cache/trtllm", "WORKFLOW": workflow, "TRITON_ADMIN_KEY": "k" * 20,
+                                "RESTRICTED_APIS": "inference"}, facts)  # fmt: skip
+    repo = Path("/repo")
+    argv = launch.server_argv(settings, facts, repo, 1, uid=1000)
+    assert argv == launch.server_argv(triton, facts, repo, 1, uid=1000)  # the same tritonserver, restrictions too
+    assert any(a.startswith("--http-restricted-api=inference:") for a in argv)
+    front = launch.front_argv(settings, repo, Path("/tok"), workflow, "served", "/py")
+    assert front[:3] == ["/py", "-m", "trtllm_entrypoint.openai_front"]
+    assert f"--config={repo / 'served' / 'config.pbtxt'}" in front and "--restricted=inference" in front
+    assert f"--triton-url=http://127.0.0.1:{settings.http_port}" in front and f"--workflow={workflow}" in front
+    assert f"--max-seq-len={settings.max_seq_len}" in front  # a chat answer's default room
+    assert not any("k" * 20 in arg for arg in front)  # the key reaches the front in its environment only
+    assert settings.decoupled  # streaming follows from the front
+    if workflow == "engine":  # several GPUs: the ranks under mpirun, as in Triton mode; the front stays one command
+        assert launch.server_argv(settings, facts, repo, 2, uid=1000)[0] == "mpirun"
 
 
-@pytest.mark.parametrize("tag", ["25.05", "25.08", "25.11"])
-def test_openai_with_the_llmapi_workflow_is_refused_where_the_frontend_cannot_serve_it(tag):
-    with pytest.raises(UsageError) as refused:
-        openai_settings(image_facts(tag), WORKFLOW="llmapi", MODEL_ID="org/name")
-    assert f"cannot serve WORKFLOW=llmapi in image {tag}" in refused.value.message
-    assert "from image 25.12 on" in refused.value.message and "25.12 or later" in refused.value.hint
+def test_openai_refuses_decoupled_false_and_takes_true():
+    with pytest.raises(UsageError, match="DECOUPLED=false cannot serve FRONTEND=openai") as refused:
+        openai_settings(DECOUPLED="false")
+    assert "leave DECOUPLED unset" in refused.value.hint
+    assert openai_settings(DECOUPLED="true").decoupled
+    assert not make_settings().decoupled  # Triton mode keeps its default
 
 
-def test_openai_frontend_serves_no_unrestrictable_kserve_endpoints_while_apis_are_restricted():
-    settings = make_settings(FRONTEND="openai", MODEL_ID="org/name")
-    argv = launch.server_argv(settings, FACTS, REPO, 1, uid=1000)
-    assert not [arg for arg in argv if "kserve" in arg]
-    assert server_args.side_doors(argv[2:], {}, "openai") == []
+def test_front_workers_follow_the_cpus_unless_set(monkeypatch):
+    from trtllm_entrypoint import cpus
 
-
-def test_openai_frontend_llmapi_and_tokenizer_fallback():
-    facts = image_facts("25.12")
-    settings = openai_settings(facts, WORKFLOW="llmapi", MODEL_ID="org/name")
-    argv = launch.server_argv(settings, facts, REPO, 1, uid=1000)
-    assert "--tokenizer=org/name" in argv and not any(a.startswith("--backend") for a in argv)
-    assert launch.server_env(settings) == {}
-    assert launch.server_env(make_settings()) == {}
-
-
-def test_openai_frontend_without_any_tokenizer_is_a_usage_error():
-    with pytest.raises(UsageError, match="tokenizer"):
-        launch.server_argv(make_settings(FRONTEND="openai"), FACTS, REPO, 1, uid=1000)
+    assert [cpus.default_front_workers(n) for n in (1, 2, 3, 16, 64)] == [1, 1, 1, 8, 8]
+    assert openai_settings(OPENAI_WORKERS="3").openai_workers == 3
+    with pytest.raises(UsageError, match="OPENAI_WORKERS"):
+        openai_settings(OPENAI_WORKERS="0")
 
 
 def test_world_size_below_1_is_refused():

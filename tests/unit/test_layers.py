@@ -42,7 +42,6 @@ def test_hides_the_start():
         ((), (), HERE, "pure"),
         (("process",), ("tmp_path",), HERE, "process"),
         ((), ("tmp_path", "real_triton"), HERE, "real_server"),
-        ((), ("real_openai",), HERE, "real_server"),
         (("real_server",), ("real_triton",), HERE, "real_server"),
         ((), (), REPO / "tests" / "docker" / "test_e2e.py", "docker"),
         (("skipif", "parametrize"), (), HERE, "pure"),

@@ -27,7 +27,7 @@ def measured(openai_gap_s: float, openai_seconds: float = 1.0, openai_server_cpu
         runs[(ob.OPENAI.name, c)] = [run(c, openai_gap_s, seconds=openai_seconds)]
         cpu[(ob.TRITON.name, c)] = [ob.CpuUse(0.2, 0.1)]
         cpu[(ob.OPENAI.name, c)] = [ob.CpuUse(openai_server_cpu_s, 0.1)]
-    return {"runs": runs, "cpu": cpu, "ready": {"generate_stream": [1.0, 1.2, 1.1], "openai": [2.0, 2.2, 2.1]}}
+    return {"runs": runs, "cpu": cpu, "ready": {"openai": [2.0, 2.2, 2.1]}}
 
 
 def by_name(metrics):
@@ -40,7 +40,7 @@ def test_the_c16_rows_are_the_targets_and_pass_when_the_frontend_adds_little():
     assert added.value == pytest.approx(0.5) and added.status == "pass"
     assert rows["openai vs generate_stream c=16: tokens/s ratio"].status == "pass"
     assert rows["openai vs generate_stream c=1: p50 ITL added"].status == "info"  # c=1: information only
-    assert rows["time to ready: openai server (openai: the frontend's /health/ready)"].value == 2.1
+    assert rows["time to ready: tritonserver and the OpenAI front (its /health/ready)"].value == 2.1
 
 
 def test_a_slower_frontend_fails_both_targets():
@@ -86,7 +86,7 @@ def test_group_cpu_counts_every_live_process_of_the_group(process_group):
 
 
 @pytest.mark.process
-def test_roles_name_the_frontend_and_each_stub_by_its_model(tmp_path):
+def test_roles_name_the_supervisor_and_each_stub_by_its_model(tmp_path):
     stub = tmp_path / "triton_python_backend_stub"
     stub.write_text("#!/bin/sh\nsleep 30\n")  # no exec: the shell keeps the stub's command line
     stub.chmod(0o755)
@@ -104,7 +104,7 @@ def test_roles_name_the_frontend_and_each_stub_by_its_model(tmp_path):
         while "stub postprocessing" not in (roles := ob.process_roles(leader.pid)).values():
             assert time.monotonic() < deadline, roles
             time.sleep(0.05)
-        assert roles[leader.pid] == "frontend"
+        assert roles[leader.pid] == "supervisor"
         assert os.getpid() not in roles  # another process group
     finally:
         os.killpg(leader.pid, signal.SIGKILL)

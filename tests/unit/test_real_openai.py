@@ -1,41 +1,42 @@
-"""FRONTEND=openai for real, without Docker: the command line `trtllm-entrypoint prepare` prints, run by Triton's
-OpenAI frontend (server r24.12's main.py, unmodified) on the real tritonserver 2.51.0 core, asked by the official
-`openai` client. Real: the frontend, the in-process server, the Python backend and ensemble scheduler, our
-repository and command line. Doubles: the engine (tests/doubles) and what the stored templates lack."""
+"""FRONTEND=openai for real, without Docker: the plan `trtllm-entrypoint prepare` prints with only MODEL_ID and
+FRONTEND=openai set (tritonserver's command line and our OpenAI front's), run by the entrypoint's supervisor with the
+real tritonserver 2.51.0, asked by the official `openai` client, streamed and not. Real: tritonserver, the Python
+backend and ensemble scheduler, upstream's Python models where the stored set has them (the llmapi model and the
+TensorRT-LLM >= 0.20 pre/postprocessing are doubles: tests/doubles), upstream's config.pbtxt files, our front.
+Doubles: the engine."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
 import threading
 import urllib.request
 
 import pytest
 
-from tests import realopenai, realtriton
+from tests import realfront, realtriton
 from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
 from tests.unit.test_main import Image, templates_for
-from trtllm_entrypoint import flagcheck
 
 openai = pytest.importorskip("openai")
+pytest.importorskip("aiohttp")
 
+KEY = "openai-front-admin-key-0123456789"
 MAX_TOKENS = 4
-SCHEMA_DEFAULT_MAX_TOKENS = 16
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-TAG, TEMPLATES = "25.01", "v0.17.0"
+# (tag, templates, workflow): each template family, and both workflows; the workflow is the tag's default.
+SERVED = [("25.01", "v0.17.0", "engine"), ("25.08", "triton_backend", "engine"), ("26.07", "triton_backend", "llmapi")]
 
 
-def prepared(img: Image, **env: str) -> tuple[list[str], dict]:
-    """prepare's OpenAI command line (ports free on this host) and its whole output."""
+def prepared(img: Image, **env: str) -> dict:
+    """prepare's output for a user's start (free ports here), the key put back that it leaves out."""
     ports = {name: str(realtriton.free_port()) for name in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT", "OPENAI_PORT")}
-    result = img.run("prepare", **{"FRONTEND": "openai", "WORKFLOW": "engine", **ports, **env})
+    result = img.run("prepare", **{"FRONTEND": "openai", "TRITON_ADMIN_KEY": KEY, **ports, **env})
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     out["stderr"] = result.stderr
-    return out["argv"], out
+    return out
 
 
 def with_chat_template(img: Image) -> None:
@@ -43,8 +44,8 @@ def with_chat_template(img: Image) -> None:
     config.write_text(json.dumps({**json.loads(config.read_text()), "chat_template": CHAT_TEMPLATE}))
 
 
-def client(frontend: realopenai.RunningFrontend):
-    return openai.OpenAI(base_url=f"{frontend.url}/v1", api_key="unused", max_retries=0, timeout=60)
+def client(front: realfront.RunningFront, key: str = "unused"):
+    return openai.OpenAI(base_url=f"{front.url}/v1", api_key=key, max_retries=0, timeout=60)
 
 
 # Upstream's postprocessing joins the detokenized words without spaces ("?LLM-TensorRT"): read them back greedily.
@@ -52,83 +53,140 @@ _PROMPT_TOKEN = re.compile("|".join(re.escape(w) for w in sorted(PROMPT_WORDS, k
 
 
 def words_of(text: str) -> list[str]:
-    """The tokens of `text`; a piece that is no prompt token stays whole (and fails the callers' subset checks)."""
     return _PROMPT_TOKEN.findall(text)
 
 
-def body(raised) -> str:
-    """What the frontend answered, from the official client's error."""
-    return raised.value.response.text
-
-
-def test_the_official_client_gets_models_completions_and_chat_streamed_and_not(tmp_path, real_openai):
-    img = Image(tmp_path, TAG, templates_for(TEMPLATES))
+@pytest.mark.parametrize("tag,templates,workflow", SERVED)
+def test_the_official_client_streams_and_gets_whole_answers_with_only_frontend_openai_set(
+    tmp_path, real_triton, tag, templates, workflow
+):
+    img = Image(tmp_path, tag, templates_for(templates))
     with_chat_template(img)
-    argv, out = prepared(img, SERVED_MODEL_NAME="tiny", DECOUPLED="true")
-    assert "--enable-kserve-frontends" not in argv and "--backend=tensorrtllm" in argv
-    assert out["health_url"].endswith(f":{out['plan']['health_port']}/health/ready")
-    with realopenai.start(real_openai, argv, log_dir=tmp_path) as frontend:
-        api = client(frontend)
-        listed = sorted(model.id for model in api.models.list())
-        completion = api.completions.create(model="tiny", prompt=PROMPT, max_tokens=MAX_TOKENS)
-        streamed = [
-            chunk.choices[0].text
-            for chunk in api.completions.create(model="tiny", prompt=PROMPT, max_tokens=MAX_TOKENS, stream=True)
-        ]
-        chat = api.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": PROMPT}], max_tokens=MAX_TOKENS
+    out = prepared(img)
+    name = out["ready"]["served_model_name"]
+    assert out["ready"]["workflow"] == workflow and out["front"]["workers"] >= 1
+    # Streaming follows from FRONTEND=openai: the engine model (or the llmapi model's model.yaml) is decoupled.
+    policy = (img.repo / "tensorrt_llm" / ("1/model.yaml" if workflow == "llmapi" else "config.pbtxt")).read_text()
+    assert re.search(r"decoupled:\s*(true|True)", policy)
+    messages = [{"role": "user", "content": PROMPT}]
+    with realfront.start(real_triton, out, KEY, log_dir=tmp_path) as front:
+        api = client(front)
+        listed = [model.id for model in api.models.list()]
+        completion = api.completions.create(model=name, prompt=PROMPT, max_tokens=MAX_TOKENS)
+        chunks = list(
+            api.completions.create(
+                model=name, prompt=PROMPT, max_tokens=MAX_TOKENS, stream=True, stream_options={"include_usage": True}
+            )
         )
-        chat_stream = [
-            chunk.choices[0].delta.content or ""
-            for chunk in api.chat.completions.create(
-                model="tiny", messages=[{"role": "user", "content": PROMPT}], max_tokens=MAX_TOKENS, stream=True
-            )
-        ]
-        unbounded = api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": PROMPT}])
-        zero = api.completions.create(model="tiny", prompt=PROMPT, max_tokens=0)
-        with pytest.raises(openai.BadRequestError) as unknown:
-            api.completions.create(model="nope", prompt=PROMPT, max_tokens=MAX_TOKENS)
-        with pytest.raises(openai.UnprocessableEntityError) as negative:
-            api.completions.create(model="tiny", prompt=PROMPT, max_tokens=-1)
-        with pytest.raises(openai.UnprocessableEntityError) as no_messages:
-            api.chat.completions.create(model="tiny", messages=[], max_tokens=MAX_TOKENS, extra_body={"messages": 1})
-        assert frontend.stop() == 0, frontend.log()[-3000:]
+        chat = api.chat.completions.create(model=name, messages=messages, max_tokens=MAX_TOKENS)
+        chat_chunks = list(
+            api.chat.completions.create(model=name, messages=messages, max_tokens=MAX_TOKENS, stream=True)
+        )
+        if workflow == "engine":  # the ensemble returns each token's log-probability (the engine double's: 0)
+            logprobs = api.chat.completions.create(model=name, messages=messages, max_tokens=MAX_TOKENS, logprobs=True)
+            chosen = [(entry.token, entry.logprob) for entry in logprobs.choices[0].logprobs.content]
+        else:  # the llmapi model returns none per token: refused, not ignored
+            with pytest.raises(openai.BadRequestError) as refused:
+                api.chat.completions.create(model=name, messages=messages, max_tokens=MAX_TOKENS, logprobs=True)
+            chosen = refused.value.response.json()["error"]["param"]
+        # Both APIs at once: Triton's own answers beside the front.
+        native = urllib.request.urlopen(f"{front.triton_url}/v2/models/{name}", timeout=10).status  # noqa: S310
+        assert front.stop() == 0, front.log()[-3000:]
 
-    # r24.12 lists every model of the repository: the inner ones are not hidden (only `tiny` answers usefully).
-    assert "tiny" in listed and {"preprocessing", "postprocessing", "tensorrt_llm"} <= set(listed)
-    for text in (completion.choices[0].text, "".join(streamed), chat.choices[0].message.content, "".join(chat_stream)):
+    assert listed == [name]  # only what can be asked for
+    streamed = "".join(c.choices[0].text for c in chunks if c.choices)
+    chat_streamed = "".join(c.choices[0].delta.content or "" for c in chat_chunks if c.choices)
+    for text in (completion.choices[0].text, streamed, chat.choices[0].message.content, chat_streamed):
         assert len(words_of(text)) == MAX_TOKENS and set(words_of(text)) <= set(PROMPT_WORDS), text
-    assert len([piece for piece in streamed if piece]) == MAX_TOKENS  # one event per token
-    # Without max_tokens, r24.12's request schema (OpenAI's own) defaults it to 16, so no default of ours is needed
-    # (25.08 on, main.py's --default-max-tokens is 16 too); 0 generates nothing; a bad value is a 422 naming it.
-    assert len(words_of(unbounded.choices[0].message.content)) == SCHEMA_DEFAULT_MAX_TOKENS
-    assert zero.choices[0].text == ""
-    # The frontend's own answer (the client's str() of it differs between openai releases).
-    assert "max_tokens" in body(negative) and "messages" in body(no_messages)
-    assert "nope" in body(unknown)
+    assert len([c for c in chunks if c.choices and c.choices[0].text]) == MAX_TOKENS  # one event per token
+    assert completion.choices[0].finish_reason == "length" and chat.choices[0].finish_reason == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == MAX_TOKENS
+    assert completion.usage.prompt_tokens == len(PROMPT_WORDS) and completion.usage.completion_tokens == MAX_TOKENS
+    assert [c.choices[0].finish_reason for c in chat_chunks][-1] == "length"
+    assert native == 200
+    if workflow == "engine":
+        assert len(chosen) == MAX_TOKENS and all(isinstance(lp, float) for _, lp in chosen), chosen
+    else:
+        assert chosen == "logprobs"
 
 
-def test_a_model_without_a_chat_template_serves_completions_and_refuses_chat_with_400(tmp_path, real_openai):
-    img = Image(tmp_path, TAG, templates_for(TEMPLATES))
-    argv, out = prepared(img)
-    assert "has no chat_template" in out["stderr"]
-    with realopenai.start(real_openai, argv, log_dir=tmp_path) as frontend:
-        api = client(frontend)
-        completion = api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=MAX_TOKENS)
-        with pytest.raises(openai.BadRequestError) as refused:
-            api.chat.completions.create(
-                model="ensemble", messages=[{"role": "user", "content": PROMPT}], max_tokens=MAX_TOKENS
-            )
-    assert set(words_of(completion.choices[0].text)) <= set(PROMPT_WORDS)
-    assert "chat_template" in body(refused) or "chat template" in body(refused)
+def test_stop_sequences_n_seed_sampling_and_errors_in_openais_shape(tmp_path, real_triton):
+    img = Image(tmp_path, "25.01", templates_for("v0.17.0"))
+    out = prepared(img)
+    with realfront.start(real_triton, out, KEY, log_dir=tmp_path) as front:
+        api = client(front)
+        # The engine double answers the prompt's tokens last to first: "?", "LLM", "-", "TensorRT", …
+        stopped = api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=8, stop=["-"])
+        stopped_stream = list(
+            api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=8, stop="-", stream=True)
+        )
+        several = api.completions.create(
+            model="ensemble", prompt=PROMPT, max_tokens=2, n=2, seed=7, temperature=0.5, top_p=0.9,
+            presence_penalty=0.1, frequency_penalty=0.1, extra_body={"top_k": 3},
+        )  # fmt: skip
+        errors = {}
+        for label, call in {
+            "model": lambda: api.completions.create(model="nope", prompt=PROMPT, max_tokens=1),
+            "max_tokens": lambda: api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=-1),
+            "chat_template": lambda: api.chat.completions.create(
+                model="ensemble", messages=[{"role": "user", "content": PROMPT}]
+            ),
+            "tools": lambda: api.chat.completions.create(
+                model="ensemble",
+                messages=[{"role": "user", "content": "x"}],
+                tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+            ),  # fmt: skip
+        }.items():
+            with pytest.raises(openai.APIStatusError) as raised:
+                call()
+            errors[label] = (raised.value.status_code, raised.value.response.json()["error"])
+    assert stopped.choices[0].text == "?LLM" and stopped.choices[0].finish_reason == "stop"
+    assert "".join(c.choices[0].text for c in stopped_stream) == "?LLM"
+    assert stopped_stream[-1].choices[0].finish_reason == "stop"
+    assert [c.index for c in several.choices] == [0, 1] and several.usage.completion_tokens == 4
+    assert errors["model"][0] == 404 and errors["model"][1]["code"] == "model_not_found"
+    assert errors["max_tokens"][0] == 400 and errors["max_tokens"][1]["param"] == "max_tokens"
+    assert errors["chat_template"][0] == 400 and "chat_template" in errors["chat_template"][1]["message"]
+    assert errors["tools"][0] == 400 and errors["tools"][1]["param"] == "tools"
+    assert all(set(e) == {"message", "type", "param", "code"} for _, e in errors.values())
 
 
-def test_sigterm_lets_an_in_flight_stream_finish_then_exits_0(tmp_path, real_openai):
-    img = Image(tmp_path, TAG, templates_for(TEMPLATES))
-    argv, _ = prepared(img, DECOUPLED="true")
+def test_a_chat_without_max_tokens_takes_the_rest_of_the_context(tmp_path, real_triton):
+    img = Image(tmp_path, "25.01", templates_for("v0.17.0"))
+    with_chat_template(img)
+    out = prepared(img, MAX_SEQ_LEN="16", MAX_INPUT_LEN="8")
+    with realfront.start(real_triton, out, KEY, log_dir=tmp_path) as front:
+        api = client(front)
+        chat = api.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": PROMPT}])
+        with pytest.raises(openai.BadRequestError) as full:
+            api.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": " ".join(["is"] * 16)}])
+    assert chat.usage.prompt_tokens == len(PROMPT_WORDS) and chat.usage.total_tokens == 16
+    assert chat.choices[0].finish_reason == "length"
+    assert full.value.response.json()["error"]["param"] == "messages"
+
+
+def test_restricted_inference_wants_the_admin_key_as_the_api_key(tmp_path, real_triton):
+    img = Image(tmp_path, "25.01", templates_for("v0.17.0"))
+    out = prepared(img, RESTRICTED_APIS="inference,metadata,model-repository")
+    assert not any(KEY in arg for arg in out["front"]["argv"])
+    with realfront.start(real_triton, out, KEY, log_dir=tmp_path) as front:
+        with pytest.raises(openai.AuthenticationError):
+            client(front, "wrong-key").completions.create(model="ensemble", prompt=PROMPT, max_tokens=1)
+        with pytest.raises(openai.AuthenticationError):
+            client(front).models.list()
+        answer = client(front, KEY).completions.create(model="ensemble", prompt=PROMPT, max_tokens=MAX_TOKENS)
+        ready = urllib.request.urlopen(f"{front.url}/health/ready", timeout=10).status  # noqa: S310
+        log = front.log()
+    assert len(words_of(answer.choices[0].text)) == MAX_TOKENS and ready == 200
+    assert KEY not in log
+
+
+def test_sigterm_lets_an_in_flight_stream_finish_then_exits_0(tmp_path, real_triton):
+    img = Image(tmp_path, "25.01", templates_for("v0.17.0"))
+    out = prepared(img)
     tokens = 24
-    with realopenai.start(real_openai, argv, log_dir=tmp_path) as frontend:
-        api = client(frontend)
+    with realfront.start(real_triton, out, KEY, log_dir=tmp_path) as front:
+        api = client(front)
         pieces: list[str] = []
         first = threading.Event()
 
@@ -139,55 +197,17 @@ def test_sigterm_lets_an_in_flight_stream_finish_then_exits_0(tmp_path, real_ope
 
         reader = threading.Thread(target=stream)
         reader.start()
-        assert first.wait(60), frontend.log()[-3000:]
-        frontend.process.send_signal(signal.SIGTERM)
+        assert first.wait(60), front.log()[-3000:]
+        front.process.send_signal(signal.SIGTERM)
         reader.join(120)
-        code = frontend.process.wait(60)
-    assert len([p for p in pieces if p]) == tokens, (pieces, frontend.log()[-3000:])
-    assert code == 0, frontend.log()[-3000:]
+        code = front.process.wait(60)
+    assert len([p for p in pieces if p]) == tokens, (pieces, front.log()[-3000:])
+    assert code == 0, front.log()[-3000:]
 
 
-def test_tp_size_2_serves_in_orchestrator_mode_from_one_process(tmp_path, real_openai):
-    img = Image(tmp_path, TAG, templates_for(TEMPLATES))
-    argv, out = prepared(img, TP_SIZE="2")
-    # One frontend process with Triton in-process; TensorRT-LLM spawns its own workers (orchestrator mode).
-    assert argv[0] == "python3" and "mpirun" not in argv and out["env"] == {"TRTLLM_ORCHESTRATOR": "1"}
-    with realopenai.start(real_openai, argv, env={**os.environ, **out["env"]}, log_dir=tmp_path) as frontend:
-        completion = client(frontend).completions.create(model="ensemble", prompt=PROMPT, max_tokens=MAX_TOKENS)
-        log = frontend.log()
-    assert set(words_of(completion.choices[0].text)) <= set(PROMPT_WORDS)
-    assert "orchestrator for 2 workers" in log  # the engine (double) was loaded once, in orchestrator mode
-
-
-def test_the_real_frontends_help_takes_our_plans_flags_and_catches_a_newer_tags(tmp_path, real_openai):
-    from tests.unit.test_flagcheck import OPENAI, uses_for
-
-    def real_help(argv) -> str:
-        main = realopenai.frontend_dir() / "openai_frontend" / "main.py"
-        command = [str(real_openai.venv / "bin" / "python3"), str(main), "--help"]
-        done = subprocess.run(command, env=real_openai.environ(), capture_output=True, text=True, timeout=300)
-        return done.stdout + done.stderr
-
-    r2412, r2509 = uses_for("24.12")[OPENAI], uses_for("25.09")[OPENAI]
-    good, newer = flagcheck.check([r2412, r2509], real_help)
-    assert good.missing == () and good.error is None and good.unverified is None
-    assert {"--openai-port", "--enable-kserve-frontends", "--backend"} <= set(good.use.flags)
-    # 25.09's plans restrict the frontend's routes: r24.12's main.py (what this host runs) has no such flag.
-    assert newer.missing == ("--openai-restricted-api",)
-
-
-def test_health_tracks_the_frontends_port_and_route(tmp_path, real_openai):
-    img = Image(tmp_path, TAG, templates_for(TEMPLATES))
-    argv, out = prepared(img)
-    state = tmp_path / "health-state"
-    env = {"TMPDIR": str(state)}
-    state.mkdir()
-    with realopenai.start(real_openai, argv, log_dir=tmp_path, wait=False) as frontend:
-        # `health` with nothing recorded asks OPENAI_PORT's /health/ready when FRONTEND=openai.
-        checks = {"FRONTEND": "openai", "OPENAI_PORT": str(frontend.port)}
-        before = img.run("health", **env, **checks).returncode
-        frontend.wait_ready()
-        after = img.run("health", **env, **checks).returncode
-        with urllib.request.urlopen(out["health_url"], timeout=5) as response:
-            direct = response.status
-    assert (before, after, direct) == (1, 0, 200)
+@pytest.mark.process
+def test_decoupled_false_is_refused_before_any_download(tmp_path):
+    img = Image(tmp_path, "25.01", templates_for("v0.17.0"))
+    result = img.run("prepare", FRONTEND="openai", DECOUPLED="false", MODEL_ID="org/never-downloaded")
+    assert result.returncode == 2
+    assert "DECOUPLED=false cannot serve FRONTEND=openai" in result.stderr and "download" not in result.stderr

@@ -165,6 +165,9 @@ def fake_vendor(tmp_path: Path) -> Path:
     for name in context.VENDOR_FILES:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("#")
+    for python in ("3.10", "3.12"):  # the OpenAI front's libraries: pure ones, and one compiled set per Python
+        (root / "front" / f"py{python}" / "msgspec").mkdir(parents=True, exist_ok=True)
+    (root / "front" / "any" / "aiohttp").mkdir(parents=True, exist_ok=True)
     return root
 
 

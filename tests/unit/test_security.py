@@ -151,16 +151,10 @@ def test_only_rank_0_gets_the_flags_and_triton_args_come_last():
     "facts,env,warning",
     [
         (FACTS, {"RESTRICTED_APIS": "none"}, "RESTRICTED_APIS=none: every Triton API"),
-        (FACTS, {"FRONTEND": "openai", "MODEL_ID": "org/model"}, "FRONTEND=openai: the OpenAI frontend of image 25.05"),
         (
             FACTS,
             {"FRONTEND": "openai", "MODEL_ID": "m", "RESTRICTED_APIS": "none"},
-            "RESTRICTED_APIS=none: every route of the OpenAI frontend",
-        ),
-        (
-            FACTS,
-            {"FRONTEND": "openai", "MODEL_ID": "m", "RESTRICTED_APIS": "none", "OPENAI_KSERVE_FRONTENDS": "1"},
-            "RESTRICTED_APIS=none: every Triton API",
+            "RESTRICTED_APIS=none: every Triton",
         ),
         (replace(FACTS, features=()), {}, "tritonserver 2.58.0 in image 25.05 cannot restrict APIs"),
     ],
@@ -205,8 +199,11 @@ def test_a_side_door_given_as_server_arguments_is_refused_too():
     assert Settings.from_env({"AIP_MODE": "PREDICTION", "CACHE_DIR": "/tmp/c"}, FACTS, closed).triton_args
 
 
-def test_the_openai_frontends_kserve_frontends_are_the_variables_alone():
-    """They cannot restrict any API: TRITON_ARGS never starts them, whatever RESTRICTED_APIS says (prefixes too)."""
-    for restricted in ({}, {"RESTRICTED_APIS": "none"}):
-        with pytest.raises(UsageError, match="OPENAI_KSERVE_FRONTENDS"):
-            load(TRITON_ARGS="--enable-kserve", FRONTEND="openai", WORKFLOW="engine", **restricted)
+@pytest.mark.parametrize(
+    "apis,closed",
+    [(None, ()), ("inference,model-repository", ("inference",)), ("metadata,inference", ("inference", "metadata"))],
+)
+def test_the_openai_fronts_routes_close_with_the_same_groups_as_triton(apis, closed):
+    """/v1/models tells what Triton's model metadata tells; completions and chat are inference."""
+    env = {"FRONTEND": "openai", "TRITON_ADMIN_KEY": KEY} | ({"RESTRICTED_APIS": apis} if apis else {})
+    assert security.front_restricted(load(**env)) == closed

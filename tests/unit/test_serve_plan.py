@@ -42,7 +42,7 @@ def model(kind: str, path: str | None = "/models/m") -> Located:
 def test_a_checkpoint_is_served_with_the_image_s_default_workflow_and_no_engine():
     plan = decide(settings(), model("checkpoint"))
     assert (plan.workflow, plan.engine, plan.repository) == ("llmapi", "none", CACHE / "repositories")
-    assert plan.fills_repository and plan.notes == () and plan.env == {}
+    assert plan.fills_repository and plan.notes == ()
 
 
 def test_the_engine_workflow_takes_its_engine_from_the_cache_and_writes_repository_dir():
@@ -76,9 +76,12 @@ def test_readiness_is_asked_where_the_frontend_answers_it():
         assert (plan.health_port, plan.health_path) == (9100, "/health/ready"), extra
 
 
-def test_the_openai_frontend_with_an_engine_gets_orchestrator_mode():
-    plan = decide(settings(FRONTEND="openai", WORKFLOW="engine"), model("checkpoint"))
-    assert plan.env == {"TRTLLM_ORCHESTRATOR": "1"}
+def test_the_openai_front_is_ready_on_its_port_and_refuses_a_complete_repository():
+    plan = decide(settings(FRONTEND="openai", WORKFLOW="engine", OPENAI_PORT="9100"), model("checkpoint"))
+    assert (plan.health_port, plan.health_path) == (9100, "/health/ready")
+    with pytest.raises(UsageError, match="FRONTEND=openai serves the repositories the entrypoint fills") as refused:
+        decide(settings(FRONTEND="openai"), model("repository", "/mnt/models"))
+    assert "FRONTEND=triton" in refused.value.hint
 
 
 def test_a_typed_tritonserver_command_keeps_its_arguments_with_only_the_repository_replaced():

@@ -7,14 +7,14 @@ import pytest
 
 from trtllm_entrypoint import launch, server_args
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.server_args import OPENAI_FRONTEND, TRITONSERVER, parse, resolve
+from trtllm_entrypoint.server_args import TRITONSERVER, parse, resolve
 
 
 def names(table):
     return [flag.name for flag in table]
 
 
-@pytest.mark.parametrize("table", [TRITONSERVER, OPENAI_FRONTEND])
+@pytest.mark.parametrize("table", [TRITONSERVER])
 def test_each_program_lists_each_flag_once(table):
     assert len(set(names(table))) == len(table)
     assert all(name.startswith("--") and name == name.lower() for name in names(table))
@@ -121,16 +121,10 @@ def test_side_doors_are_found_however_they_are_spelled(args, environ, doors):
     assert server_args.side_doors(args, environ) == doors
 
 
-def test_the_openai_frontends_kserve_endpoints_are_a_side_door():
-    assert server_args.side_doors(["--enable-kserve"], {}, "openai") == ["--enable-kserve"]
-    with pytest.raises(UsageError, match="RESTRICTED_APIS=none"):
-        server_args.check_side_doors(["--enable-kserve-frontends"], {}, "TRITON_ARGS", "openai")
-
-
 def test_every_side_door_names_a_feature_recorded_with_its_source():
     from trtllm_images import support
 
     features = support.load_capabilities().features
-    recorded = {flag.side_door for table in server_args.PROGRAMS.values() for flag in table if flag.side_door}
+    recorded = {flag.side_door for flag in server_args.TRITONSERVER if flag.side_door}
     recorded |= {feature for *_, feature in server_args.SIDE_DOOR_VARIABLES}
     assert recorded and recorded <= set(features)

@@ -11,7 +11,7 @@ import zipfile
 import pytest
 
 from trtllm_entrypoint.errors import Error
-from trtllm_images import vendor
+from trtllm_images import matrix, vendor
 
 
 def lock_with(tmp_path, artifacts: list[dict]):
@@ -81,5 +81,12 @@ def test_unsafe_paths_in_the_lock_are_refused(tmp_path, take):
 
 def test_the_projects_lock_pins_every_artifact():
     artifacts = vendor.load()
-    assert {a.name for a in artifacts} == {"protobuf", "tritonclient", "tini"}
+    front = {"aiohttp", "aiohappyeyeballs", "aiosignal", "attrs", "frozenlist", "idna", "msgspec", "multidict"}
+    front |= {"propcache", "typing-extensions", "yarl"}
+    assert {a.name for a in artifacts} == {"protobuf", "tritonclient", "tini"} | front
+    # The front's compiled libraries: one wheel each for every Python of the matrix's tags (and the stand-in's).
+    pythons = {".".join(e.python.split(".")[:2]) for e in matrix.load().supported() if e.python}
+    compiled = [a for a in artifacts if "py3-none-any" not in a.file_name and a.name in front]
+    for name in {a.name for a in compiled}:
+        assert pythons <= {t.split("/")[1][2:] for a in compiled if a.name == name for t in a.take.values()}, name
     assert all(len(a.sha256) == 64 and a.url.endswith(a.file_name) for a in artifacts)

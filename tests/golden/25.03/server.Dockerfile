@@ -36,6 +36,9 @@ RUN mkdir -p /var/cache/trtllm \
 # Triton ModelConfig, which only the entrypoint puts on its import path (the base image's packages stay as they are).
 COPY vendor/bin/tini /opt/trtllm-images/bin/tini
 COPY vendor/validation /opt/trtllm-images/validation
+# The OpenAI front's libraries (FRONTEND=openai), also private: only its processes have them on their path (the
+# pure ones, and the compiled set of the Python that runs them).
+COPY vendor/front /opt/trtllm-images/front
 
 COPY matrix.json /etc/trtllm-images/matrix.json
 COPY models.json /etc/trtllm-images/models.json

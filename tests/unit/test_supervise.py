@@ -1,0 +1,68 @@
+"""FRONTEND=openai's one process tree (supervise.py), with stand-in children: whoever ends first ends the rest, and
+the exit code is tritonserver's (or the failed child's)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trtllm_entrypoint import contract, supervise
+
+pytestmark = pytest.mark.process
+
+RUN = """
+import sys
+from trtllm_entrypoint import supervise
+sys.exit(supervise.run({server!r}, {front!r}, {workers}, {{}}, {{}}))
+"""
+
+
+def start(tmp_path: Path, server: list[str], front: list[str], workers: int = 2) -> subprocess.Popen:
+    code = RUN.format(server=server, front=front, workers=workers)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "entrypoints")}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=tmp_path)
+
+
+def children_of(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def test_a_server_that_exits_ends_the_front_with_the_servers_code(tmp_path):
+    tree = start(tmp_path, ["sh", "-c", "sleep 0.5; exit 3"], ["sleep", "60"])
+    assert tree.wait(timeout=20) == 3
+
+
+def test_a_front_worker_that_fails_ends_the_server_and_the_tree_fails(tmp_path):
+    tree = start(tmp_path, ["sleep", "60"], ["sh", "-c", "sleep 0.5; exit 0"], workers=1)
+    assert tree.wait(timeout=20) == 1  # a front that ends by itself is a failure, whatever its code
+
+
+def test_sigterm_reaches_every_child_and_the_exit_code_is_the_servers(tmp_path):
+    marker = tmp_path / "front-got-term"
+    front = ["sh", "-c", f"trap 'touch {marker}; exit 0' TERM; sleep 60 & wait"]
+    tree = start(tmp_path, ["sh", "-c", "trap 'exit 0' TERM; sleep 60 & wait"], front, workers=2)
+    deadline = time.monotonic() + 10
+    while len(children_of(tree.pid)) < 3:
+        assert time.monotonic() < deadline, "the server and two workers never started"
+        time.sleep(0.05)
+    tree.send_signal(signal.SIGTERM)
+    assert tree.wait(timeout=20) == 0 and marker.exists()
+
+
+def test_the_fronts_environment_carries_the_key_and_its_own_libraries_only_when_present(tmp_path, monkeypatch):
+    env = supervise.front_environ({"PYTHONPATH": "/given", "A": "b"}, "the-key")
+    assert env[contract.FRONT_KEY_VARIABLE] == "the-key" and env["A"] == "b"
+    assert env["PYTHONPATH"].split(os.pathsep)[-1] == "/given"  # the vendored libraries come first, where present
+    monkeypatch.setattr(contract, "FRONT_DIR", str(tmp_path))
+    (tmp_path / "any").mkdir()
+    python = f"py{sys.version_info.major}.{sys.version_info.minor}"
+    assert supervise.front_environ({}, "k")["PYTHONPATH"] == os.pathsep.join(
+        [str(tmp_path / python), str(tmp_path / "any")]
+    )

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtllm_entrypoint.engine_config import check_engine_version
+from trtllm_entrypoint import engine_config
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.models import Converter
 
@@ -204,6 +204,7 @@ def engine_builder(
             log.info(note)
         run_commands(commands, log_path, log, environ)
         shutil.rmtree(work_dir)
-        check_engine_version(out_dir, facts.tensorrt_llm)  # catches a trtllm-build of another install
+        # Catches a trtllm-build of another install.
+        engine_config.check_engine_version(engine_config.read(out_dir), facts.tensorrt_llm)
 
     return build

@@ -22,8 +22,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtllm_entrypoint import publish, trust
-from trtllm_entrypoint.engine_config import engine_world_size, missing_ranks
+from trtllm_entrypoint import engine_config, publish, trust
 from trtllm_entrypoint.errors import EntrypointError
 from trtllm_entrypoint.settings import EngineSpec
 
@@ -83,10 +82,9 @@ def _entry_problem(entry: Path, key: str) -> str | None:
     if not (entry / STAMP).is_file():
         return f"{STAMP} is missing (an unfinished copy, or not made by this cache)"
     try:
-        world_size = engine_world_size(entry)
+        missing = engine_config.read(entry).missing_ranks()
     except EntrypointError as exc:
         return exc.message
-    missing = missing_ranks(entry, world_size)
     if missing:
         return "missing " + ", ".join(missing)
     return publish.problem(entry, STAMP, {"key": key}, optional=(BUILD_LOG,))

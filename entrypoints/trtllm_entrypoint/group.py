@@ -13,15 +13,20 @@ starts over ssh. Nothing here runs a program: main does, with the argv built her
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
+import re
 import shutil
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from trtllm_entrypoint import contract
+from trtllm_entrypoint.environment import Env
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 
 KEY_NAME = "id_ed25519"  # the Secret's keys: id_ed25519 and id_ed25519.pub
@@ -54,6 +59,46 @@ class Group:
     @property
     def worker_hosts(self) -> tuple[str, ...]:
         return tuple(self.host(i) for i in range(1, self.size))
+
+
+LWS_VARIABLES = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")
+# One DNS label (RFC 1123): it reaches `mpirun --host` and ssh, where '-' first reads as an option and ',' adds hosts.
+DNS_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def is_host_address(address: str) -> bool:
+    """A DNS name or an IP address, and nothing else."""
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(address)
+        return True
+    return 0 < len(address) <= 253 and all(DNS_LABEL.fullmatch(label) for label in address.split("."))
+
+
+def group_from_env(environ: Mapping[str, str]) -> Group | None:
+    """The group this pod belongs to; None outside a LeaderWorkerSet (or in a group of one pod)."""
+    env = Env(environ)
+    given = {name: env.text(name) for name in LWS_VARIABLES}
+    if not any(given.values()):
+        return None
+    missing = [name for name, value in given.items() if not value]
+    if missing:
+        raise UsageError(
+            f"{', '.join(missing)} not set, but {', '.join(n for n in LWS_VARIABLES if n not in missing)} is",
+            "LeaderWorkerSet sets all three; set all of them or none",
+        )
+    size = cast(int, env.whole("LWS_GROUP_SIZE", 1))
+    index = cast(int, env.whole("LWS_WORKER_INDEX", 0, size - 1))
+    address = cast(str, given["LWS_LEADER_ADDRESS"])
+    if not is_host_address(address):
+        raise UsageError(
+            f"LWS_LEADER_ADDRESS={address!r} is not a DNS name or an IP address: expected labels of letters, "
+            "digits and '-', not starting or ending with '-', at most 253 characters in all (it reaches mpirun "
+            "--host and ssh)",
+            "LeaderWorkerSet sets it; do not override it",
+        )
+    timeout = env.integer("WORKER_TIMEOUT_SECS")
+    ssh_dir = Path(env.text("MPI_SSH_DIR") or contract.MPI_SSH_DIR)
+    return None if size == 1 else Group(address, size, index, timeout, ssh_dir)
 
 
 def ranks_per_pod(world_size: int, group: Group, gpus_per_pod: int) -> tuple[int, ...]:

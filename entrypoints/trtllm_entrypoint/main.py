@@ -6,12 +6,10 @@ is already valid), and `exec` the server at the end so that it receives the cont
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
 import os
-import re
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -20,7 +18,6 @@ from pathlib import Path
 from typing import NoReturn
 
 from trtllm_entrypoint import (
-    contract,
     engine_build,
     engine_cache,
     engine_config,
@@ -42,20 +39,16 @@ from trtllm_entrypoint import (
     supervise,
     trust,
 )
+from trtllm_entrypoint.credentials import check_typed_keys, token_values
+from trtllm_entrypoint.diagnostics import check
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts, installation, load_facts
+from trtllm_entrypoint.group import group_from_env
+from trtllm_entrypoint.health import health, health_url, record_health_url
 from trtllm_entrypoint.log import Log, capture_stderr, release_stderr, retarget_stderr
 from trtllm_entrypoint.paths import under_model_dir
-from trtllm_entrypoint.serve_plan import LaunchPlan, ServePlan
-from trtllm_entrypoint.settings import (
-    CommandLine,
-    Settings,
-    all_apis_open,
-    check_typed_keys,
-    group_from_env,
-    side_door_variables,
-    token_values,
-)
+from trtllm_entrypoint.serve_plan import LaunchPlan, Located, ServePlan
+from trtllm_entrypoint.settings import CommandLine, Settings, all_apis_open, side_door_variables
 
 DIGESTS = "digests"  # under CACHE_DIR: the content digests of local models (model_digest)
 SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health", "flags")
@@ -241,46 +234,51 @@ def decide(
     typed_argv: tuple[str, ...] = (),
 ) -> ServePlan:
     """Locate and check the model (downloading it last), then decide once what is served."""
-    model = checked_model(settings, facts, log, locate_model(settings, facts, log, given))
-    plan = serve_plan.decide(settings, model, typed_argv)
+    located = checked_model(settings, facts, log, locate_model(settings, facts, log, given))
+    plan = serve_plan.decide(settings, located, typed_argv)
     for note in plan.notes:
         log.info(note)
     return plan
 
 
-def locate_model(
-    settings: Settings, facts: ImageFacts, log: Log, given: sources.ModelSource | None = None
-) -> sources.ModelSource:
-    """What the model is, from names and files only: nothing is downloaded or written yet. A prebuilt engine of
-    another TensorRT-LLM gives way to the checkpoint MODEL_ID names, which is then built here."""
+def locate_model(settings: Settings, facts: ImageFacts, log: Log, given: sources.ModelSource | None = None) -> Located:
+    """What the model is, from names and files only: nothing is downloaded or written yet. A prebuilt engine's
+    config.json is read here, once. One of another TensorRT-LLM gives way to the checkpoint MODEL_ID names, which is
+    then built here."""
     with log.phase("resolve") as extra:
         source = given or sources.resolve(settings)
         extra.update(kind=source.kind, model=source.repo_id or source.path)
-    if source.kind != "engine" or source.path is None or not settings.model_id:
-        return source
+    model_dir = sources.model_id_dir(settings)
+    if source.kind != "engine" or source.path is None:
+        return Located(source, model_dir=model_dir)
+    built = engine_config.read(source.path)
+    if not settings.model_id:
+        return Located(source, built, model_dir)
     try:
-        engine_config.check_engine_version(source.path, facts.tensorrt_llm)
+        engine_config.check_engine_version(built, facts.tensorrt_llm)
     except EntrypointError as exc:
         checkpoint = sources.resolve_model(settings)
         if checkpoint.kind == "engine":  # MODEL_ID names that engine: nothing to rebuild it from
             raise
         log.warn(f"{exc.message}; rebuilding from MODEL_ID", model=settings.model_id)
-        return checkpoint
-    return source
+        return Located(checkpoint, model_dir=model_dir)
+    return Located(source, built, model_dir)
 
 
-def checked_model(settings: Settings, facts: ImageFacts, log: Log, source: sources.ModelSource) -> sources.ModelSource:
+def checked_model(settings: Settings, facts: ImageFacts, log: Log, located: Located) -> Located:
     """The model, after every check that needs no download: the first write or download comes after them."""
+    source = located.source
     if source.kind in ("hub", "checkpoint"):
-        # Refuse a checkpoint this image cannot serve with its workflow before any weight is downloaded or built.
-        models.require_support(
-            models.load(facts.models_file), sources.read_config(source, settings), facts, settings.workflow
-        )
-    preflight.check(settings, facts, source)
+        # Refuse a checkpoint this image cannot serve with its workflow before any weight is downloaded or built;
+        # the model list is read this once, and the converter an engine would be built with is kept.
+        table, config = models.load(facts.models_file), sources.read_config(source, settings)
+        models.require_support(table, config, facts, settings.workflow)
+        located = dataclasses.replace(located, converter=models.engine_converter(table, config, facts))
+    preflight.check(settings, facts, located)
     if source.kind != "hub":
-        return source
+        return located
     with log.phase("download", model=source.repo_id):
-        return sources.download(source, settings, log)
+        return dataclasses.replace(located, source=sources.download(source, settings, log))
 
 
 def prepare(
@@ -301,15 +299,7 @@ def prepare(
             "compared with the image's)",
             repository=plan.repository,
         )
-        given = LaunchPlan(
-            plan=plan,
-            settings=settings,
-            facts=facts,
-            repository=plan.repository,
-            engine_dir=None,
-            world_size=settings.world_size,
-            tokenizer=None,
-        )
+        given = LaunchPlan(plan=plan, facts=facts, repository=plan.repository, engine_dir=None, tokenizer=None)
         return finish(given, log)
     if plan.engine == "cache" or not settings.repository_dir:
         warn_open_cache(settings.cache_dir, log)
@@ -318,32 +308,28 @@ def prepare(
     rank_options: list[str] = []
     if pod_group is not None:
         # Each pod runs its share of the ranks on its own GPUs; the leader's mpirun places them all.
-        per_pod = group.ranks_per_pod(planned_world_size(plan), pod_group, gpus().count)
+        per_pod = group.ranks_per_pod(plan.world_size, pod_group, gpus().count)
         if need_gpu:
             gpu.require_gpus(gpus(), per_pod[pod_group.index], "this pod's ranks")
         mpi_options = group.mpirun_options(pod_group, per_pod, ssh_files())
         rank_options = group.rank_options(env)
     elif need_gpu:
-        gpu.require_gpus(gpus(), planned_world_size(plan), "to serve the model")
+        gpu.require_gpus(gpus(), plan.world_size, "to serve the model")
     engine_dir = None if plan.engine == "none" else ensure_engine(plan, facts, env, log, gpus)
-    world_size, taken = settings.world_size, dict[str, int]()
-    if engine_dir is not None:
-        world_size = engine_config.engine_world_size(engine_dir)
-        settings, taken = engine_config.serving_settings(settings, engine_dir)
-        if taken:
-            log.info("serving the limits the engine was built with", **taken)
-    tokenizer = preflight.tokenizer_dir(settings, plan.model, engine_dir)
+    if plan.engine == "cache" and engine_dir is not None:
+        # Its key holds what was asked; its own record, read once it exists, says what it was built with.
+        plan = serve_plan.with_engine(plan, engine_config.read(engine_dir))
+    if plan.taken:
+        log.info("serving the limits the engine was built with", **plan.taken)
+    tokenizer = preflight.tokenizer_dir(plan.settings, plan.model, engine_dir, plan.model_dir)
     with log.phase("fill"):
-        repo = write_repository(settings, facts, log, plan.model, engine_dir, tokenizer)
+        repo = write_repository(plan.settings, facts, log, plan.model, engine_dir, tokenizer)
     resolved = LaunchPlan(
         plan=plan,
-        settings=settings,
         facts=facts,
         repository=repo,
         engine_dir=engine_dir,
-        world_size=world_size,
         tokenizer=tokenizer,
-        taken=taken,
         mpi_options=tuple(mpi_options),
         rank_options=tuple(rank_options),
     )
@@ -360,14 +346,6 @@ def warn_open_cache(cache_dir: Path, log: Log) -> None:
             "serves after the check: make it sticky (chmod +t) or writable by this UID alone",
             dirs=", ".join(map(str, open_dirs)),
         )
-
-
-def planned_world_size(plan: ServePlan) -> int:
-    """The ranks the plan serves, known before any build: a prebuilt engine's own, else TP_SIZE x PP_SIZE (which a
-    cached engine's key holds)."""
-    if plan.engine == "prebuilt" and plan.model.path is not None:
-        return engine_config.engine_world_size(plan.model.path)
-    return plan.settings.world_size
 
 
 def finish(resolved: LaunchPlan, log: Log) -> Prepared:
@@ -393,12 +371,12 @@ def ensure_engine(
     if plan.engine == "prebuilt" and source.path is not None:
         log.info("using the prebuilt engine", engine_dir=source.path)
         return source.path
-    if source.kind != "checkpoint" or source.path is None:
+    if source.kind != "checkpoint" or source.path is None or plan.converter is None:  # checkpoints have one looked up
         raise UsageError(
             f"the {source.kind} at {source.path} cannot be turned into an engine",
             "give MODEL_ID a Hugging Face checkpoint, or ENGINE_DIR a prebuilt engine",
         )
-    converter = models.converter(models.load(facts.models_file), sources.read_config(source, settings), facts)
+    converter = models.required(plan.converter)
     gpus = detect_gpus()
     # Engines are specific to the GPU's compute capability, so building needs one (ranks are built one by one).
     gpu.require_gpus(gpus, 1, "to build a TensorRT engine")
@@ -461,55 +439,6 @@ def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoRetur
     sys.exit(supervise.run(prepared.argv, prepared.front, settings.openai_workers, env, front_env))
 
 
-def health_url(port: int | str, path: str = contract.READY_PATHS["triton"]) -> str:
-    return f"http://127.0.0.1:{port}{path}"
-
-
-HEALTH_FILE = "health.json"
-
-
-def record_health_url(url: str) -> None:
-    """Where `serve` says the server listens, for `health` (the image's HEALTHCHECK): in this process's private
-    state directory (paths.py), never at a fixed name another UID could create first."""
-    with contextlib.suppress(OSError):  # the health check then falls back to HTTP_PORT; serving must not fail over it
-        paths.write_private(paths.state_dir(), HEALTH_FILE, json.dumps({"url": url}))
-
-
-def recorded_health_url() -> str | None:
-    """The URL the newest start of this UID recorded, when it is one of ours: http on the loopback address."""
-    for directory in paths.state_dirs():
-        text = paths.private_file(directory, HEALTH_FILE)
-        if text is None:
-            continue
-        try:
-            url = json.loads(text)["url"]
-        except (ValueError, KeyError, TypeError):
-            return None
-        return url if isinstance(url, str) and LOCAL_URL.fullmatch(url) else None
-    return None
-
-
-LOCAL_URL = re.compile(r"http://127\.0\.0\.1:[0-9]{1,5}/[A-Za-z0-9/_.-]*")
-
-
-def health(env: Mapping[str, str]) -> int:
-    """Exit 0 when the server answers ready; the image's HEALTHCHECK runs this."""
-    import urllib.error  # noqa: PLC0415  (only this short-lived subcommand needs HTTP)
-    import urllib.request  # noqa: PLC0415
-
-    url = recorded_health_url()
-    if url is None:  # not recorded (yet): where the environment says the server listens
-        if (env.get("FRONTEND") or "").lower() == "openai":
-            url = health_url(env.get("OPENAI_PORT") or contract.DEFAULT_OPENAI_PORT, contract.READY_PATHS["openai"])
-        else:
-            url = health_url(env.get("HTTP_PORT") or contract.DEFAULT_HTTP_PORT)
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return 0 if response.status == 200 else 1
-    except (urllib.error.URLError, OSError, ValueError):
-        return 1
-
-
 def passthrough(args: list[str], env: dict[str, str]) -> int:
     """Run a given command line; a `tritonserver` one whose repository is not a complete repository gets one.
 
@@ -541,70 +470,3 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     source = sources.ModelSource(kind=kind, path=store, repo_id=None, revision=None, read_only=under_model_dir(store))
     plan = decide(settings, facts, log, given=source, typed_argv=tuple(args))
     return exec_server(prepare(plan, facts, env, log, need_gpu=True), env, log)
-
-
-def check(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Log) -> int:
-    """Print what was detected and resolved; non-zero when the image and the matrix disagree."""
-    gpus = gpu.detect_gpus(settings.gpu_visibility)
-    model = model_support(settings, facts)
-    report = {
-        "facts": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(facts).items()},
-        "gpus": [dataclasses.asdict(g) for g in gpus.gpus],
-        "settings": settings.describe(),
-        "installed": probe.probe(installation(env, facts)),
-        "model": model,
-        "template_parameters": template_parameters(settings, facts),
-    }
-    print(json.dumps(report, indent=2, default=str))
-    problems = compatibility_problems(facts, settings, gpus)
-    if model is not None and isinstance(model["problem"], str):
-        problems.append(model["problem"])
-    for problem in problems:
-        log.error(problem)
-    return 1 if problems else 0
-
-
-def model_support(settings: Settings, facts: ImageFacts) -> dict[str, object] | None:
-    """Whether this image serves the configured checkpoint with its workflow (None: no checkpoint is configured)."""
-    try:
-        source = sources.resolve(settings)
-    except UsageError:
-        return None
-    if source.kind not in ("hub", "checkpoint"):
-        return None
-    config = sources.read_config(source, settings)
-    return {
-        "model": models.describe(config),
-        "workflow": settings.workflow,
-        "problem": models.unsupported_reason(models.load(facts.models_file), config, facts, settings.workflow),
-    }
-
-
-def template_parameters(settings: Settings, facts: ImageFacts) -> dict[str, str] | str:
-    """Every optional template parameter with the value a start would fill in (the start-up log shows only the
-    ones set by the user), or why the templates cannot be filled; paths decided at start are shown as such."""
-    later = Path("<decided at start>")
-    try:
-        values = fill.fill_values(settings, facts, settings.engine_dir or later, later)
-        plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=settings.model_id or later)
-    except EntrypointError as exc:
-        return exc.message
-    return plan.effective
-
-
-def compatibility_problems(facts: ImageFacts, settings: Settings, gpus: gpu.GpuInfo) -> list[str]:
-    problems = []
-    if facts.installed and facts.tensorrt_llm != facts.matrix_tensorrt_llm:
-        problems.append(
-            f"installed TensorRT-LLM {facts.tensorrt_llm} differs from {facts.matrix_tensorrt_llm} that "
-            f"the matrix gives for {facts.tag}"
-        )
-    try:
-        fill.workflow_templates(settings.templates_dir, settings.workflow)
-    except UsageError as exc:
-        problems.append(exc.message)
-    if gpus.count < settings.world_size:
-        problems.append(
-            f"TP_SIZE x PP_SIZE = {settings.world_size} needs {settings.world_size} GPUs, {gpus.count} visible"
-        )
-    return problems

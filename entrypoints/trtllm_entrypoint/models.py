@@ -111,20 +111,29 @@ def unsupported_reason(table: ModelTable, hf_config: Mapping[str, Any], facts: I
     return reason
 
 
+# Where a refused model's way out is found.
+SUPPORT_HINT = (
+    "`python build.py models NAME` lists the tags that serve a model; or build the engine elsewhere and set ENGINE_DIR"
+)
+
+
 def require_support(table: ModelTable, hf_config: Mapping[str, Any], facts: ImageFacts, workflow: str) -> None:
     reason = unsupported_reason(table, hf_config, facts, workflow)
     if reason is not None:
-        raise UsageError(
-            reason,
-            "`python build.py models NAME` lists the tags that serve a model; or build the "
-            "engine elsewhere and set ENGINE_DIR",
-        )
+        raise UsageError(reason, SUPPORT_HINT)
 
 
-def converter(table: ModelTable, hf_config: Mapping[str, Any], facts: ImageFacts) -> Converter:
-    """The converter of this checkpoint in this image; UsageError when the image has none for it."""
-    require_support(table, hf_config, facts, "engine")
+def required(found: Converter | str) -> Converter:
+    """`engine_converter`'s answer where an engine must be built: the converter, or the reason as the one error."""
+    if isinstance(found, str):
+        raise UsageError(found, SUPPORT_HINT)
+    return found
+
+
+def engine_converter(table: ModelTable, hf_config: Mapping[str, Any], facts: ImageFacts) -> Converter | str:
+    """The converter of this checkpoint in this image, or why the image has none (one line)."""
+    reason = unsupported_reason(table, hf_config, facts, "engine")
     record = table.lookup(hf_config)
-    if record is None:  # require_support refused it already; this keeps the types honest
-        raise UsageError(f"no converter for {describe(hf_config)} in image {facts.tag}")
+    if reason is not None or record is None:  # a record is there when there is no reason; this keeps the types honest
+        return reason or f"no converter for {describe(hf_config)} in image {facts.tag}"
     return Converter.for_record(record, facts)

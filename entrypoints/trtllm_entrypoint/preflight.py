@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_entrypoint import engine_config, fill, model_files, publish, repository
+from trtllm_entrypoint.environment import bad
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.settings import bad
 from trtllm_entrypoint.sources import TOKENIZER_FILES
 
 if TYPE_CHECKING:
+    from trtllm_entrypoint.engine_config import BuiltEngine
     from trtllm_entrypoint.facts import ImageFacts
+    from trtllm_entrypoint.serve_plan import Located
     from trtllm_entrypoint.settings import Settings
     from trtllm_entrypoint.sources import ModelSource
 
@@ -37,8 +39,9 @@ def overlaps(a: Path, b: Path) -> bool:
     return a == b or a in b.parents or b in a.parents
 
 
-def named_paths(settings: Settings, source: ModelSource) -> dict[str, Path]:
-    """The directories the user named (or that default), by the variable that names them; read-only inputs last."""
+def named_paths(settings: Settings, source: ModelSource, model_dir: Path | None = None) -> dict[str, Path]:
+    """The directories the user named (or that default), by the variable that names them; read-only inputs last.
+    `model_dir`: MODEL_ID's own directory (Located.model_dir)."""
     paths = {
         "REPOSITORY_DIR": settings.repository_dir,
         "CACHE_DIR": settings.cache_dir,
@@ -46,8 +49,8 @@ def named_paths(settings: Settings, source: ModelSource) -> dict[str, Path]:
         "TEMPLATES_DIR": settings.templates_dir,
     }
     model = source.path if settings.engine_dir is None and source.repo_id is None else None
-    if settings.engine_dir is not None and settings.model_id and os.path.isdir(settings.model_id):
-        model = Path(os.path.abspath(settings.model_id))
+    if settings.engine_dir is not None and model_dir is not None:
+        model = model_dir
     paths["MODEL_ID"] = model
     return {name: path for name, path in paths.items() if path is not None}
 
@@ -100,11 +103,12 @@ def check_repository_dir(path: Path | None) -> None:
         )
 
 
-def tokenizer_dir(settings: Settings, source: ModelSource, engine_dir: Path | None = None) -> Path:
+def tokenizer_dir(
+    settings: Settings, source: ModelSource, engine_dir: Path | None = None, model_dir: Path | None = None
+) -> Path:
     """Where the pre/postprocessing models find the Hugging Face tokenizer: the model, the engine, or (the seeds'
-    layout: ENGINE_DIR plus MODEL_ID) the checkpoint the engine was built from."""
+    layout: ENGINE_DIR plus MODEL_ID) the checkpoint the engine was built from, MODEL_ID's own directory."""
     candidates: list[Path] = []
-    model_dir = Path(settings.model_id) if settings.model_id and os.path.isdir(settings.model_id) else None
     for path in (source.path, engine_dir, model_dir):
         if path is not None and path not in candidates:
             candidates.append(path)
@@ -144,33 +148,32 @@ def has_chat_template(tokenizer: Path) -> bool:
     return isinstance(config, dict) and bool(config.get("chat_template"))
 
 
-def check_prebuilt_engine(settings: Settings, engine_dir: Path, installed: str) -> None:
-    """All ranks present; built by this TensorRT-LLM and for the limits asked for, unless MODEL_ID names the
-    checkpoint to rebuild it from."""
-    world_size = engine_config.engine_world_size(engine_dir)
-    missing = engine_config.missing_ranks(engine_dir, world_size)
+def check_prebuilt_engine(settings: Settings, engine: BuiltEngine, installed: str) -> None:
+    """All ranks present; built by this TensorRT-LLM, unless MODEL_ID names the checkpoint to rebuild it from (its
+    limits against the settings: serve_plan.decide, which takes them)."""
+    missing = engine.missing_ranks()
     if missing:
         raise UsageError(
-            f"the engine in {engine_dir} was built for {world_size} ranks but has no {', '.join(missing)}",
+            f"the engine in {engine.path} was built for {engine.world_size} ranks but has no {', '.join(missing)}",
             "copy every rank<N>.engine file that trtllm-build wrote",
         )
     try:
-        engine_config.check_engine_version(engine_dir, installed)
+        engine_config.check_engine_version(engine, installed)
     except EntrypointError:
         if settings.model_id:
             return  # rebuilt from the checkpoint, with the settings' own limits
         raise
-    engine_config.serving_settings(settings, engine_dir)  # refuses a set value the engine cannot honour
 
 
-def check(settings: Settings, facts: ImageFacts, source: ModelSource) -> None:
+def check(settings: Settings, facts: ImageFacts, located: Located) -> None:
     """The one pass, before anything is written or downloaded."""
-    check_overlaps(named_paths(settings, source))
+    source = located.source
+    check_overlaps(named_paths(settings, source, located.model_dir))
     check_repository_dir(settings.repository_dir)
     if source.kind != "repository":  # a prebuilt engine is served by the engine workflow whatever the default
         fill.workflow_templates(settings.templates_dir, "engine" if source.kind == "engine" else settings.workflow)
-    if source.kind == "engine" and source.path is not None:
-        check_prebuilt_engine(settings, source.path, facts.tensorrt_llm)
-    rebuilt_from_hub = source.kind == "engine" and settings.model_id and not os.path.isdir(settings.model_id)
+    if located.built is not None:
+        check_prebuilt_engine(settings, located.built, facts.tensorrt_llm)
+    rebuilt_from_hub = source.kind == "engine" and settings.model_id and located.model_dir is None
     if source.path is not None and source.kind != "repository" and not rebuilt_from_hub:
-        tokenizer_dir(settings, source)
+        tokenizer_dir(settings, source, model_dir=located.model_dir)

@@ -1,8 +1,11 @@
 """What will be served and how, decided once: a pure function of the settings, the located model and the image facts.
 
-`main` executes the ServePlan (download, engine from the cache, repository fill), which resolves it into a
-LaunchPlan: the final values, with the engine's own limits taken. `launch_argv` turns that alone into the command
-line, and `prepare` prints it. Nothing here reads the environment, runs a program or writes a file.
+`main` locates the model (`Located`: what was read about it, each fact once), then `decide` makes the ServePlan:
+for a prebuilt engine its own parallelism and limits are taken there, so the plan is final before anything runs.
+`main` executes it (download, engine from the cache, repository fill) into a LaunchPlan, which adds only what
+executing made: paths, the tokenizer, mpirun's placement (a cached engine's own record, read once it exists, completes
+the plan the same way). `launch_argv` turns that alone into the command line, and `prepare` prints it. Nothing here
+reads the environment, runs a program or writes a file.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from trtllm_entrypoint import contract, fill, launch, security
+from trtllm_entrypoint import contract, engine_config, fill, launch, security
+from trtllm_entrypoint.engine_config import BuiltEngine
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.models import Converter
 from trtllm_entrypoint.settings import EngineSpec, Settings
 from trtllm_entrypoint.sources import ModelSource
 
@@ -25,15 +30,31 @@ Engine = Literal["none", "prebuilt", "cache"]
 
 
 @dataclass(frozen=True)
+class Located:
+    """The model once resolved, with what was read about it, each fact once."""
+
+    source: ModelSource  # what is served as is, or built and served from
+    built: BuiltEngine | None = None  # a prebuilt engine's config.json
+    # MODEL_ID's own directory when it names one; beside ENGINE_DIR that is its second role: where the tokenizer
+    # lives (the seeds' layout). Its other role there, what a stale engine is rebuilt from, becomes `source` instead.
+    model_dir: Path | None = None
+    converter: Converter | str | None = None  # a checkpoint's converter in this image (models.json), or why none
+
+
+@dataclass(frozen=True)
 class ServePlan:
-    settings: Settings  # as served: the workflow is the plan's
+    settings: Settings  # as served: the workflow is the plan's, and a prebuilt engine's parallelism and limits
     model: ModelSource  # what is served as is, or built and served from
     engine: Engine
+    world_size: int  # ranks: a built engine's own, else TP_SIZE x PP_SIZE (which a cached engine's key holds)
     repository: Path  # the given repository, REPOSITORY_DIR, or the cache's (content-named below it)
     health_port: int  # where `health` asks whether the server is ready
     health_path: str  # and on which route (contract.READY_PATHS)
     typed_argv: tuple[str, ...] = ()  # a typed `tritonserver …` command: kept, with only its repository replaced
     notes: tuple[str, ...] = ()  # how the plan departs from the settings, for the log
+    taken: Mapping[str, int] = field(default_factory=dict)  # what the engine's config.json decided, for the log
+    converter: Converter | str | None = None  # as Located's: what a cached engine is built with
+    model_dir: Path | None = None  # as Located's
 
     @property
     def workflow(self) -> str:
@@ -59,8 +80,10 @@ def _text(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
-def decide(settings: Settings, model: ModelSource, typed_argv: tuple[str, ...] = ()) -> ServePlan:
-    """The one decision of what is served: workflow, engine, repository, the server's environment and port."""
+def decide(settings: Settings, located: Located, typed_argv: tuple[str, ...] = ()) -> ServePlan:
+    """The one decision of what is served: workflow, engine, repository, where readiness is asked, and a
+    prebuilt engine's own parallelism and limits (a set value the engine cannot honour is refused here)."""
+    model = located.source
     notes: list[str] = []
     workflow = settings.workflow
     if model.kind == "engine" and workflow == "llmapi":
@@ -83,7 +106,7 @@ def decide(settings: Settings, model: ModelSource, typed_argv: tuple[str, ...] =
     else:
         engine = "prebuilt" if model.kind == "engine" else "cache" if workflow == "engine" else "none"
         repository = settings.repository_dir or settings.cache_dir / "repositories"
-    return ServePlan(
+    plan = ServePlan(
         settings=settings,
         model=model,
         engine=engine,
@@ -93,23 +116,38 @@ def decide(settings: Settings, model: ModelSource, typed_argv: tuple[str, ...] =
         health_path=contract.READY_PATHS[settings.frontend],
         typed_argv=typed_argv,
         notes=tuple(notes),
+        world_size=settings.world_size,
+        converter=located.converter,
+        model_dir=located.model_dir,
     )
+    return plan if engine != "prebuilt" or located.built is None else with_engine(plan, located.built)
+
+
+def with_engine(plan: ServePlan, built: BuiltEngine) -> ServePlan:
+    """The plan served by `built`: its ranks, and its parallelism and limits where the user set none."""
+    settings, taken = engine_config.serving_settings(plan.settings, built)
+    return dataclasses.replace(plan, settings=settings, world_size=built.world_size, taken=taken)
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
     """The ServePlan once executed up to the exec: everything the command line is made of, final."""
 
-    plan: ServePlan
-    settings: Settings  # the plan's, with a prebuilt or cached engine's own parallelism and limits taken
+    plan: ServePlan  # final: a cached engine's own record taken
     facts: ImageFacts = field(repr=False)
     repository: Path  # the filled one, or the complete one given
     engine_dir: Path | None
-    world_size: int
     tokenizer: Path | None
-    taken: Mapping[str, int] = field(default_factory=dict)  # what the engine's config.json decided, for the log
     mpi_options: tuple[str, ...] = ()  # where mpirun puts the ranks when they span a group's pods
     rank_options: tuple[str, ...] = ()  # what each of those ranks gets (its environment)
+
+    @property
+    def settings(self) -> Settings:
+        return self.plan.settings
+
+    @property
+    def world_size(self) -> int:
+        return self.plan.world_size
 
     def describe(self) -> dict[str, object]:
         s = self.settings
@@ -121,7 +159,7 @@ class LaunchPlan:
             "tokenizer": _text(self.tokenizer),
             "world_size": self.world_size,
             "engine_spec": {f.name: getattr(s, f.name) for f in dataclasses.fields(EngineSpec)},
-            "taken_from_engine": dict(self.taken),
+            "taken_from_engine": dict(self.plan.taken),
             "frontend": s.frontend,
             "restricted_apis": list(restriction.apis) if restriction.supported else [],
         }

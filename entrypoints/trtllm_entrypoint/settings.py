@@ -7,33 +7,25 @@ and an empty value counts as unset. Tokens never appear in messages or in `descr
 from __future__ import annotations
 
 import contextlib
-import ipaddress
-import math
 import os
 import re
-import secrets
 import shlex
 import stat
 import tempfile
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from trtllm_entrypoint import contract, cpus, server_args, variables
+from trtllm_entrypoint import contract, cpus, credentials, server_args, variables
+from trtllm_entrypoint.environment import TOKEN, Env, bad
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.gpu import Visibility
-from trtllm_entrypoint.group import Group
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.server_args import restriction_flags
 from trtllm_entrypoint.variables import (
-    FALSE_WORDS,
-    OPEN_APIS,
-    SECRET_FILE_LIMIT,
-    TRUE_WORDS,
-    VARIABLES,
     Dtype,
     Frontend,
     LogFormat,
@@ -42,12 +34,6 @@ from trtllm_entrypoint.variables import (
     Workflow,
 )
 
-WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
-DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-TOKEN = re.compile(r"[!-~]+")  # printable ASCII without spaces: it goes into an HTTP header
-# Visible ASCII (valid in HTTP headers and gRPC metadata) except `"` and `\`, which JSON escapes: the log masks a
-# key by its text, in JSON lines too.
-KEY_CHARACTERS = frozenset(chr(c) for c in range(0x21, 0x7F)) - {'"', "\\"}
 # Closed without a key, these would make the model unusable.
 CLIENT_APIS = ("metadata", "inference", "model-config")
 # Usable as a Triton model name and as a directory name.
@@ -174,7 +160,7 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
     def from_env(
         cls, environ: Mapping[str, str], facts: ImageFacts, command_line: CommandLine = CommandLine()
     ) -> Settings:
-        env = _Env(environ)
+        env = Env(environ)
         values = {
             **_model_values(env, facts),
             **_limit_values(env),
@@ -233,7 +219,7 @@ def _lookalikes(environ: Mapping[str, str], strict: bool) -> tuple[str, ...]:
 
 def all_apis_open(environ: Mapping[str, str]) -> bool:
     """RESTRICTED_APIS=none: every API open on purpose (checked as Settings checks it)."""
-    return _Env(environ).names("RESTRICTED_APIS") == ()
+    return Env(environ).names("RESTRICTED_APIS") == ()
 
 
 def side_door_variables(environ: Mapping[str, str]) -> dict[str, str]:
@@ -241,192 +227,14 @@ def side_door_variables(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: environ.get(name, "") for name, *_ in server_args.SIDE_DOOR_VARIABLES}
 
 
-def bad(name: str, value: object, allowed: str) -> UsageError:
-    shown = str(value)
-    shown = shown if len(shown) <= 80 else shown[:77] + "..."
-    return UsageError(f"{name}={shown!r} is not allowed: expected {allowed}")
-
-
-class _Env:
-    """Typed reads of one environment mapping; every failure is a one-line UsageError."""
-
-    def __init__(self, environ: Mapping[str, str]):
-        self.environ = environ
-        self.given: set[str] = set()  # names read that had a value
-
-    def text(self, name: str) -> str | None:
-        value = self.environ.get(name, "").strip()
-        if value:
-            self.given.add(name)
-        return value or None
-
-    def integer(self, name: str, default: int | None = None) -> int:
-        """A whole number within the table's bounds (and choices, if any); `default` when the table's is derived."""
-        variable = VARIABLES[name]
-        value = self.whole(name, cast(int, variable.low), cast(int, variable.high))
-        if value is None:
-            return cast(int, variable.default if default is None else default)
-        if variable.choices and value not in variable.choices:
-            raise bad(name, value, variable.allowed_text)
-        return value
-
-    def whole(self, name: str, low: int, high: int | None = None) -> int | None:
-        """A whole number from `low` to `high` (no upper bound: None), or None when unset."""
-        raw = self.text(name)
-        if raw is None:
-            return None
-        allowed = f"a whole number from {low} to {high}" if high is not None else f"a whole number of at least {low}"
-        if not WHOLE_NUMBER.fullmatch(raw):  # int() alone takes "٨", and str.isdigit() takes "²"
-            raise bad(name, raw, allowed)
-        value = int(raw)
-        if value < low or (high is not None and value > high):
-            raise bad(name, raw, allowed)
-        return value
-
-    def fraction(self, name: str) -> float:
-        raw = self.text(name)
-        if raw is None:
-            return cast(float, VARIABLES[name].default)
-        allowed = "a number greater than 0 and at most 1 (e.g. 0.9)"
-        if not DECIMAL.fullmatch(raw):
-            raise bad(name, raw, allowed)
-        value = float(raw)
-        if math.isnan(value) or not 0 < value <= 1:
-            raise bad(name, raw, allowed)
-        return value
-
-    def boolean(self, name: str) -> bool:
-        raw = self.text(name)
-        if raw is None:
-            return cast(bool, VARIABLES[name].default)
-        if raw.lower() in TRUE_WORDS:
-            return True
-        if raw.lower() in FALSE_WORDS:
-            return False
-        raise bad(name, raw, "one of " + "/".join(TRUE_WORDS + FALSE_WORDS))
-
-    def choice(self, name: str) -> str:
-        variable = VARIABLES[name]
-        raw = self.text(name)
-        if raw is None:
-            return cast(str, variable.default)
-        if raw.lower() not in variable.choices:
-            raise bad(name, raw, "one of " + ", ".join(map(str, variable.choices)))
-        return raw.lower()
-
-    def names(self, name: str) -> tuple[str, ...]:
-        """A comma-separated list of the table's choices, in the given order; `none` is the empty list."""
-        variable = VARIABLES[name]
-        raw = self.text(name)
-        if raw is None:
-            return cast(tuple[str, ...], variable.default)
-        names = [part.strip().lower() for part in raw.split(",")]
-        if names == [OPEN_APIS]:
-            return ()
-        unknown = [part for part in names if part not in variable.choices]
-        if unknown:
-            allowed = f"'{OPEN_APIS}' or a comma-separated list of {', '.join(map(str, variable.choices))}"
-            raise bad(name, raw, f"{allowed} (unknown: {', '.join(repr(n) for n in unknown)})")
-        return tuple(dict.fromkeys(names))
-
-    def template_safe(self, name: str) -> str | None:
-        """A value that lands in the generated config.pbtxt files, where `${` would read as an unfilled placeholder."""
-        raw = self.text(name)
-        if raw is not None and "${" in raw:
-            raise bad(name, raw, "a value without '${' (it would read as an unfilled template placeholder)")
-        return raw
-
-    def path(self, name: str) -> Path | None:
-        raw = self.template_safe(name)
-        return None if raw is None else Path(os.path.abspath(raw))
-
-
-TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # the second is the older name, read when HF_TOKEN is unset
-ADMIN_KEY_VARIABLES = ("TRITON_ADMIN_KEY",)
-# (variables holding the secret, the variable naming a file that holds it)
-SECRETS = ((TOKEN_VARIABLES, "HF_TOKEN_FILE"), (ADMIN_KEY_VARIABLES, "TRITON_ADMIN_KEY_FILE"))
-
-
-def token_values(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """Every secret the environment gives, unvalidated: for masking messages written before settings are parsed."""
-    env = _Env(environ)
-    found = [env.text(name) for names, _ in SECRETS for name in names]
-    for _, file_variable in SECRETS:
-        path = env.text(file_variable)
-        if path is not None:
-            with contextlib.suppress(UsageError):  # settings will report it; masking goes on with what there is
-                found.append(_read_secret_file(file_variable, path))
-    return tuple(token for token in found if token) + url_passwords(environ)
-
-
-# A URL's userinfo (HF_ENDPOINT=https://user:pass@mirror, HTTPS_PROXY=…): the log masks it inside URLs; the password
-# alone is masked too, should a library print it apart (long enough not to mask ordinary words).
-_USERINFO = re.compile(r"://([^/?#\s]*)@")
-MIN_MASKED_PASSWORD = 6
-
-
-def url_passwords(environ: Mapping[str, str]) -> tuple[str, ...]:
-    found = []
-    for value in environ.values():
-        for match in _USERINFO.finditer(value):
-            password = match[1].partition(":")[2]
-            found += [password, urllib.parse.unquote(password)]
-    return tuple(dict.fromkeys(p for p in found if len(p) >= MIN_MASKED_PASSWORD))
-
-
-def _read_secret_file(variable: str, path: str) -> str:
-    """A regular, readable, non-empty UTF-8 file of at most SECRET_FILE_LIMIT bytes (a mounted secret)."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or device would block or never end
-            raise bad(variable, path, "a regular file holding the secret")
-        with open(path, "rb") as handle:
-            data = handle.read(SECRET_FILE_LIMIT + 1)
-    except OSError as exc:
-        raise bad(variable, path, f"a readable file holding the secret ({exc.strerror})") from None
-    if len(data) > SECRET_FILE_LIMIT:
-        raise bad(variable, path, f"a file of at most {SECRET_FILE_LIMIT} bytes holding the secret")
-    try:
-        secret = data.decode("ascii").strip()  # tokens and keys go into HTTP headers
-    except UnicodeDecodeError:
-        raise bad(variable, path, "a file holding the secret as ASCII text (it holds other bytes)") from None
-    if not secret:
-        raise bad(variable, path, "a file holding the secret, but the file is empty")
-    return secret
-
-
-def _secret(env: _Env, variables: tuple[str, ...], file_variable: str) -> str | None:
-    """The first of `variables` that is set, or the content of the file `file_variable` names; not both."""
-    value = next((v for v in map(env.text, variables) if v), None)
-    path = env.text(file_variable)
-    if path is None:
-        return value
-    if value is not None:
-        raise UsageError(
-            f"{variables[0]} and {file_variable} are both set: expected only one of them",
-            f"keep {file_variable} (a mounted secret) and unset {' / '.join(variables)}",
-        )
-    return _read_secret_file(file_variable, path)
-
-
-def _hf_token(env: _Env) -> str | None:
-    token = _secret(env, *SECRETS[0])
-    source = "HF_TOKEN_FILE" if env.text("HF_TOKEN_FILE") is not None else "HF_TOKEN"
-    if token is not None and not TOKEN.fullmatch(token):  # never shown: it may be a real token with a typo
-        raise UsageError(
-            f"{source} is not allowed: expected a Hugging Face token (printable ASCII, no spaces)",
-            "copy the token again from https://huggingface.co/settings/tokens",
-        )
-    return token
-
-
-def _check_hub_endpoint(env: _Env) -> None:
+def _check_hub_endpoint(env: Env) -> None:
     """HF_ENDPOINT is the hub client's own; a value it cannot use is named here, before any request (its userinfo
     masked: it may hold a mirror's password)."""
     raw = env.text("HF_ENDPOINT")
     if raw is None:
         return
     allowed = "an http:// or https:// URL with a host (e.g. https://huggingface.co), printable ASCII"
-    shown = _USERINFO.sub("://***@", raw)
+    shown = credentials.USERINFO.sub("://***@", raw)
     try:
         parts = urllib.parse.urlsplit(raw)
         parts.port  # noqa: B018  (raises on a port that is not a number from 0 to 65535)
@@ -436,7 +244,7 @@ def _check_hub_endpoint(env: _Env) -> None:
         raise bad("HF_ENDPOINT", shown, allowed)
 
 
-def _model_values(env: _Env, facts: ImageFacts) -> dict[str, Any]:
+def _model_values(env: Env, facts: ImageFacts) -> dict[str, Any]:
     workflows = facts.workflows
     workflow = env.text("WORKFLOW")
     if workflow is not None and workflow.lower() not in workflows:
@@ -453,7 +261,7 @@ def _model_values(env: _Env, facts: ImageFacts) -> dict[str, Any]:
     return {
         "model_id": env.template_safe("MODEL_ID"),
         "model_revision": env.text("MODEL_REVISION"),
-        "hf_token": _hf_token(env),
+        "hf_token": credentials.hf_token(env),
         "engine_dir": engine_dir,
         "templates_dir": templates_dir,
         "repository_dir": env.path("REPOSITORY_DIR"),
@@ -465,7 +273,7 @@ def _model_values(env: _Env, facts: ImageFacts) -> dict[str, Any]:
     }
 
 
-def _limit_values(env: _Env) -> dict[str, Any]:
+def _limit_values(env: Env) -> dict[str, Any]:
     return {
         "max_batch_size": env.integer("MAX_BATCH_SIZE"),
         "max_input_len": env.integer("MAX_INPUT_LEN"),
@@ -481,7 +289,7 @@ def _limit_values(env: _Env) -> dict[str, Any]:
     }
 
 
-def _instance_values(env: _Env, usable_cpus: int) -> dict[str, Any]:
+def _instance_values(env: Env, usable_cpus: int) -> dict[str, Any]:
     """Python model instances and the OpenAI front's processes; the defaults follow the CPUs the container may use
     (see cpus.py)."""
     default = cpus.default_instances(usable_cpus)
@@ -492,7 +300,7 @@ def _instance_values(env: _Env, usable_cpus: int) -> dict[str, Any]:
     }
 
 
-def _decoupled(env: _Env, frontend: str) -> bool:
+def _decoupled(env: Env, frontend: str) -> bool:
     """The OpenAI front streams every answer (whole ones are the stream, gathered), so its model is decoupled."""
     if frontend != "openai":
         return env.boolean("DECOUPLED")
@@ -504,7 +312,7 @@ def _decoupled(env: _Env, frontend: str) -> bool:
     return True
 
 
-def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> dict[str, Any]:
+def _server_values(env: Env, facts: ImageFacts, command_line: CommandLine) -> dict[str, Any]:
     frontend = "triton" if command_line.typed_server else env.choice("FRONTEND")
     name = env.text("SERVED_MODEL_NAME")
     if name is not None and not SERVED_NAME.fullmatch(name):
@@ -534,11 +342,11 @@ def _server_values(env: _Env, facts: ImageFacts, command_line: CommandLine) -> d
     }
 
 
-def _admin_values(env: _Env, command_line: CommandLine) -> dict[str, Any]:
+def _admin_values(env: Env, command_line: CommandLine) -> dict[str, Any]:
     apis = env.names("RESTRICTED_APIS")
     if command_line.typed_server and restriction_flags(command_line.server_args):
         apis = ()  # the typed command restricts APIs itself: ours would clash
-    key = _secret(env, *SECRETS[1])
+    key = credentials.given_secret(env, *credentials.SECRETS[1])
     variable = "TRITON_ADMIN_KEY_FILE" if env.text("TRITON_ADMIN_KEY_FILE") else "TRITON_ADMIN_KEY"
     closed = [api for api in apis if api in CLIENT_APIS]
     if closed and key is None:
@@ -549,39 +357,9 @@ def _admin_values(env: _Env, command_line: CommandLine) -> dict[str, Any]:
         )
     return {
         "restricted_apis": apis,
-        "admin_key": _checked_key(key, variable) if key else generated_key(),
+        "admin_key": credentials.checked_key(key, variable) if key else credentials.generated_key(),
         "admin_key_generated": key is None,
     }
-
-
-def generated_key() -> str:
-    """A random key that no parser reads as an option: hex digits never start with '-' (token_urlsafe's alphabet
-    has '-', so about one start in 64 got a key that looked like an option)."""
-    return secrets.token_hex(32)
-
-
-def _checked_key(key: str, variable: str) -> str:
-    """The key as given; the message of a bad one never shows it."""
-    low, high = VARIABLES["TRITON_ADMIN_KEY"].low, VARIABLES["TRITON_ADMIN_KEY"].high
-    if not cast(int, low) <= len(key) <= cast(int, high) or not set(key) <= KEY_CHARACTERS:
-        raise UsageError(
-            f"{variable} is not allowed (the value is not shown): expected {low} to {high} visible "
-            "ASCII characters without spaces, '\"' or '\\'",
-            "generate one with: openssl rand -hex 32",
-        )
-    return key
-
-
-def check_typed_keys(keys: Sequence[str]) -> None:
-    """Admin keys typed in a `tritonserver` command follow TRITON_ADMIN_KEY's character rule: a '"' or '\\' would
-    reach the logs escaped by JSON, past the mask (the value is never shown)."""
-    for key in keys:
-        if not set(key) <= KEY_CHARACTERS:
-            raise UsageError(
-                "an admin key in the typed command's --http-restricted-api/--grpc-restricted-protocol is not allowed "
-                "(the value is not shown): expected visible ASCII characters without spaces, '\"' or '\\'",
-                "generate one with: openssl rand -hex 32",
-            )
 
 
 def _writable(path: Path) -> bool:
@@ -592,7 +370,7 @@ def _writable(path: Path) -> bool:
     return os.access(probe, os.W_OK)
 
 
-def _cache_dir(env: _Env) -> tuple[Path, str | None]:
+def _cache_dir(env: Env) -> tuple[Path, str | None]:
     explicit = env.path("CACHE_DIR")
     if explicit is not None:
         return explicit, None
@@ -652,43 +430,3 @@ def _check_relations(s: Settings) -> None:
             raise bad(
                 name, path, f"a writable directory outside {contract.KSERVE_MODEL_DIR} (KServe mounts it read-only)"
             )
-
-
-LWS_VARIABLES = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")
-# One DNS label (RFC 1123): it reaches `mpirun --host` and ssh, where '-' first reads as an option and ',' adds hosts.
-DNS_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-
-
-def is_host_address(address: str) -> bool:
-    """A DNS name or an IP address, and nothing else."""
-    with contextlib.suppress(ValueError):
-        ipaddress.ip_address(address)
-        return True
-    return 0 < len(address) <= 253 and all(DNS_LABEL.fullmatch(label) for label in address.split("."))
-
-
-def group_from_env(environ: Mapping[str, str]) -> Group | None:
-    """The group this pod belongs to; None outside a LeaderWorkerSet (or in a group of one pod)."""
-    env = _Env(environ)
-    given = {name: env.text(name) for name in LWS_VARIABLES}
-    if not any(given.values()):
-        return None
-    missing = [name for name, value in given.items() if not value]
-    if missing:
-        raise UsageError(
-            f"{', '.join(missing)} not set, but {', '.join(n for n in LWS_VARIABLES if n not in missing)} is",
-            "LeaderWorkerSet sets all three; set all of them or none",
-        )
-    size = cast(int, env.whole("LWS_GROUP_SIZE", 1))
-    index = cast(int, env.whole("LWS_WORKER_INDEX", 0, size - 1))
-    address = cast(str, given["LWS_LEADER_ADDRESS"])
-    if not is_host_address(address):
-        raise UsageError(
-            f"LWS_LEADER_ADDRESS={address!r} is not a DNS name or an IP address: expected labels of letters, "
-            "digits and '-', not starting or ending with '-', at most 253 characters in all (it reaches mpirun "
-            "--host and ssh)",
-            "LeaderWorkerSet sets it; do not override it",
-        )
-    timeout = env.integer("WORKER_TIMEOUT_SECS")
-    ssh_dir = Path(env.text("MPI_SSH_DIR") or contract.MPI_SSH_DIR)
-    return None if size == 1 else Group(address, size, index, timeout, ssh_dir)

@@ -117,6 +117,12 @@ def resolve_model(settings: Settings, exists: Callable[[str], bool] = os.path.ex
     )
 
 
+def model_id_dir(settings: Settings) -> Path | None:
+    """MODEL_ID's own directory (absolute) when it names one; beside ENGINE_DIR, where the tokenizer may live."""
+    model_id = settings.model_id
+    return Path(os.path.abspath(model_id)) if model_id and os.path.isdir(model_id) else None
+
+
 def resolve(settings: Settings, exists: Callable[[str], bool] = os.path.exists) -> ModelSource:
     """What to serve: ENGINE_DIR when set (it must hold an engine), else the model of resolve_model()."""
     if settings.engine_dir is None:

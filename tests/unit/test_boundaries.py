@@ -113,6 +113,12 @@ def test_the_host_package_has_no_import_circle():
     assert import_cycle(graph) is None, f"import circle: {' -> '.join(import_cycle(graph) or [])}"
 
 
+def test_only_the_package_entry_point_imports_main():
+    """main.py is the shell: the steps it runs (diagnostics, health, the serve pipeline's modules) never reach back."""
+    users = sorted(p.name for p in CONTAINER.glob("*.py") if "main" in our_imports(p, "trtllm_entrypoint"))
+    assert users == ["__main__.py"]
+
+
 def test_the_circle_detector_finds_a_circle_and_ignores_type_only_imports(tmp_path):
     cycle = import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
     assert cycle is not None and set(cycle) == {"a", "b", "c"}
@@ -146,9 +152,19 @@ def test_container_side_compiles_and_imports_on_python_3_10():
     assert result.returncode == 0, result.stderr + result.stdout
 
 
-# Only these read the environment: the settings parse it, the facts say what the image is, main hands the mapping on.
+# Only these read the environment: the settings parse it (through environment.py's typed reads, and credentials.py
+# masks every URL password it holds), the facts say what the image is, main hands the mapping on, and `health` (the
+# image's HEALTHCHECK, a process of its own) falls back to the ports it names without parsing every setting.
 # openai_front.py is a program of its own: the admin key is handed to it in its environment.
-ENVIRONMENT_READERS = {"settings.py", "facts.py", "main.py", "openai_front.py"}
+ENVIRONMENT_READERS = {
+    "settings.py",
+    "environment.py",
+    "credentials.py",
+    "facts.py",
+    "main.py",
+    "health.py",
+    "openai_front.py",
+}
 ENVIRONMENT_NAMES = {"env", "environ", "environment"}
 OS_ENVIRONMENT = {"environ", "environb", "getenv", "getenvb"}
 

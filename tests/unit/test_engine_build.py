@@ -38,7 +38,7 @@ def settings(**overrides):
 
 
 def converter(tag: str, model_type: str = "llama") -> models.Converter:
-    return models.converter(model_table(), {"model_type": model_type}, image_facts(tag))
+    return models.required(models.engine_converter(model_table(), {"model_type": model_type}, image_facts(tag)))
 
 
 def commands(tag: str, model_type: str = "llama", **overrides) -> list[Command]:
@@ -64,13 +64,15 @@ def commands(tag: str, model_type: str = "llama", **overrides) -> list[Command]:
     ],
 )
 def test_converter_folder_and_arguments_come_from_the_model_list(tag, config, folder, args):
-    assert models.converter(model_table(), config, image_facts(tag)) == models.Converter(folder, args)
+    assert models.engine_converter(model_table(), config, image_facts(tag)) == models.Converter(folder, args)
 
 
 def test_a_model_newer_than_the_image_is_refused_naming_the_tags_that_serve_it():
     with pytest.raises(UsageError) as caught:
-        models.converter(
-            model_table(), {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"]}, image_facts("24.05")
+        models.required(
+            models.engine_converter(
+                model_table(), {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"]}, image_facts("24.05")
+            )
         )
     assert caught.value.message == (
         "Phi3ForCausalLM (model_type phi3) needs TensorRT-LLM 0.10.0 or later for "

@@ -22,7 +22,7 @@ from trtllm_entrypoint.engine_cache import (
     key_inputs,
     stamp_inputs,
 )
-from trtllm_entrypoint.engine_config import built_limits, check_engine_version, engine_world_size, serving_settings
+from trtllm_entrypoint.engine_config import check_engine_version, read, serving_settings
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.log import Log
@@ -187,20 +187,20 @@ def test_key_and_stamp_inputs_never_hold_the_token():
 )
 def test_engine_world_size(tmp_path, config, expected):
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert engine_world_size(tmp_path) == expected
+    assert read(tmp_path).world_size == expected
 
 
 def test_engine_world_size_rejects_malformed_mapping_and_missing_config(tmp_path):
     with pytest.raises(EntrypointError, match="config.json does not exist"):
-        engine_world_size(tmp_path)
+        read(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"pretrained_config": {"mapping": {"world_size": "many"}}}))
     with pytest.raises(UsageError, match="expected pretrained_config.mapping to give a world size"):
-        engine_world_size(tmp_path)
+        assert read(tmp_path).world_size
 
 
 def test_check_engine_version_accepts_the_installed_version(tmp_path):
     write_engine(tmp_path, version="0.17.0")
-    assert check_engine_version(tmp_path, "0.17.0") is None
+    assert check_engine_version(read(tmp_path), "0.17.0") is None
 
 
 @pytest.mark.parametrize(
@@ -215,7 +215,7 @@ def test_check_engine_version_names_both_versions_and_how_to_fix(tmp_path, built
     config = {"pretrained_config": {}} if built_with is None else {"version": built_with}
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(EntrypointError) as caught:
-        check_engine_version(tmp_path, installed)
+        check_engine_version(read(tmp_path), installed)
     assert expected in caught.value.message
     assert "builder image" in caught.value.hint and "MODEL_ID" in caught.value.hint
     if built_with == "0.16.0":
@@ -243,7 +243,7 @@ def test_built_limits_come_from_build_config_and_old_engines_sum_input_and_outpu
             "strongly_typed": True,
         },
     )
-    assert built_limits(new) == {
+    assert read(new).limits == {
         "max_batch_size": 8,
         "max_input_len": 512,
         "max_seq_len": 1024,
@@ -251,14 +251,14 @@ def test_built_limits_come_from_build_config_and_old_engines_sum_input_and_outpu
         "max_num_tokens": 2048,
     }
     old = engine_with_build_config(tmp_path, {"max_batch_size": 4, "max_input_len": 100, "max_output_len": 50})
-    assert built_limits(old) == {"max_batch_size": 4, "max_input_len": 100, "max_seq_len": 150}
+    assert read(old).limits == {"max_batch_size": 4, "max_input_len": 100, "max_seq_len": 150}
 
 
 def test_a_prebuilt_engine_s_limits_replace_defaults_but_not_values_the_user_set(tmp_path):
     engine = engine_with_build_config(
         tmp_path, {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 1024}
     )
-    served, taken = serving_settings(from_env(tmp_path), engine)
+    served, taken = serving_settings(from_env(tmp_path), read(engine))
     assert (served.max_batch_size, served.max_input_len, served.max_seq_len, served.max_num_tokens) == (
         8,
         512,
@@ -266,7 +266,7 @@ def test_a_prebuilt_engine_s_limits_replace_defaults_but_not_values_the_user_set
         1024,
     )
     assert taken == {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 1024}
-    mine, taken = serving_settings(from_env(tmp_path, MAX_BATCH_SIZE="4"), engine)
+    mine, taken = serving_settings(from_env(tmp_path, MAX_BATCH_SIZE="4"), read(engine))
     assert mine.max_batch_size == 4 and "max_batch_size" not in taken
 
 
@@ -276,17 +276,17 @@ def test_a_prebuilt_engine_s_parallelism_must_match_a_value_the_user_set(tmp_pat
             {"version": "0.17.0", "build_config": {}, "pretrained_config": {"mapping": {"tp_size": 2, "pp_size": 1}}}
         )
     )
-    served, taken = serving_settings(from_env(tmp_path), tmp_path)
+    served, taken = serving_settings(from_env(tmp_path), read(tmp_path))
     assert (served.tp_size, served.pp_size, served.world_size) == (2, 1, 2) and taken == {"tp_size": 2}
-    assert serving_settings(from_env(tmp_path, TP_SIZE="2"), tmp_path)[0].tp_size == 2
+    assert serving_settings(from_env(tmp_path, TP_SIZE="2"), read(tmp_path))[0].tp_size == 2
     with pytest.raises(UsageError, match=r"^TP_SIZE=4 is not allowed: expected 2, what the engine in"):
-        serving_settings(from_env(tmp_path, TP_SIZE="4"), tmp_path)
+        serving_settings(from_env(tmp_path, TP_SIZE="4"), read(tmp_path))
 
 
 def test_a_value_the_engine_cannot_honour_is_refused(tmp_path):
     engine = engine_with_build_config(tmp_path, {"max_batch_size": 8})
     with pytest.raises(UsageError) as info:
-        serving_settings(from_env(tmp_path, MAX_BATCH_SIZE="64"), engine)
+        serving_settings(from_env(tmp_path, MAX_BATCH_SIZE="64"), read(engine))
     assert info.value.message.startswith("MAX_BATCH_SIZE=64 is not allowed: expected at most 8")
     assert "unset MAX_BATCH_SIZE" in info.value.hint
 

@@ -13,22 +13,21 @@ from tests.unit.test_launch import make_settings
 from tests.unit.test_main import Image, templates_for
 from trtllm_entrypoint import contract, group, launch
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.settings import group_from_env
 
 LWS = {"LWS_LEADER_ADDRESS": "llm-0.llm.default", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0"}
 ONE_GPU = "NVIDIA H100 80GB HBM3|9.0|81559"
 
 
 def test_no_lws_variables_is_no_group_and_a_group_of_one_is_none():
-    assert group_from_env({}) is None
-    assert group_from_env({**LWS, "LWS_GROUP_SIZE": "1"}) is None
+    assert group.group_from_env({}) is None
+    assert group.group_from_env({**LWS, "LWS_GROUP_SIZE": "1"}) is None
 
 
 def test_leader_and_workers_are_named_as_lws_names_its_pods():
-    leader = group_from_env(LWS)
+    leader = group.group_from_env(LWS)
     assert leader is not None and leader.is_leader and leader.size == 2
     assert leader.host(0) == "llm-0.llm.default"
-    worker = group_from_env(
+    worker = group.group_from_env(
         {**LWS, "LWS_GROUP_SIZE": "4", "LWS_WORKER_INDEX": "3", "LWS_LEADER_ADDRESS": "chat-5.chat.team"}
     )
     assert worker is not None and not worker.is_leader
@@ -56,7 +55,7 @@ def test_leader_and_workers_are_named_as_lws_names_its_pods():
 )
 def test_bad_lws_variables_are_usage_errors(env, message):
     with pytest.raises(UsageError) as info:
-        group_from_env(env)
+        group.group_from_env(env)
     assert message in info.value.message
 
 

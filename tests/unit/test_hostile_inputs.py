@@ -16,10 +16,11 @@ import pytest
 from tests import image_data
 from tests.fake_hub import FakeHub
 from tests.unit.test_main import Image, templates_for
-from trtllm_entrypoint import group, hub_answer, launch, main, paths, trust
+from trtllm_entrypoint import group, health, hub_answer, launch, main, paths, trust
 from trtllm_entrypoint import settings as settings_mod
+from trtllm_entrypoint.credentials import generated_key
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.settings import Settings, generated_key
+from trtllm_entrypoint.settings import Settings
 
 OPENAI_FACTS = image_data.image_facts("25.09")
 
@@ -85,11 +86,11 @@ def test_state_lives_in_a_new_private_directory_never_at_a_fixed_name(tmpdir_env
     state = paths.state_dir()
     assert state.parent == tmpdir_env and not state.is_symlink()
     assert stat.S_IMODE(state.stat().st_mode) == 0o700 and state.stat().st_uid == os.geteuid()
-    main.record_health_url("http://127.0.0.1:8000/v2/health/ready")
+    health.record_health_url("http://127.0.0.1:8000/v2/health/ready")
     files = main.ssh_files()
     assert files.directory.parent == state
     assert list(victim.iterdir()) == []
-    assert main.recorded_health_url() == "http://127.0.0.1:8000/v2/health/ready"
+    assert health.recorded_health_url() == "http://127.0.0.1:8000/v2/health/ready"
 
 
 def test_ssh_keys_are_copied_into_the_private_state_directory(tmpdir_env, tmp_path):
@@ -120,13 +121,13 @@ def test_health_reads_only_its_own_private_record(tmpdir_env, tmp_path, plant):
     if plant == "link_to_other_file":
         other = tmp_path / "other.json"
         other.write_text(record)
-        (directory / main.HEALTH_FILE).symlink_to(other)
+        (directory / health.HEALTH_FILE).symlink_to(other)
     elif plant == "open_directory":
-        (directory / main.HEALTH_FILE).write_text(record)
+        (directory / health.HEALTH_FILE).write_text(record)
         directory.chmod(0o777)
     else:
-        (directory / main.HEALTH_FILE).write_text(json.dumps({"url": "http://evil.example:80/ok"}))
-    assert main.recorded_health_url() is None
+        (directory / health.HEALTH_FILE).write_text(json.dumps({"url": "http://evil.example:80/ok"}))
+    assert health.recorded_health_url() is None
 
 
 def test_serve_never_writes_through_a_planted_health_file(tmpdir_env, tmp_path):
@@ -134,7 +135,7 @@ def test_serve_never_writes_through_a_planted_health_file(tmpdir_env, tmp_path):
     target.write_text("precious")
     (tmpdir_env / "trtllm-entrypoint").mkdir()
     (tmpdir_env / "trtllm-entrypoint" / "health.json").symlink_to(target)
-    main.record_health_url("http://127.0.0.1:8000/v2/health/ready")
+    health.record_health_url("http://127.0.0.1:8000/v2/health/ready")
     assert target.read_text() == "precious"
 
 
@@ -158,7 +159,7 @@ def test_health_against_a_planted_ready_server_reports_unhealthy_with_no_server(
         planted.mkdir()
         (planted / "health.json").write_text(json.dumps({"url": f"http://127.0.0.1:{server.server_address[1]}/"}))
         planted.chmod(0o777)
-        assert main.health({"HTTP_PORT": "1"}) == 1
+        assert health.health({"HTTP_PORT": "1"}) == 1
     finally:
         server.shutdown()
         server.server_close()
@@ -359,12 +360,12 @@ LWS = {"LWS_LEADER_ADDRESS": "llm-0.llm.default", "LWS_GROUP_SIZE": "2", "LWS_WO
 )
 def test_a_leader_address_that_is_not_a_host_never_reaches_mpirun(address):
     with pytest.raises(UsageError, match="LWS_LEADER_ADDRESS=.* is not a DNS name or an IP address"):
-        settings_mod.group_from_env({**LWS, "LWS_LEADER_ADDRESS": address})
+        group.group_from_env({**LWS, "LWS_LEADER_ADDRESS": address})
 
 
 @pytest.mark.parametrize("address", ["llm-0.llm.default", "10.0.0.7", "fd00::7", "LLM-0.Team-A.svc"])
 def test_dns_names_and_ip_addresses_are_leader_addresses(address):
-    assert settings_mod.group_from_env({**LWS, "LWS_LEADER_ADDRESS": address}).leader_address == address
+    assert group.group_from_env({**LWS, "LWS_LEADER_ADDRESS": address}).leader_address == address
 
 
 @pytest.mark.process

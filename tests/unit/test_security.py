@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from tests import image_data
-from trtllm_entrypoint import contract, launch, security
+from trtllm_entrypoint import contract, credentials, launch, security
 from trtllm_entrypoint import settings as settings_mod
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.settings import Settings
-from trtllm_entrypoint.variables import VARIABLES
+from trtllm_entrypoint.variables import SECRET_FILE_LIMIT, VARIABLES
 
 FACTS = replace(image_data.FACTS, features=("restricted_apis",))
 KEY = "k3y-0123456789abcdef"
@@ -70,7 +70,7 @@ def test_bad_keys_are_one_line_without_the_key(env, expected):
 
 def test_key_files_are_read_strictly(tmp_path):
     big = tmp_path / "big"
-    big.write_bytes(b"a" * (settings_mod.SECRET_FILE_LIMIT + 1))
+    big.write_bytes(b"a" * (SECRET_FILE_LIMIT + 1))
     empty = tmp_path / "empty"
     empty.write_text("\n")
     binary = tmp_path / "binary"
@@ -134,8 +134,8 @@ def test_the_key_is_hidden_in_repr_and_describe():
 def test_secrets_for_masking_include_the_admin_key(tmp_path):
     key_file = tmp_path / "key"
     key_file.write_text(KEY)
-    assert settings_mod.token_values({"TRITON_ADMIN_KEY": KEY}) == (KEY,)
-    assert settings_mod.token_values({"TRITON_ADMIN_KEY_FILE": str(key_file), "HF_TOKEN": "hf_x"}) == ("hf_x", KEY)
+    assert credentials.token_values({"TRITON_ADMIN_KEY": KEY}) == (KEY,)
+    assert credentials.token_values({"TRITON_ADMIN_KEY_FILE": str(key_file), "HF_TOKEN": "hf_x"}) == ("hf_x", KEY)
 
 
 def test_only_rank_0_gets_the_flags_and_triton_args_come_last():

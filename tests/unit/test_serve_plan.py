@@ -8,7 +8,7 @@ import pytest
 
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.facts import ImageFacts
-from trtllm_entrypoint.serve_plan import LaunchPlan, decide, launch_argv
+from trtllm_entrypoint.serve_plan import LaunchPlan, Located, decide, launch_argv
 from trtllm_entrypoint.settings import CommandLine, Settings
 from trtllm_entrypoint.sources import ModelSource
 
@@ -33,8 +33,10 @@ def settings(command_line: CommandLine | None = None, **env: str) -> Settings:
     )
 
 
-def model(kind: str, path: str | None = "/models/m") -> ModelSource:
-    return ModelSource(kind=kind, path=Path(path) if path else None, repo_id=None, revision=None, read_only=False)
+def model(kind: str, path: str | None = "/models/m") -> Located:
+    return Located(
+        ModelSource(kind=kind, path=Path(path) if path else None, repo_id=None, revision=None, read_only=False)
+    )
 
 
 def test_a_checkpoint_is_served_with_the_image_s_default_workflow_and_no_engine():
@@ -90,15 +92,7 @@ def test_a_typed_tritonserver_command_keeps_its_arguments_with_only_the_reposito
     assert (chosen.frontend, plan.health_port) == ("triton", 8080), (
         "typed ports win; a typed tritonserver has no OpenAI frontend"
     )
-    final = LaunchPlan(
-        plan=plan,
-        settings=plan.settings,
-        facts=FACTS,
-        repository=Path("/repo"),
-        engine_dir=Path("/mnt/models"),
-        world_size=1,
-        tokenizer=None,
-    )
+    final = LaunchPlan(plan=plan, facts=FACTS, repository=Path("/repo"), engine_dir=Path("/mnt/models"), tokenizer=None)
     argv = launch_argv(final)
     assert argv[:4] == ["tritonserver", "--model-store=/repo", "--http-port=8080", "--allow-grpc=true"]
     assert [arg.split("=", 1)[0] for arg in argv[4:]] == ["--http-restricted-api", "--grpc-restricted-protocol"]

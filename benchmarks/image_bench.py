@@ -18,7 +18,7 @@ from pathlib import Path
 
 from benchmarks.report import Metric, Target, median
 from trtllm_entrypoint.errors import Error
-from trtllm_images import builder, context, render, support, wheel
+from trtllm_images import builder, context, model_support, render, wheel
 from trtllm_images import matrix as matrix_mod
 from trtllm_images.plan import make_build_plan
 
@@ -99,7 +99,7 @@ def _timed_build(client, plan, dockerfiles, project_dir: Path, work: Path, matri
     lines: list[str] = []
     started = time.monotonic()
     wheel_path = wheel.build_wheel(project_dir=project_dir, dest=work)
-    matrix_json, models_json = support.image_data(matrix)
+    matrix_json, models_json = model_support.image_data(matrix)
     context_dir = context.write_context(plan, dockerfiles, wheel_path, matrix_json, None, models_json)
     builder.build_image(client, context_dir, spec.dockerfile, spec.ref, plan.buildargs, lines.append)
     return time.monotonic() - started, build_steps(lines)

@@ -13,7 +13,7 @@ from pathlib import Path
 from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.settings import EngineSpec
 from trtllm_entrypoint.variables import VARIABLES
-from trtllm_images import matrix, support
+from trtllm_images import matrix, model_support
 
 # The facts of a 25.05 image (both workflows, the OpenAI frontend, /app): what the unit tests of settings, launch and
 # the repository run against.
@@ -34,7 +34,7 @@ ENGINE_DEFAULTS = {f.name: VARIABLES[f.name.upper()].default for f in fields(Eng
 
 def write_image_data(directory: Path, the_matrix: matrix.Matrix | None = None) -> Path:
     """Write matrix.json and models.json into `directory`; return the matrix file (for TRTLLM_MATRIX_FILE)."""
-    matrix_json, models_json = support.image_data(the_matrix or matrix.load())
+    matrix_json, models_json = model_support.image_data(the_matrix or matrix.load())
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "models.json").write_text(models_json)
     matrix_file = directory / "matrix.json"

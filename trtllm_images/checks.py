@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_entrypoint.versions import version_tuple
-from trtllm_images import support
+from trtllm_images.capabilities import Capabilities, load_capabilities
 from trtllm_images.plan import GROUP_PACKAGES, IMAGE_KINDS
 
 if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry
-    from trtllm_images.support import Capabilities
 
 REQUIRED_LABELS = (
     *(f"org.opencontainers.image.{key}" for key in ("title", "description", "version", "base.name", "licenses")),
@@ -70,7 +69,7 @@ def matrix_findings(matrix: Matrix, capabilities: Capabilities | None = None) ->
     """What the matrix cannot make true by loading it: uncertain facts, a TensorRT-LLM version for every supported
     entry, and a Python that TensorRT-LLM has wheels for. Only supported entries are checked (the others are not
     built); the fields that follow from capabilities.yaml are derived by the loader, not checked here."""
-    capabilities = capabilities or support.load_capabilities()
+    capabilities = capabilities or load_capabilities()
     findings = []
     for entry in matrix.entries:
         if entry.supported:

@@ -19,14 +19,15 @@ from trtllm_images import (
     checks,
     kserve,
     kserve_options,
+    model_support,
     render,
     source_cache,
     source_tree,
-    support,
     tables,
     upstream,
 )
 from trtllm_images import matrix as matrix_mod
+from trtllm_images.capabilities import image_matrix_json, load_capabilities
 from trtllm_images.pipeline import PROG, BuildOptions, LazyDocker, build_tag, check_errors, standin_push, write_context
 from trtllm_images.plan import BuildPlan, make_build_plan
 
@@ -274,7 +275,7 @@ def list_command(matrix_path, supported_only, as_json, markdown):
     if supported_only:
         matrix = matrix_mod.Matrix(matrix.supported())
     if as_json:
-        click.echo(support.image_matrix_json(matrix, support.load_capabilities()), nl=False)
+        click.echo(image_matrix_json(matrix, load_capabilities()), nl=False)
     elif markdown:
         click.echo(matrix_mod.markdown_table(matrix), nl=False)
     else:
@@ -293,16 +294,16 @@ def list_command(matrix_path, supported_only, as_json, markdown):
 def models_command(matrix_path, name, as_json):
     """Which tags serve a model (a config.json model_type or architecture), and with which workflow."""
     matrix = matrix_mod.load(matrix_path)
-    capabilities, models = support.load_capabilities(), support.load_models()
+    capabilities, models = load_capabilities(), model_support.load_models()
     if name is None:
         if as_json:
-            click.echo(support.models_json(models, matrix, capabilities), nl=False)
+            click.echo(model_support.models_json(models, matrix, capabilities), nl=False)
         else:
             click.echo(tables.models_table(models, matrix, capabilities))
         return
-    model = support.find(models, name)
+    model = model_support.find(models, name)
     if as_json:
-        click.echo(json.dumps(support.model_record(model, matrix, capabilities), indent=2))
+        click.echo(json.dumps(model_support.model_record(model, matrix, capabilities), indent=2))
     else:
         click.echo(tables.model_table(model, matrix, capabilities))
 

@@ -35,7 +35,7 @@ def write_context(
     models_json: str,
     vendor_dir: Path,
 ) -> Path:
-    """`matrix_json` and `models_json`: support.image_matrix_json() and support.models_json(); `vendor_dir`:
+    """`matrix_json` and `models_json`: capabilities.image_matrix_json() and model_support.models_json(); `vendor_dir`:
     vendor.assemble()'s output (tini and the repository check's validation kit)."""
     _validate(plan, dockerfiles, Path(wheel), matrix_json, assets)
     missing = [name for name in VENDOR_FILES if not (Path(vendor_dir) / name).is_file()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import NoReturn
 
 import yaml
 
@@ -13,6 +14,7 @@ from trtllm_entrypoint.errors import UsageError
 # The spellings NVIDIA uses, a strict subset of PEP 440 (so packaging parses every one): release, optional
 # pre/post/dev segments, optional local part (NVIDIA's PyTorch builds).
 VERSION_RE = re.compile(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[A-Za-z0-9]+(\.[A-Za-z0-9]+)*)?$")
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: matrix.yaml, capabilities.yaml, models.yaml
 TAG_RE = re.compile(r"^\d{2}\.(0[1-9]|1[0-2])$")
 
 
@@ -51,3 +53,36 @@ def read_yaml(path: Path, what: str, missing_hint: str) -> object:
             f"{path}: YAML syntax error{where}: {problem}", 'fix the YAML; quote versions and tags ("25.01")'
         ) from None
     return data
+
+
+# --- what every loader's validation shares: problems are collected, then raised as one UsageError ---------------
+
+
+def raise_problems(path: Path, errors: list[str], hint: str) -> NoReturn:
+    count = f"{len(errors)} problem" + ("s" if len(errors) != 1 else "")
+    raise UsageError(f"{path}: {count}:\n" + "\n".join(f"  - {e}" for e in errors), hint)
+
+
+def expect_mapping(raw: object, where: str, errors: list[str]) -> dict:
+    if isinstance(raw, dict):
+        return raw
+    errors.append(f"{where}: expected a mapping, got {type(raw).__name__}")
+    return {}
+
+
+def expect_version(
+    raw: object, where: str, errors: list[str], pattern=VERSION_RE, example: str = "0.20.0"
+) -> str | None:
+    if raw is None:
+        return None
+    if isinstance(raw, str) and pattern.match(raw):
+        return raw
+    errors.append(f'{where}: expected a quoted version such as "{example}", got {raw!r}')
+    return None
+
+
+def expect_strings(raw: object, where: str, errors: list[str]) -> tuple[str, ...]:
+    if isinstance(raw, list) and all(isinstance(item, str) and item for item in raw):
+        return tuple(raw)
+    errors.append(f"{where}: expected a list of non-empty strings, got {raw!r}")
+    return ()

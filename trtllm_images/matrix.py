@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.versions import version_tuple
+from trtllm_images.capabilities import Capabilities, load_capabilities
 from trtllm_images.datafile import TAG_RE, VERSION_RE, read_yaml
-from trtllm_images.support import Capabilities, load_capabilities
 
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "matrix.yaml"
 

@@ -20,10 +20,10 @@ from trtllm_images import (
     builder,
     checks,
     context,
+    model_support,
     render,
     report,
     source_cache,
-    support,
     vendor,
     verify,
     wheel,
@@ -65,7 +65,7 @@ def write_context(
         assets = backend_assets.fetch(
             plan.entry, source_cache.cache_root(), backend_dir, say, require_pinned=require_pinned
         )
-    matrix_json, models_json = support.image_data(matrix)
+    matrix_json, models_json = model_support.image_data(matrix)
     return context.write_context(
         plan, dockerfiles, entrypoint_wheel(), matrix_json, assets, models_json, vendor_dir(say)
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trtllm_images import report, support
+from trtllm_images import model_support, report
+from trtllm_images.capabilities import Capabilities
 from trtllm_images.matrix import Matrix
 
 MATRIX_COLUMNS = (
@@ -49,17 +50,17 @@ def matrix_table(matrix: Matrix) -> str:
     return table(rows) + "\n\n? = uncertain: matrix.yaml says why under `uncertain:`"
 
 
-def models_table(models: Sequence[support.ModelSupport], matrix: Matrix, capabilities: support.Capabilities) -> str:
+def models_table(models: Sequence[model_support.ModelSupport], matrix: Matrix, capabilities: Capabilities) -> str:
     """One row per model: the first and last tag that serve it per workflow."""
     rows: list[tuple[str, ...]] = [("MODEL_TYPE", "ARCHITECTURES", "ENGINE TAGS", "LLMAPI TAGS")]
     for model in models:
-        record = support.model_record(model, matrix, capabilities)
+        record = model_support.model_record(model, matrix, capabilities)
         spans = [_span(record[w]["tags"]) if record[w] else "-" for w in ("engine", "llmapi")]
         rows.append((model.model_type + ("?" if model.uncertain else ""), ",".join(model.architectures), *spans))
     return table(rows) + "\n\n? = uncertain: models.yaml says why under `uncertain:`"
 
 
-def model_table(model: support.ModelSupport, matrix: Matrix, capabilities: support.Capabilities) -> str:
+def model_table(model: model_support.ModelSupport, matrix: Matrix, capabilities: Capabilities) -> str:
     """One model: a line on where its support starts, then per supported tag its converter folder and LLM API."""
     rows = [("TAG", "TRT-LLM", "ENGINE", "LLMAPI")]
     for entry in matrix.supported():

@@ -18,7 +18,8 @@ import os
 import shutil
 from pathlib import Path
 
-from trtllm_images.support import LAYOUTS, load_models
+from trtllm_images.capabilities import LAYOUTS
+from trtllm_images.model_support import load_models
 
 DOUBLES_DIR = Path(__file__).resolve().parent
 

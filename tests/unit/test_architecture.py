@@ -10,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = (REPO / "trtllm_images", REPO / "entrypoints" / "trtllm_entrypoint")
 # The modules that load the data and turn versions into names.
-LOADERS = {REPO / "trtllm_images" / "matrix.py", REPO / "trtllm_images" / "support.py"}
+LOADERS = {REPO / "trtllm_images" / "matrix.py", REPO / "trtllm_images" / "capabilities.py"}
 ORDERING = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 VERSION_CALLS = {"version_tuple", "Version", "parse_version", "LooseVersion", "StrictVersion"}
 VERSION_TEXT = re.compile(r"^\d+\.\d+(\.\d+)*")
@@ -73,6 +73,6 @@ def test_no_version_threshold_outside_the_data_loaders():
         for line in version_comparisons(path.read_text())
     ]
     assert found == [], (
-        "compare versions only in the data loaders (matrix.py, support.py); elsewhere branch on a "
+        "compare versions only in the data loaders (matrix.py, capabilities.py); elsewhere branch on a "
         f"named capability from capabilities.yaml: {found}"
     )

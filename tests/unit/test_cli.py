@@ -17,7 +17,7 @@ from docker.errors import ImageNotFound
 
 from tests.archive_server import ArchiveServer, tarball
 from trtllm_entrypoint.errors import Error
-from trtllm_images import backend_assets, builder, pipeline, support, upstream, wheel
+from trtllm_images import backend_assets, builder, capabilities, model_support, pipeline, upstream, wheel
 from trtllm_images import cli as cli_mod
 from trtllm_images import matrix as matrix_mod
 
@@ -70,7 +70,7 @@ def test_list_supported_hides_unsupported_tags():
 def test_list_json_is_the_matrix_json_the_images_carry():
     result = run("list", "--json")
     assert result.exit_code == 0
-    assert result.stdout == support.image_matrix_json(MATRIX, support.load_capabilities())
+    assert result.stdout == capabilities.image_matrix_json(MATRIX, capabilities.load_capabilities())
     entries = json.loads(result.stdout)
     assert [{k: v for k, v in e.items() if k != "capabilities"} for e in entries] == [
         e.to_dict() for e in MATRIX.entries
@@ -98,7 +98,9 @@ def test_models_names_the_tags_and_workflows_that_serve_a_model():
 def test_models_json_is_the_list_the_images_carry():
     result = run("models", "--json")
     assert result.exit_code == 0
-    assert result.stdout == support.models_json(support.load_models(), MATRIX, support.load_capabilities())
+    assert result.stdout == model_support.models_json(
+        model_support.load_models(), MATRIX, capabilities.load_capabilities()
+    )
     assert json.loads(result.stdout)["tags"] == SUPPORTED
 
 

@@ -11,7 +11,7 @@ from packaging.version import Version
 
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.versions import version_tuple
-from trtllm_images import matrix, support
+from trtllm_images import capabilities, matrix
 
 
 @pytest.fixture(scope="module")
@@ -135,10 +135,10 @@ def test_the_small_valid_document_parses():
 
 def test_derived_fields_come_from_the_capabilities_given():
     """One source: move a threshold in capabilities.yaml and every entry's derived field follows."""
-    real_caps = support.load_capabilities()
+    real_caps = capabilities.load_capabilities()
     features = dict(real_caps.features)
-    features["llmapi_workflow"] = support.Rule(since="0.17.0")
-    features["openai_frontend"] = support.Rule(since_tag="25.01")
+    features["llmapi_workflow"] = capabilities.Rule(since="0.17.0")
+    features["openai_frontend"] = capabilities.Rule(since_tag="25.01")
     moved = dataclasses.replace(real_caps, features=MappingProxyType(features))
     before, after = matrix.parse(_doc(), "m.yaml"), matrix.parse(_doc(), "m.yaml", moved)
     assert [e.workflows for e in before.entries] == [("engine",), ("engine",)]
@@ -357,7 +357,7 @@ def test_the_container_side_reads_the_derived_fields(real, tmp_path):
     from trtllm_entrypoint import facts
 
     path = tmp_path / "matrix.json"
-    path.write_text(support.image_matrix_json(real, support.load_capabilities()))
+    path.write_text(capabilities.image_matrix_json(real, capabilities.load_capabilities()))
     for entry in real.supported():
         seen = facts.load_facts({"MATRIX_TAG": entry.tag, "TRTLLM_MATRIX_FILE": str(path)})
         assert (seen.workflows, seen.engine_deprecated, seen.openai_frontend) == (

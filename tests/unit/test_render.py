@@ -12,11 +12,11 @@ import pytest
 from tests.update_golden import GOLDEN_DIR, REGENERATE, golden_tags, render_tag
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import Error
-from trtllm_images import context, matrix, render, support
+from trtllm_images import context, matrix, model_support, render
 from trtllm_images.checks import instructions
 from trtllm_images.plan import make_build_plan
 
-MATRIX_JSON, MODELS_JSON = support.image_data(matrix.load())
+MATRIX_JSON, MODELS_JSON = model_support.image_data(matrix.load())
 
 
 @pytest.fixture(scope="module")

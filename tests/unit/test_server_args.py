@@ -122,9 +122,9 @@ def test_side_doors_are_found_however_they_are_spelled(args, environ, doors):
 
 
 def test_every_side_door_names_a_feature_recorded_with_its_source():
-    from trtllm_images import support
+    from trtllm_images import capabilities
 
-    features = support.load_capabilities().features
+    features = capabilities.load_capabilities().features
     recorded = {flag.side_door for flag in server_args.TRITONSERVER if flag.side_door}
     recorded |= {feature for *_, feature in server_args.SIDE_DOOR_VARIABLES}
     assert recorded and recorded <= set(features)

@@ -1,4 +1,5 @@
-"""capabilities.yaml and models.yaml (the data) and trtllm_images.support (their loader, validator and resolver)."""
+"""capabilities.yaml and models.yaml (the data) and trtllm_images.capabilities and
+model_support (their loaders, validators and resolver)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,16 @@ import pytest
 import yaml
 
 from trtllm_entrypoint.errors import UsageError
-from trtllm_images import matrix, support
+from trtllm_images import matrix, model_support
+from trtllm_images.capabilities import ROOT, TagCapabilities, image_matrix_json, load_capabilities
 
 
 @pytest.fixture(scope="module")
 def real():
-    return matrix.load(), support.load_capabilities(), support.load_models()
+    return matrix.load(), load_capabilities(), model_support.load_models()
 
 
-def caps(real, tag: str) -> support.TagCapabilities:
+def caps(real, tag: str) -> TagCapabilities:
     the_matrix, capabilities, _ = real
     return capabilities.of(the_matrix.get(tag))
 
@@ -57,27 +59,27 @@ def test_trtllm_build_flags_follow_the_release_notes(real):
 
 def test_model_records_name_the_tags_per_workflow(real):
     the_matrix, capabilities, models = real
-    record = support.model_record(support.find(models, "phi3forcausallm"), the_matrix, capabilities)
+    record = model_support.model_record(model_support.find(models, "phi3forcausallm"), the_matrix, capabilities)
     assert record["engine"]["tags"][0] == "24.06" and record["llmapi"] is None
-    qwen2 = support.model_record(support.find(models, "qwen2"), the_matrix, capabilities)
+    qwen2 = model_support.model_record(model_support.find(models, "qwen2"), the_matrix, capabilities)
     assert qwen2["engine"]["args"] == [{"args": ["--qwen_type", "qwen2"], "tags": ["24.06"]}]
     assert qwen2["llmapi"]["tags"][0] == "25.05", "the llmapi workflow starts at 25.05, whatever the model"
-    deepseek_v3 = support.model_record(support.find(models, "deepseek_v3"), the_matrix, capabilities)
+    deepseek_v3 = model_support.model_record(model_support.find(models, "deepseek_v3"), the_matrix, capabilities)
     assert deepseek_v3["engine"] is None
-    falcon = support.find(models, "RefinedWebModel")
+    falcon = model_support.find(models, "RefinedWebModel")
     assert falcon.model_type == "falcon" and falcon.converter_dir("models") == "examples/models/contrib/falcon"
 
 
 def test_models_json_lists_the_supported_tags_and_every_model(real):
     the_matrix, capabilities, models = real
-    data = json.loads(support.models_json(models, the_matrix, capabilities))
+    data = json.loads(model_support.models_json(models, the_matrix, capabilities))
     assert data["tags"] == [e.tag for e in the_matrix.supported()]
     assert [m["model_type"] for m in data["models"]] == [m.model_type for m in models]
 
 
 def test_image_matrix_json_is_the_matrix_plus_capabilities(real):
     the_matrix, capabilities, _ = real
-    entries = json.loads(support.image_matrix_json(the_matrix, capabilities))
+    entries = json.loads(image_matrix_json(the_matrix, capabilities))
     assert [{k: v for k, v in e.items() if k != "capabilities"} for e in entries] == [
         e.to_dict() for e in the_matrix.entries
     ]
@@ -86,7 +88,7 @@ def test_image_matrix_json_is_the_matrix_plus_capabilities(real):
 
 def test_unknown_names_list_the_known_ones(real):
     with pytest.raises(UsageError, match="no model_type or architecture 'Nope'") as caught:
-        support.find(real[2], "Nope")
+        model_support.find(real[2], "Nope")
     assert "phi3" in caught.value.hint
 
 
@@ -100,7 +102,7 @@ def write(tmp_path, name: str, data) -> object:
 
 
 def real_yaml(name: str) -> dict:
-    return yaml.safe_load((support.ROOT / name).read_text())
+    return yaml.safe_load((ROOT / name).read_text())
 
 
 @pytest.mark.parametrize(
@@ -123,17 +125,17 @@ def test_capabilities_validation_names_the_field(tmp_path, change, words):
     change(data)
     path = write(tmp_path, "capabilities.yaml", data)
     if words is None:
-        support.load_capabilities(path)
+        load_capabilities(path)
         return
     with pytest.raises(UsageError) as caught:
-        support.load_capabilities(path)
+        load_capabilities(path)
     assert words in caught.value.message and str(path) in caught.value.message
 
 
 def test_overlapping_layout_rules_are_refused_when_applied(tmp_path, real):
     data = copy.deepcopy(real_yaml("capabilities.yaml"))
     data["examples_layout"]["flat"] = {}
-    capabilities = support.load_capabilities(write(tmp_path, "capabilities.yaml", data))
+    capabilities = load_capabilities(write(tmp_path, "capabilities.yaml", data))
     with pytest.raises(UsageError, match=r"examples_layout gives \['flat', 'models'\] for tag 25.06"):
         capabilities.of(real[0].get("25.06"))
 
@@ -181,13 +183,13 @@ def model(**changes) -> dict:
 def test_models_validation_names_the_model_and_the_field(tmp_path, models, words):
     path = write(tmp_path, "models.yaml", {"models": models})
     if words is None:
-        assert support.load_models(path)[0].model_type == "x"
+        assert model_support.load_models(path)[0].model_type == "x"
         return
     with pytest.raises(UsageError) as caught:
-        support.load_models(path)
+        model_support.load_models(path)
     assert words in caught.value.message and str(path) in caught.value.message
 
 
 def test_missing_data_file_is_one_usage_error(tmp_path):
     with pytest.raises(UsageError, match="models file .* does not exist"):
-        support.load_models(tmp_path / "models.yaml")
+        model_support.load_models(tmp_path / "models.yaml")

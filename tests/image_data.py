@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import fields
 from pathlib import Path
 
-from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.image_facts import ImageFacts
 from trtllm_entrypoint.settings import EngineSpec
 from trtllm_entrypoint.variables import VARIABLES
 from trtllm_images import matrix, model_support
@@ -53,7 +53,7 @@ def _data_dir() -> Path:
 def image_facts(tag: str, app_dir: Path = Path("/app")):
     """The container side's ImageFacts for an image of `tag`, read from the real data files (matrix.yaml and
     capabilities.yaml), as load_facts reads them inside the image."""
-    from trtllm_entrypoint.facts import load_facts
+    from trtllm_entrypoint.image_facts import load_facts
 
     return load_facts(
         {"MATRIX_TAG": tag, "TRTLLM_MATRIX_FILE": str(_data_dir() / "matrix.json"), "TRTLLM_APP_DIR": str(app_dir)}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from trtllm_entrypoint import fill, gpu, models, probe, sources
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.facts import ImageFacts, installation
+from trtllm_entrypoint.image_facts import ImageFacts, installation
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.settings import Settings
 

@@ -23,7 +23,7 @@ from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.models import Converter
 
 if TYPE_CHECKING:
-    from trtllm_entrypoint.facts import ImageFacts
+    from trtllm_entrypoint.image_facts import ImageFacts
     from trtllm_entrypoint.log import Log
     from trtllm_entrypoint.settings import EngineSpec
 

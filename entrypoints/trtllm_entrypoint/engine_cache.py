@@ -27,8 +27,8 @@ from trtllm_entrypoint.errors import EntrypointError
 from trtllm_entrypoint.settings import EngineSpec
 
 if TYPE_CHECKING:
-    from trtllm_entrypoint.facts import ImageFacts
     from trtllm_entrypoint.gpu import GpuInfo
+    from trtllm_entrypoint.image_facts import ImageFacts
     from trtllm_entrypoint.log import Log
 
 # Bump when the layout, the stamp or the build commands change: old entries then no longer match any key.

@@ -21,7 +21,7 @@ from typing import Any
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.image_facts import ImageFacts
 from trtllm_entrypoint.settings import Settings
 
 WORKFLOW_DIR = {"engine": "inflight_batcher_llm", "llmapi": "llmapi"}

@@ -20,7 +20,7 @@ from trtllm_entrypoint import contract, engine_build, launch
 from trtllm_entrypoint.models import Converter, ModelTable
 
 if TYPE_CHECKING:
-    from trtllm_entrypoint.facts import ImageFacts
+    from trtllm_entrypoint.image_facts import ImageFacts
     from trtllm_entrypoint.settings import Settings
 
 HELP_TIMEOUT_S = 300  # importing tensorrt_llm on a cold page cache is slow

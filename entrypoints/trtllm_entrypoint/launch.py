@@ -18,7 +18,7 @@ from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.server_args import SHM_PREFIX
 
 if TYPE_CHECKING:
-    from trtllm_entrypoint.facts import ImageFacts
+    from trtllm_entrypoint.image_facts import ImageFacts
     from trtllm_entrypoint.settings import Settings
 
 # The model that ranks other than 0 load: the C++ backend runs the engine on every rank, everything else on rank 0.

@@ -42,9 +42,9 @@ from trtllm_entrypoint import (
 from trtllm_entrypoint.credentials import check_typed_keys, token_values
 from trtllm_entrypoint.diagnostics import check
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.facts import ImageFacts, installation, load_facts
 from trtllm_entrypoint.group import group_from_env
 from trtllm_entrypoint.health import health, health_url, record_health_url
+from trtllm_entrypoint.image_facts import ImageFacts, installation, load_facts
 from trtllm_entrypoint.log import Log, capture_stderr, release_stderr, retarget_stderr
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.serve_plan import LaunchPlan, Located, ServePlan

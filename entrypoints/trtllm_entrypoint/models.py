@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from trtllm_entrypoint.errors import UsageError
 
 if TYPE_CHECKING:
-    from trtllm_entrypoint.facts import ImageFacts
+    from trtllm_entrypoint.image_facts import ImageFacts
 
 
 @dataclass(frozen=True)

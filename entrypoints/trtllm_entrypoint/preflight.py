@@ -18,7 +18,7 @@ from trtllm_entrypoint.sources import TOKENIZER_FILES
 
 if TYPE_CHECKING:
     from trtllm_entrypoint.engine_config import BuiltEngine
-    from trtllm_entrypoint.facts import ImageFacts
+    from trtllm_entrypoint.image_facts import ImageFacts
     from trtllm_entrypoint.serve_plan import Located
     from trtllm_entrypoint.settings import Settings
     from trtllm_entrypoint.sources import ModelSource

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from trtllm_entrypoint import contract, group
-from trtllm_entrypoint.facts import Installation, installed_tensorrt, installed_version
+from trtllm_entrypoint.image_facts import Installation, installed_tensorrt, installed_version
 
 TRITON_VERSION_FILE = "/opt/tritonserver/TRITON_VERSION"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.image_facts import ImageFacts
 from trtllm_entrypoint.server_args import RESTRICTION_FLAGS, restriction_flags
 from trtllm_entrypoint.settings import Settings
 

@@ -19,7 +19,7 @@ from typing import Literal
 from trtllm_entrypoint import contract, engine_config, fill, launch, security
 from trtllm_entrypoint.engine_config import BuiltEngine
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.image_facts import ImageFacts
 from trtllm_entrypoint.models import Converter
 from trtllm_entrypoint.settings import EngineSpec, Settings
 from trtllm_entrypoint.sources import ModelSource

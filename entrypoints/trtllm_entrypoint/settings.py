@@ -21,8 +21,8 @@ from typing import Any
 from trtllm_entrypoint import contract, cpus, credentials, server_args, variables
 from trtllm_entrypoint.environment import TOKEN, Env, bad
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.facts import ImageFacts
 from trtllm_entrypoint.gpu import Visibility
+from trtllm_entrypoint.image_facts import ImageFacts
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.server_args import restriction_flags
 from trtllm_entrypoint.variables import (

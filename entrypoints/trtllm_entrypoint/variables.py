@@ -24,7 +24,7 @@ Quantization = Literal["none", "fp8", "int8_sq", "int4_awq", "w4a8_awq", "int8_w
 WORKFLOWS: tuple[Workflow, ...] = get_args(Workflow)
 
 # How a value is read. `integer` with `choices` takes only those numbers; `list` is comma-separated `choices`, or
-# `none` for the empty list; `special` variables are parsed by their own code in settings.py (or by facts.py, or
+# `none` for the empty list; `special` variables are parsed by their own code in settings.py (or by image_facts.py, or
 # by another program) and are here for their documentation.
 Kind = Literal["text", "path", "integer", "fraction", "boolean", "choice", "list", "special"]
 

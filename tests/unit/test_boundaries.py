@@ -160,7 +160,7 @@ ENVIRONMENT_READERS = {
     "settings.py",
     "environment.py",
     "credentials.py",
-    "facts.py",
+    "image_facts.py",
     "main.py",
     "health.py",
     "openai_front.py",
@@ -233,6 +233,6 @@ def test_only_settings_facts_and_main_read_the_environment():
         for line in environment_reads(path.read_text())
     ]
     assert found == [], (
-        "read environment variables in settings.py (or facts.py for what the image is) and pass "
+        "read environment variables in settings.py (or image_facts.py for what the image is) and pass "
         f"the typed value on: {found}"
     )

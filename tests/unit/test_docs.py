@@ -61,10 +61,10 @@ def test_every_variable_the_entrypoint_reads_is_in_the_table():
     package = REPO / "entrypoints" / "trtllm_entrypoint"
     read = {
         name
-        for module in ("settings.py", "facts.py", "main.py")
+        for module in ("settings.py", "image_facts.py", "main.py")
         for name in re.findall(r'"([A-Z][A-Z0-9_]{2,})"', (package / module).read_text())
     }
-    base_image_own = {"PATH", "TRITON_SERVER_VERSION"}  # facts.py reads what the NGC image sets for itself
+    base_image_own = {"PATH", "TRITON_SERVER_VERSION"}  # image_facts.py reads what the NGC image sets for itself
     missing = read - base_image_own - set(variables.VARIABLES)
     assert read and not missing, f"not in variables.TABLE: {sorted(missing)}"
 

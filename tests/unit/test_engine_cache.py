@@ -24,7 +24,7 @@ from trtllm_entrypoint.engine_cache import (
 )
 from trtllm_entrypoint.engine_config import check_engine_version, read, serving_settings
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.image_facts import ImageFacts
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.settings import Settings
 

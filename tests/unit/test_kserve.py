@@ -912,7 +912,7 @@ def _pod_environments(docs):
 @pytest.mark.parametrize("options", list(grid()))
 def test_the_entrypoint_accepts_every_generated_environment(options, entry, tmp_path):
     """The manifests and the container's settings validation must agree, or every pod exits 2 at start."""
-    from trtllm_entrypoint.facts import load_facts
+    from trtllm_entrypoint.image_facts import load_facts
     from trtllm_entrypoint.settings import Settings
 
     matrix_file = write_image_data(tmp_path)
@@ -1003,10 +1003,10 @@ def test_an_llmapi_image_scales_on_its_one_model(the_matrix):
 
 
 def test_the_matrix_default_workflow_is_the_entrypoints(the_matrix, tmp_path):
-    from trtllm_entrypoint import facts
+    from trtllm_entrypoint import image_facts
 
     for entry in the_matrix.entries:
-        image = facts.ImageFacts(
+        image = image_facts.ImageFacts(
             tag=entry.tag,
             tensorrt_llm="0",
             tensorrt=None,

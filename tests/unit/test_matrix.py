@@ -354,18 +354,18 @@ def test_to_dict_carries_the_facts_and_the_derived_fields(real):
 
 
 def test_the_container_side_reads_the_derived_fields(real, tmp_path):
-    from trtllm_entrypoint import facts
+    from trtllm_entrypoint import image_facts
 
     path = tmp_path / "matrix.json"
     path.write_text(capabilities.image_matrix_json(real, capabilities.load_capabilities()))
     for entry in real.supported():
-        seen = facts.load_facts({"MATRIX_TAG": entry.tag, "TRTLLM_MATRIX_FILE": str(path)})
+        seen = image_facts.load_facts({"MATRIX_TAG": entry.tag, "TRTLLM_MATRIX_FILE": str(path)})
         assert (seen.workflows, seen.engine_deprecated, seen.openai_frontend) == (
             entry.workflows,
             entry.engine_deprecated,
             entry.openai_frontend,
         ), entry.tag
-        assert seen.app_dir == facts.app_dir({}, entry.backend.in_image)
+        assert seen.app_dir == image_facts.app_dir({}, entry.backend.in_image)
 
 
 def test_markdown_table_has_every_tag_and_footnotes_uncertain_cells(real):

@@ -5,9 +5,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from trtllm_entrypoint import facts as facts_mod
+from trtllm_entrypoint import image_facts
 from trtllm_entrypoint import probe as probe_mod
-from trtllm_entrypoint.facts import ImageFacts, installation
+from trtllm_entrypoint.image_facts import ImageFacts, installation
 from trtllm_entrypoint.probe import probe
 
 
@@ -74,7 +74,7 @@ def test_probe_reports_files_and_programs_of_the_image(image, monkeypatch):
 def test_versions_come_from_the_install_not_the_matrix(image, monkeypatch):
     installed = {"tensorrt_llm": "0.17.0.post1", "tensorrt_cu12": "10.8.0.43", "huggingface_hub": "0.30.2"}
     monkeypatch.setattr(probe_mod, "installed_version", installed.get)
-    monkeypatch.setattr(facts_mod, "installed_version", installed.get)
+    monkeypatch.setattr(image_facts, "installed_version", installed.get)
     facts = ImageFacts(
         tag="25.01",
         tensorrt_llm="9.9.9",
@@ -96,7 +96,7 @@ def test_versions_come_from_the_install_not_the_matrix(image, monkeypatch):
 
 def test_probe_without_matrix_tag_or_image_files(image, monkeypatch):
     monkeypatch.setattr(probe_mod, "installed_version", lambda name: None)
-    monkeypatch.setattr(facts_mod, "installed_version", lambda name: None)
+    monkeypatch.setattr(image_facts, "installed_version", lambda name: None)
     monkeypatch.setattr(probe_mod.contract, "TRITONSERVER", str(image.root / "missing"))
     monkeypatch.setattr(probe_mod.contract, "OPENAI_FRONTEND_MAIN", str(image.root / "missing"))
     monkeypatch.setattr(probe_mod, "TRITON_VERSION_FILE", str(image.root / "missing"))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.image_facts import ImageFacts
 from trtllm_entrypoint.serve_plan import LaunchPlan, Located, decide, launch_argv
 from trtllm_entrypoint.settings import CommandLine, Settings
 from trtllm_entrypoint.sources import ModelSource

@@ -13,7 +13,7 @@ import pytest
 from tests.upstream_files import upstream_path
 from trtllm_entrypoint import model_digest, sources
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.facts import ImageFacts
+from trtllm_entrypoint.image_facts import ImageFacts
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.model_digest import content_digest
 from trtllm_entrypoint.settings import Settings

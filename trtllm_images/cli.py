@@ -6,7 +6,6 @@ before anything is written or built), then executes them.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +18,23 @@ from trtllm_images import (
     checks,
     kserve,
     kserve_options,
-    model_support,
     render,
     source_cache,
-    source_tree,
     tables,
     upstream,
 )
 from trtllm_images import matrix as matrix_mod
-from trtllm_images.capabilities import image_matrix_json, load_capabilities
-from trtllm_images.pipeline import PROG, BuildOptions, LazyDocker, build_tag, check_errors, standin_push, write_context
-from trtllm_images.plan import BuildPlan, make_build_plan
-
-DEFAULT_OUT = Path("out")
+from trtllm_images.pipeline import (
+    PROG,
+    BuildOptions,
+    LazyDocker,
+    build_error,
+    build_tags,
+    check_errors,
+    standin_push,
+    write_context,
+)
+from trtllm_images.selection import DEFAULT_OUT, select_plans
 
 
 class _Failure(click.ClickException):
@@ -127,43 +130,6 @@ def _out_option(func):
     )(func)
 
 
-# --- turning options into plans (pure apart from reading the matrix file) -----------------------------------------
-
-
-def _plans(
-    matrix_path: Path,
-    tags: tuple[str, ...],
-    all_tags: bool,
-    *,
-    base_image: str | None = None,
-    registry: str | None = None,
-    out_dir: Path = DEFAULT_OUT,
-    revision: str | None = None,
-    multinode: bool = False,
-) -> tuple[matrix_mod.Matrix, list[BuildPlan]]:
-    """Load the matrix and plan every selected tag; any bad tag or option fails here, before any work."""
-    if tags and all_tags:
-        raise UsageError("--tag and --all exclude each other", "give one or more --tag TAG, or --all")
-    matrix = matrix_mod.load(matrix_path)
-    if not tags and not all_tags:
-        raise UsageError(
-            "no tag selected",
-            f"give --tag TAG (repeatable) or --all; known tags: {', '.join(e.tag for e in matrix.supported())}",
-        )
-    entries = matrix.supported() if all_tags else [matrix.get(tag) for tag in dict.fromkeys(tags)]
-    if base_image and len(entries) != 1:
-        raise UsageError(
-            f"--base-image applies to a single tag, got {len(entries)} tags",
-            "build the tags one by one, each with its own --base-image",
-        )
-    return matrix, [
-        make_build_plan(
-            e, base_image=base_image, registry=registry, out_dir=out_dir, revision=revision, multinode=multinode
-        )
-        for e in entries
-    ]
-
-
 def _show_finding(finding) -> None:
     click.echo(f"{finding.level:<7} {finding.tag or '-':<6} {finding.code}: {finding.message}")
     if finding.hint:
@@ -226,7 +192,7 @@ def cli(
         return
     if push and not registry:
         raise UsageError("--push needs --registry", "e.g. --registry ghcr.io/my-org --push")
-    matrix, plans = _plans(
+    matrix, plans = select_plans(
         matrix_path,
         tags,
         all_tags,
@@ -243,20 +209,11 @@ def cli(
     options = BuildOptions(
         matrix=matrix, backend_dir=backend_dir, require_pinned=require_pinned, out_dir=out_dir, push=push, say=_say
     )
-    docker = LazyDocker()
-    outcomes = []
-    for number, plan in enumerate(plans, 1):
-        _say(f"[{plan.entry.tag}] tag {number} of {len(plans)}: {', '.join(spec.ref for spec in plan.images)}")
-        outcomes.append(build_tag(plan, options, docker))
+    outcomes = build_tags(plans, options, LazyDocker())
     click.echo(tables.build_summary([outcome.record for outcome in outcomes]))
-    if len(outcomes) == 1 and outcomes[0].error:
-        raise outcomes[0].error
-    failed = [outcome for outcome in outcomes if outcome.error]
-    if failed:
-        raise Error(
-            f"{len(failed)} of {len(outcomes)} tags failed: {', '.join(outcome.record.tag for outcome in failed)}",
-            f"the reports in {out_dir / 'reports'} say why",
-        )
+    error = build_error(outcomes, out_dir)
+    if error is not None:
+        raise error
 
 
 # --- list, render, check -------------------------------------------------------------------------------------------
@@ -274,12 +231,7 @@ def list_command(matrix_path, supported_only, as_json, markdown):
     matrix = matrix_mod.load(matrix_path)
     if supported_only:
         matrix = matrix_mod.Matrix(matrix.supported())
-    if as_json:
-        click.echo(image_matrix_json(matrix, load_capabilities()), nl=False)
-    elif markdown:
-        click.echo(matrix_mod.markdown_table(matrix), nl=False)
-    else:
-        click.echo(tables.matrix_table(matrix))
+    click.echo(tables.matrix_listing(matrix, as_json=as_json, markdown=markdown), nl=False)
 
 
 @cli.command("models")
@@ -293,19 +245,7 @@ def list_command(matrix_path, supported_only, as_json, markdown):
 )
 def models_command(matrix_path, name, as_json):
     """Which tags serve a model (a config.json model_type or architecture), and with which workflow."""
-    matrix = matrix_mod.load(matrix_path)
-    capabilities, models = load_capabilities(), model_support.load_models()
-    if name is None:
-        if as_json:
-            click.echo(model_support.models_json(models, matrix, capabilities), nl=False)
-        else:
-            click.echo(tables.models_table(models, matrix, capabilities))
-        return
-    model = model_support.find(models, name)
-    if as_json:
-        click.echo(json.dumps(model_support.model_record(model, matrix, capabilities), indent=2))
-    else:
-        click.echo(tables.model_table(model, matrix, capabilities))
+    click.echo(tables.models_listing(matrix_mod.load(matrix_path), name, as_json=as_json), nl=False)
 
 
 @cli.command("render")
@@ -328,7 +268,7 @@ def render_command(
         raise UsageError(
             "give exactly one of --out DIR or --print", "--print shows the Dockerfiles; --out writes the build contexts"
         )
-    matrix, plans = _plans(
+    matrix, plans = select_plans(
         matrix_path,
         tags,
         all_tags,
@@ -351,7 +291,7 @@ def render_command(
 @_matrix_option
 def check_command(tags, all_tags, matrix_path):
     """Static checks: matrix consistency, Dockerfile policy, hadolint. Exit 1 when any error is found."""
-    matrix, plans = _plans(matrix_path, tags, all_tags, multinode=True)  # every Dockerfile, the group's too
+    matrix, plans = select_plans(matrix_path, tags, all_tags, multinode=True)  # every Dockerfile, the group's too
     by_tag = {plan.entry.tag: plan for plan in plans}
     findings = checks.static_findings(matrix, by_tag, lambda tag: render.render(by_tag[tag]))
     for finding in findings:
@@ -451,13 +391,7 @@ def upstream_lock_command(matrix_path, lock_path, repin, git_dir, repo):
     """Record the commit and content digest of every source the matrix and the tests need: from GitHub archives
     (needs GitHub), or with --from-git from a clone of one repository."""
     lock = upstream.merge(upstream.load_lock(lock_path), backend_assets.lock_paths(matrix_mod.load(matrix_path)))
-    if git_dir is None:
-        if repo:
-            raise UsageError("--repo applies only with --from-git", "add --from-git DIR, or drop --repo")
-        fresh = upstream.refresh(lock, repin=repin, log=_say)
-    else:
-        repo = repo or source_tree.origin_repo(git_dir)
-        fresh = upstream.refresh_from_git(lock, repo, git_dir, repin=repin, log=_say)
+    fresh = upstream.relock(lock, repin=repin, git_dir=git_dir, repo=repo, log=_say)
     unpinned = [pin.name for pin in fresh.pins if pin.digest is None]
     click.echo(
         f"wrote {upstream.write_lock(fresh)}: {len(fresh.pins)} sources, {len(unpinned)} without a digest"

@@ -144,6 +144,28 @@ def build_tag(plan: BuildPlan, options: BuildOptions, docker: LazyDocker) -> Out
     return Outcome(record, error)
 
 
+def build_tags(plans: list[BuildPlan], options: BuildOptions, docker: LazyDocker) -> list[Outcome]:
+    """Each plan's tag built in turn; a failed tag does not stop the others (its report says why)."""
+    outcomes = []
+    for number, plan in enumerate(plans, 1):
+        options.say(f"[{plan.entry.tag}] tag {number} of {len(plans)}: {', '.join(spec.ref for spec in plan.images)}")
+        outcomes.append(build_tag(plan, options, docker))
+    return outcomes
+
+
+def build_error(outcomes: list[Outcome], out_dir: Path) -> Error | None:
+    """The error a build of these tags ends with: a single tag's own, or how many of several failed."""
+    if len(outcomes) == 1 and outcomes[0].error:
+        return outcomes[0].error
+    failed = [outcome for outcome in outcomes if outcome.error]
+    if not failed:
+        return None
+    return Error(
+        f"{len(failed)} of {len(outcomes)} tags failed: {', '.join(outcome.record.tag for outcome in failed)}",
+        f"the reports in {out_dir / 'reports'} say why",
+    )
+
+
 def _stop_on_check_errors(plan: BuildPlan, findings, say: Say) -> None:
     for finding in findings:
         say(f"[{plan.entry.tag}] {finding.level}: {finding.code}: {finding.message}")

@@ -1,13 +1,15 @@
-"""The plain-text tables `build.py` prints: the matrix (`list`), the models (`models`, `models NAME`) and the summary
-after a build. Pure: they take loaded values and return text."""
+"""What `build.py` prints: the matrix (`list`), the models (`models`, `models NAME`), as tables or as the JSON the
+images carry, and the summary after a build. The tables are pure (loaded values in, text out); the listings read
+capabilities.yaml and models.yaml."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from trtllm_images import model_support, report
-from trtllm_images.capabilities import Capabilities
-from trtllm_images.matrix import Matrix
+from trtllm_images.capabilities import Capabilities, image_matrix_json, load_capabilities
+from trtllm_images.matrix import Matrix, markdown_table
 
 MATRIX_COLUMNS = (
     ("TAG", "tag"),
@@ -80,3 +82,25 @@ def model_table(model: model_support.ModelSupport, matrix: Matrix, capabilities:
 
 def _span(tags: list[str]) -> str:
     return f"{tags[0]}..{tags[-1]}" if tags else "none"
+
+
+def matrix_listing(matrix: Matrix, *, as_json: bool, markdown: bool) -> str:
+    """What `list` prints: the JSON the images carry, the table in docs/matrix.md, or the plain table."""
+    if as_json:
+        return image_matrix_json(matrix, load_capabilities())
+    if markdown:
+        return markdown_table(matrix)
+    return matrix_table(matrix) + "\n"
+
+
+def models_listing(matrix: Matrix, name: str | None, *, as_json: bool) -> str:
+    """What `models` prints: every model (the models.json the images carry, or a table), or the one named."""
+    capabilities, models = load_capabilities(), model_support.load_models()
+    if name is None:
+        if as_json:
+            return model_support.models_json(models, matrix, capabilities)
+        return models_table(models, matrix, capabilities) + "\n"
+    model = model_support.find(models, name)
+    if as_json:
+        return json.dumps(model_support.model_record(model, matrix, capabilities), indent=2) + "\n"
+    return model_table(model, matrix, capabilities) + "\n"

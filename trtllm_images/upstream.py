@@ -195,6 +195,18 @@ def refresh_from_git(
     return _record(lock, pins, measure, repin, log)
 
 
+def relock(
+    lock: Lock, *, repin: Iterable[str], git_dir: Path | None, repo: str | None, log: Callable[[str], None]
+) -> Lock:
+    """`build.py upstream lock`: refreshed from GitHub archives, or with `git_dir` from the objects of a clone of
+    `repo` (default: the clone's remote.origin.url)."""
+    if git_dir is None:
+        if repo:
+            raise UsageError("--repo applies only with --from-git", "add --from-git DIR, or drop --repo")
+        return refresh(lock, repin=repin, log=log)
+    return refresh_from_git(lock, repo or source_tree.origin_repo(git_dir), git_dir, repin=repin, log=log)
+
+
 def _check_repin(lock: Lock, repin: Iterable[str]) -> set[str]:
     repin = set(repin)
     unknown = repin - {pin.name for pin in lock.pins}

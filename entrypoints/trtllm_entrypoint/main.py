@@ -12,16 +12,13 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
 from trtllm_entrypoint import (
-    engine_build,
-    engine_cache,
     engine_config,
-    fill,
     flagcheck,
     gpu,
     group,
@@ -31,13 +28,12 @@ from trtllm_entrypoint import (
     preflight,
     probe,
     ready,
-    repository,
     security,
+    serve_files,
     serve_plan,
     server_args,
     sources,
     supervise,
-    trust,
 )
 from trtllm_entrypoint.credentials import check_typed_keys, token_values
 from trtllm_entrypoint.diagnostics import check
@@ -50,7 +46,6 @@ from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.serve_plan import LaunchPlan, Located, ServePlan
 from trtllm_entrypoint.settings import CommandLine, Settings, all_apis_open, side_door_variables
 
-DIGESTS = "digests"  # under CACHE_DIR: the content digests of local models (model_digest)
 SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health", "flags")
 USAGE = (
     "usage: trtllm-entrypoint [serve|prepare|build-engine|check|probe|health|flags] "
@@ -171,7 +166,9 @@ def subcommand(command: str, env: dict[str, str], command_line: CommandLine) -> 
         return 0
     plan = decide(settings, facts, log)
     if command == "build-engine":
-        engine_dir = ensure_engine(plan, facts, env, log, functools.partial(gpu.detect_gpus, settings.gpu_visibility))
+        engine_dir = serve_files.ensure_engine(
+            plan, facts, env, log, functools.partial(gpu.detect_gpus, settings.gpu_visibility)
+        )
         print(json.dumps({"engine_dir": str(engine_dir)}))
         return 0
     prepared = prepare(plan, facts, env, log, need_gpu=command == "serve", pod_group=pod_group)
@@ -302,7 +299,7 @@ def prepare(
         given = LaunchPlan(plan=plan, facts=facts, repository=plan.repository, engine_dir=None, tokenizer=None)
         return finish(given, log)
     if plan.engine == "cache" or not settings.repository_dir:
-        warn_open_cache(settings.cache_dir, log)
+        serve_files.warn_open_cache(settings.cache_dir, log)
     # Before any build: an engine for more GPUs than this node (or group) has would never serve here.
     mpi_options: list[str] = []
     rank_options: list[str] = []
@@ -315,7 +312,7 @@ def prepare(
         rank_options = group.rank_options(env)
     elif need_gpu:
         gpu.require_gpus(gpus(), plan.world_size, "to serve the model")
-    engine_dir = None if plan.engine == "none" else ensure_engine(plan, facts, env, log, gpus)
+    engine_dir = None if plan.engine == "none" else serve_files.ensure_engine(plan, facts, env, log, gpus)
     if plan.engine == "cache" and engine_dir is not None:
         # Its key holds what was asked; its own record, read once it exists, says what it was built with.
         plan = serve_plan.with_engine(plan, engine_config.read(engine_dir))
@@ -323,7 +320,7 @@ def prepare(
         log.info("serving the limits the engine was built with", **plan.taken)
     tokenizer = preflight.tokenizer_dir(plan.settings, plan.model, engine_dir, plan.model_dir)
     with log.phase("fill"):
-        repo = write_repository(plan.settings, facts, log, plan.model, engine_dir, tokenizer)
+        repo = serve_files.write_repository(plan.settings, facts, log, plan.model, engine_dir, tokenizer)
     resolved = LaunchPlan(
         plan=plan,
         facts=facts,
@@ -334,18 +331,6 @@ def prepare(
         rank_options=tuple(rank_options),
     )
     return finish(resolved, log)
-
-
-def warn_open_cache(cache_dir: Path, log: Log) -> None:
-    """What the cache serves is checked, then loaded by path: a directory above it in which another UID can rename
-    entries lets that UID swap the checked tree for another in between."""
-    open_dirs = trust.open_ancestors(cache_dir)
-    if open_dirs:
-        log.warn(
-            "another UID can rename entries in a directory above CACHE_DIR, so it could swap what the cache "
-            "serves after the check: make it sticky (chmod +t) or writable by this UID alone",
-            dirs=", ".join(map(str, open_dirs)),
-        )
 
 
 def finish(resolved: LaunchPlan, log: Log) -> Prepared:
@@ -361,68 +346,6 @@ def finish(resolved: LaunchPlan, log: Log) -> Prepared:
             tokenizer=tokenizer,
         )
     return Prepared(launch=resolved, argv=argv, ready=ready.summary(resolved), front=front)
-
-
-def ensure_engine(
-    plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log: Log, detect_gpus: Callable[[], gpu.GpuInfo]
-) -> Path:
-    """The plan's prebuilt engine, or the one from the cache (built once, under a lock; the build runs with `env`)."""
-    settings, source = plan.settings, plan.model
-    if plan.engine == "prebuilt" and source.path is not None:
-        log.info("using the prebuilt engine", engine_dir=source.path)
-        return source.path
-    if source.kind != "checkpoint" or source.path is None or plan.converter is None:  # checkpoints have one looked up
-        raise UsageError(
-            f"the {source.kind} at {source.path} cannot be turned into an engine",
-            "give MODEL_ID a Hugging Face checkpoint, or ENGINE_DIR a prebuilt engine",
-        )
-    converter = models.required(plan.converter)
-    gpus = detect_gpus()
-    # Engines are specific to the GPU's compute capability, so building needs one (ranks are built one by one).
-    gpu.require_gpus(gpus, 1, "to build a TensorRT engine")
-    spec = settings.engine_spec  # all the build reads, and so all the key needs
-    inputs = engine_cache.key_inputs(sources.identity(source, settings.cache_dir / DIGESTS), spec, facts, gpus)
-    key = engine_cache.cache_key(inputs)
-    cache = engine_cache.EngineCache(settings.cache_dir / "engines")
-    build = engine_build.engine_builder(facts, spec, source.path, converter, log, env)
-    with log.phase("engine", key=key) as extra:
-        engine_dir, built = cache.ensure(
-            key,
-            engine_cache.stamp_inputs(inputs, facts, gpus, source.path),
-            build,
-            timeout_s=settings.lock_timeout_secs,
-            log=log,
-        )
-        extra.update(cache="built" if built else "hit", engine_dir=engine_dir)
-    return engine_dir
-
-
-def write_repository(
-    settings: Settings,
-    facts: ImageFacts,
-    log: Log,
-    source: sources.ModelSource,
-    engine_dir: Path | None,
-    tokenizer_dir: Path,
-) -> Path:
-    values = fill.fill_values(settings, facts, engine_dir, tokenizer_dir)
-    plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=source.path)
-    log.info(
-        "template parameters you set (LOG_LEVEL=debug or `trtllm-entrypoint check` lists every one)",
-        **fill.parameter_summary(plan.effective, settings.explicit),
-    )
-    log.debug("optional template parameters", **plan.effective)
-    if settings.repository_dir:
-        # The returned lock descriptor stays open on purpose: the exec'd server inherits it and holds it while serving.
-        repository.write_named(
-            plan, settings.repository_dir, settings.templates_dir, log, timeout_s=settings.lock_timeout_secs
-        )
-        return settings.repository_dir
-    # Named by its content: a restart with the same settings finds it valid and skips the write.
-    dest, _ = repository.write_cached(
-        plan, settings.cache_dir / "repositories", settings.templates_dir, log, timeout_s=settings.lock_timeout_secs
-    )
-    return dest
 
 
 def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoReturn:

@@ -59,7 +59,7 @@ def make_kserve_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
     image = options.image or default_image
     if options.nodes > 1:  # KServe's multi-node path is Ray's: a LeaderWorkerSet instead (docs/kserve.md)
         documents = [_pvc(options)] if options.cache == "pvc" else []
-        documents += multinode.documents(options, image, entry.default_workflow)
+        documents += multinode.group_documents(options, image, entry.default_workflow)
     else:
         documents = [_runtime(entry, options, image)]
         if options.cache == "pvc":

@@ -34,7 +34,7 @@ SSH_VOLUME = "mpi-ssh"
 CONTAINER = "server"
 
 
-def documents(o: KServeOptions, image: str, workflow: str) -> list[dict]:
+def group_documents(o: KServeOptions, image: str, workflow: str) -> list[dict]:
     docs = [_leader_worker_set(o, image), _leader_service(o), _network_policy(o)]
     if o.autoscaled:  # the PodMonitor feeds the autoscaler: both need the Prometheus Operator and KEDA
         docs.append(pod.pod_monitor(o, f"{o.name}-triton", {NAME_LABEL: o.name, ROLE_LABEL: "leader"}))

@@ -135,7 +135,7 @@ def server_argv(
 
 @dataclass(frozen=True)
 class Passthrough:
-    """What a given `tritonserver …` command line asks for, read as tritonserver reads it (server_args.parse)."""
+    """What a given `tritonserver …` command line asks for, read as tritonserver reads it (`parse_options`)."""
 
     repositories: tuple[Path, ...]
     http_port: int | None
@@ -158,7 +158,7 @@ PORT_FIELDS = tuple(flag.field for flag in server_args.TRITONSERVER if flag.fiel
 
 
 def parse_passthrough(argv: Sequence[str]) -> Passthrough:
-    options = server_args.parse(argv[1:])
+    options = server_args.parse_options(argv[1:])
     repositories = [Path(o.value or "") for o in server_args.found(options, server_args.REPOSITORY_FLAG)]
     ports: dict[str, int | None] = dict.fromkeys(PORT_FIELDS)
     taken: set[int] = set()
@@ -179,7 +179,7 @@ def parse_passthrough(argv: Sequence[str]) -> Passthrough:
 def rewrite_repository(argv: Sequence[str], new_repository: Path) -> list[str]:
     """The same command line with its one model repository replaced; every other argument is kept as given."""
     argv = list(argv)
-    hits = server_args.found(server_args.parse(argv[1:]), server_args.REPOSITORY_FLAG)
+    hits = server_args.found(server_args.parse_options(argv[1:]), server_args.REPOSITORY_FLAG)
     if len(hits) != 1:
         raise EntrypointError(f"expected one --model-repository/--model-store in the command line, found {len(hits)}")
     hit = hits[0]

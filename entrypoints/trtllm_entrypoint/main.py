@@ -232,7 +232,7 @@ def decide(
 ) -> ServePlan:
     """Locate and check the model (downloading it last), then decide once what is served."""
     located = checked_model(settings, facts, log, locate_model(settings, facts, log, given))
-    plan = serve_plan.decide(settings, located, typed_argv)
+    plan = serve_plan.decide_serve_plan(settings, located, typed_argv)
     for note in plan.notes:
         log.info(note)
     return plan
@@ -369,7 +369,7 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     completed for the other with the same key, and a route around a restriction is refused."""
     if Path(args[0]).name != "tritonserver":
         launch.exec_argv(args, env)
-    args = args + server_args.completed_restriction(server_args.parse(args[1:]))
+    args = args + server_args.completed_restriction(server_args.parse_options(args[1:]))
     given = launch.parse_passthrough(args)
     check_typed_keys(given.restriction_keys)
     retarget_stderr(Log(early_log(env).fmt, secrets=(*token_values(env), *given.restriction_keys)))

@@ -150,7 +150,7 @@ def has_chat_template(tokenizer: Path) -> bool:
 
 def check_prebuilt_engine(settings: Settings, engine: BuiltEngine, installed: str) -> None:
     """All ranks present; built by this TensorRT-LLM, unless MODEL_ID names the checkpoint to rebuild it from (its
-    limits against the settings: serve_plan.decide, which takes them)."""
+    limits against the settings: serve_plan.decide_serve_plan, which takes them)."""
     missing = engine.missing_ranks()
     if missing:
         raise UsageError(

@@ -1,7 +1,8 @@
 """What will be served and how, decided once: a pure function of the settings, the located model and the image facts.
 
-`main` locates the model (`Located`: what was read about it, each fact once), then `decide` makes the ServePlan:
-for a prebuilt engine its own parallelism and limits are taken there, so the plan is final before anything runs.
+`main` locates the model (`Located`: what was read about it, each fact once), then `decide_serve_plan` makes the
+ServePlan: for a prebuilt engine its own parallelism and limits are taken there, so the plan is final before anything
+runs.
 `main` executes it (download, engine from the cache, repository fill) into a LaunchPlan, which adds only what
 executing made: paths, the tokenizer, mpirun's placement (a cached engine's own record, read once it exists, completes
 the plan the same way). `launch_argv` turns that alone into the command line, and `prepare` prints it. Nothing here
@@ -80,7 +81,7 @@ def _text(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
-def decide(settings: Settings, located: Located, typed_argv: tuple[str, ...] = ()) -> ServePlan:
+def decide_serve_plan(settings: Settings, located: Located, typed_argv: tuple[str, ...] = ()) -> ServePlan:
     """The one decision of what is served: workflow, engine, repository, where readiness is asked, and a
     prebuilt engine's own parallelism and limits (a set value the engine cannot honour is refused here)."""
     model = located.source

@@ -125,7 +125,7 @@ def resolve(name: str, table: Sequence[Flag]) -> Flag | None:
     return found[0] if found else None
 
 
-def parse(args: Sequence[str], table: Sequence[Flag] = TRITONSERVER) -> list[Option]:
+def parse_options(args: Sequence[str], table: Sequence[Flag] = TRITONSERVER) -> list[Option]:
     """Each argument as the program reads it (the program itself is not in `args`)."""
     options: list[Option] = []
     i = 0
@@ -160,12 +160,12 @@ def found(options: Sequence[Option], *names: str) -> list[Option]:
 
 def restriction_flags(args: Sequence[str]) -> list[str]:
     """The API restriction flags a tritonserver command line sets itself, however they are spelled."""
-    return [option.given for option in found(parse(args), *RESTRICTION_FLAGS)]
+    return [option.given for option in found(parse_options(args), *RESTRICTION_FLAGS)]
 
 
 def reserved_argument(args: Sequence[str], table: Sequence[Flag] = TRITONSERVER) -> tuple[str, str] | None:
     """(the option as given, the variable meant for it) for the first option that sets what we set, else None."""
-    for option in parse(args, table):
+    for option in parse_options(args, table):
         if option.flag is None:
             continue
         if option.flag.owner is not None:
@@ -187,7 +187,7 @@ def check_extra_arguments(args: Sequence[str], source: str = "TRITON_ARGS") -> N
 def side_doors(args: Sequence[str], variables: Mapping[str, str]) -> list[str]:
     """What in these arguments, or in `variables` (the server's values of SIDE_DOOR_VARIABLES), opens a route
     around the API restriction."""
-    options = parse(args)
+    options = parse_options(args)
     doors = []
     for option in options:
         if option.flag is None or option.flag.side_door is None:

@@ -8,7 +8,7 @@ import pytest
 
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.image_facts import ImageFacts
-from trtllm_entrypoint.serve_plan import LaunchPlan, Located, decide, launch_argv
+from trtllm_entrypoint.serve_plan import LaunchPlan, Located, decide_serve_plan, launch_argv
 from trtllm_entrypoint.settings import CommandLine, Settings
 from trtllm_entrypoint.sources import ModelSource
 
@@ -40,19 +40,19 @@ def model(kind: str, path: str | None = "/models/m") -> Located:
 
 
 def test_a_checkpoint_is_served_with_the_image_s_default_workflow_and_no_engine():
-    plan = decide(settings(), model("checkpoint"))
+    plan = decide_serve_plan(settings(), model("checkpoint"))
     assert (plan.workflow, plan.engine, plan.repository) == ("llmapi", "none", CACHE / "repositories")
     assert plan.fills_repository and plan.notes == ()
 
 
 def test_the_engine_workflow_takes_its_engine_from_the_cache_and_writes_repository_dir():
-    plan = decide(settings(WORKFLOW="engine", REPOSITORY_DIR="/repo", HTTP_PORT="8080"), model("checkpoint"))
+    plan = decide_serve_plan(settings(WORKFLOW="engine", REPOSITORY_DIR="/repo", HTTP_PORT="8080"), model("checkpoint"))
     assert (plan.workflow, plan.engine, plan.repository, plan.health_port) == ("engine", "cache", Path("/repo"), 8080)
 
 
 def test_a_prebuilt_engine_switches_a_defaulted_workflow_and_says_so():
     given = settings()
-    plan = decide(given, model("engine"))
+    plan = decide_serve_plan(given, model("engine"))
     assert (plan.workflow, plan.engine) == ("engine", "prebuilt")
     assert plan.notes == ("the model is a prebuilt engine: using the engine workflow (this image's default is llmapi)",)
     assert given.workflow == "llmapi", "the settings as parsed are left alone; the plan carries its own"
@@ -60,27 +60,29 @@ def test_a_prebuilt_engine_switches_a_defaulted_workflow_and_says_so():
 
 def test_a_prebuilt_engine_is_refused_when_llmapi_was_asked_for():
     with pytest.raises(UsageError, match="WORKFLOW=llmapi cannot serve the prebuilt engine at /models/m"):
-        decide(settings(WORKFLOW="llmapi"), model("engine"))
+        decide_serve_plan(settings(WORKFLOW="llmapi"), model("engine"))
 
 
 def test_a_complete_repository_is_served_where_it_is():
-    plan = decide(settings(), model("repository", "/mnt/models"))
+    plan = decide_serve_plan(settings(), model("repository", "/mnt/models"))
     assert (plan.engine, plan.repository, plan.fills_repository) == ("none", Path("/mnt/models"), False)
 
 
 def test_readiness_is_asked_where_the_frontend_answers_it():
-    assert (decide(settings(), model("checkpoint")).health_path) == "/v2/health/ready"
+    assert (decide_serve_plan(settings(), model("checkpoint")).health_path) == "/v2/health/ready"
     # The OpenAI frontend answers readiness itself, whether its KServe frontends are off (the default) or not.
     for extra in ({}, {"RESTRICTED_APIS": "none", "OPENAI_KSERVE_FRONTENDS": "true"}):
-        plan = decide(settings(FRONTEND="openai", WORKFLOW="engine", OPENAI_PORT="9100", **extra), model("checkpoint"))
+        plan = decide_serve_plan(
+            settings(FRONTEND="openai", WORKFLOW="engine", OPENAI_PORT="9100", **extra), model("checkpoint")
+        )
         assert (plan.health_port, plan.health_path) == (9100, "/health/ready"), extra
 
 
 def test_the_openai_front_is_ready_on_its_port_and_refuses_a_complete_repository():
-    plan = decide(settings(FRONTEND="openai", WORKFLOW="engine", OPENAI_PORT="9100"), model("checkpoint"))
+    plan = decide_serve_plan(settings(FRONTEND="openai", WORKFLOW="engine", OPENAI_PORT="9100"), model("checkpoint"))
     assert (plan.health_port, plan.health_path) == (9100, "/health/ready")
     with pytest.raises(UsageError, match="FRONTEND=openai serves the repositories the entrypoint fills") as refused:
-        decide(settings(FRONTEND="openai"), model("repository", "/mnt/models"))
+        decide_serve_plan(settings(FRONTEND="openai"), model("repository", "/mnt/models"))
     assert "FRONTEND=triton" in refused.value.hint
 
 
@@ -88,7 +90,7 @@ def test_a_typed_tritonserver_command_keeps_its_arguments_with_only_the_reposito
     typed = ("tritonserver", "--model-store=/mnt/models", "--http-port=8080", "--allow-grpc=true")
     line = CommandLine(server_args=("--allow-grpc=true",), ports={"http_port": 8080}, typed_server=True)
     chosen = settings(line, WORKFLOW="engine", FRONTEND="openai", HTTP_PORT="1")
-    plan = decide(chosen, model("engine", "/mnt/models"), typed_argv=typed)
+    plan = decide_serve_plan(chosen, model("engine", "/mnt/models"), typed_argv=typed)
     assert (chosen.frontend, plan.health_port) == ("triton", 8080), (
         "typed ports win; a typed tritonserver has no OpenAI frontend"
     )

@@ -7,7 +7,7 @@ import pytest
 
 from trtllm_entrypoint import launch, server_args
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.server_args import TRITONSERVER, parse, resolve
+from trtllm_entrypoint.server_args import TRITONSERVER, parse_options, resolve
 
 
 def names(table):
@@ -48,11 +48,11 @@ def test_an_ambiguous_prefix_is_refused_naming_the_candidates(given):
 
 def test_names_the_table_does_not_know_are_kept_as_given():
     assert resolve("--no-such-flag", TRITONSERVER) is None
-    assert [o.flag for o in parse(["--no-such-flag=1", "positional", "-x"])] == [None, None, None]
+    assert [o.flag for o in parse_options(["--no-such-flag=1", "positional", "-x"])] == [None, None, None]
 
 
 def test_a_flag_with_a_value_takes_the_next_argument_whatever_it_looks_like():
-    options = parse(["--log-file", "--model-store=/x", "--model-repo", "/m"])
+    options = parse_options(["--log-file", "--model-store=/x", "--model-repo", "/m"])
     assert [(o.flag.name if o.flag else None, o.value) for o in options] == [
         ("--log-file", "--model-store=/x"),
         ("--model-repository", "/m"),
@@ -62,18 +62,18 @@ def test_a_flag_with_a_value_takes_the_next_argument_whatever_it_looks_like():
 
 def test_a_flag_without_a_value_refuses_one_and_a_missing_value_is_refused():
     with pytest.raises(UsageError, match="takes no value"):
-        parse(["--disable-auto-complete-config=1"])
+        parse_options(["--disable-auto-complete-config=1"])
     with pytest.raises(UsageError, match="--http-port needs a value"):
-        parse(["--http-p"])
+        parse_options(["--http-p"])
 
 
 def test_after_a_double_dash_everything_is_positional():
-    options = parse(["--id=a", "--", "--model-repository=/x"])
+    options = parse_options(["--id=a", "--", "--model-repository=/x"])
     assert [o.flag for o in options[1:]] == [None]
 
 
 def test_store_and_repository_are_one_option():
-    options = parse(["--model-store=/a", "--model-repo=/b"])
+    options = parse_options(["--model-store=/a", "--model-repo=/b"])
     assert [o.value for o in server_args.found(options, "--model-repository")] == ["/a", "/b"]
 
 
@@ -95,12 +95,12 @@ def test_passthrough_and_rewriting_read_the_command_as_tritonserver_does(argv, r
 
 def test_restriction_typed_for_one_protocol_is_completed_with_the_same_groups_and_key():
     typed = ["--http-restricted=logging:admin-key=K1", "--http-restricted-api", "trace:admin-key=K2"]
-    assert server_args.completed_restriction(parse(typed)) == [
+    assert server_args.completed_restriction(parse_options(typed)) == [
         "--grpc-restricted-protocol=logging:admin-key=K1",
         "--grpc-restricted-protocol=trace:admin-key=K2",
     ]
     both = ["--http-restricted-api=logging:admin-key=K1", "--grpc-restricted-p=logging:admin-key=K3"]
-    assert server_args.completed_restriction(parse(both)) == []
+    assert server_args.completed_restriction(parse_options(both)) == []
     keys = launch.parse_passthrough(["tritonserver", *typed]).restriction_keys
     assert keys == ("K1", "K2")
 

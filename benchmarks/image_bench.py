@@ -118,7 +118,7 @@ def one_round(client, standin: str, work: Path) -> Round:
     matrix = matrix_mod.load()
     base = _fresh_base(client, standin)
     plan = make_build_plan(matrix.get(TAG), base_image=base, registry=REGISTRY, out_dir=work / "out")
-    dockerfiles = render.render(plan)
+    dockerfiles = render.render_dockerfiles(plan)
     copy = work / "entrypoints"
     shutil.copytree(wheel.ENTRYPOINTS_DIR, copy, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     try:

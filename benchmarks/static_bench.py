@@ -39,14 +39,14 @@ def _timed(func: Callable[[], object]) -> float:
 def static_metrics(repeats: int, say: Say) -> list[Metric]:
     matrix = matrix_mod.load()
     plans = {entry.tag: make_build_plan(entry, out_dir=Path("out")) for entry in matrix.supported()}
-    rendered = {tag: render.render(plan) for tag, plan in plans.items()}
+    rendered = {tag: render.render_dockerfiles(plan) for tag, plan in plans.items()}
     texts = [(tag, name, text) for tag, files in rendered.items() for name, text in sorted(files.items())]
     say(f"render + check over {len(plans)} tags ({len(texts)} Dockerfiles): {repeats} runs")
     cli_render, cli_check, in_render, in_policy, in_hadolint = [], [], [], [], []
     for _ in range(repeats):
         cli_render.append(_time_cli(RENDER_ARGV))
         cli_check.append(_time_cli(CHECK_ARGV))
-        in_render.append(_timed(lambda: [render.render(plan) for plan in plans.values()]))
+        in_render.append(_timed(lambda: [render.render_dockerfiles(plan) for plan in plans.values()]))
         in_policy.append(
             _timed(lambda: [checks.dockerfile_findings(*t) for t in texts] + [checks.matrix_findings(matrix)])
         )

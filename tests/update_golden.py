@@ -32,7 +32,7 @@ def render_tag(tag: str) -> dict[str, bytes]:
     from trtllm_images import matrix, plan, render
 
     # out_dir only decides where a context would go; it does not appear in the Dockerfiles.
-    texts = render.render(
+    texts = render.render_dockerfiles(
         plan.make_build_plan(matrix.load().get(tag), out_dir=Path(tempfile.gettempdir()), multinode=True)
     )
     return {name: text.encode("utf-8") for name, text in texts.items()}

@@ -278,7 +278,7 @@ def render_command(
         multinode=multinode,
     )
     for plan in plans:
-        dockerfiles = render.render(plan)
+        dockerfiles = render.render_dockerfiles(plan)
         if print_:
             for name, text in dockerfiles.items():
                 click.echo(f"# ===== {plan.entry.tag} {name} =====\n{text}")
@@ -293,7 +293,7 @@ def check_command(tags, all_tags, matrix_path):
     """Static checks: matrix consistency, Dockerfile policy, hadolint. Exit 1 when any error is found."""
     matrix, plans = select_plans(matrix_path, tags, all_tags, multinode=True)  # every Dockerfile, the group's too
     by_tag = {plan.entry.tag: plan for plan in plans}
-    findings = checks.static_findings(matrix, by_tag, lambda tag: render.render(by_tag[tag]))
+    findings = checks.static_findings(matrix, by_tag, lambda tag: render.render_dockerfiles(by_tag[tag]))
     for finding in findings:
         _show_finding(finding)
     errors = check_errors(findings)
@@ -344,7 +344,7 @@ def kserve_command(matrix_path, out_dir, **flags):
     options = kserve_options.from_flags(flags)
     plan = kserve.make_kserve_plan(matrix_mod.load(matrix_path), options)
     if out_dir is None:
-        click.echo(kserve.render(plan), nl=False)
+        click.echo(kserve.render_manifests(plan), nl=False)
         return
     for path in kserve.write_files(out_dir, kserve.render_files(plan)):
         _say(f"wrote {path}")

@@ -68,7 +68,7 @@ def write_context(
 def _validate(plan: BuildPlan, dockerfiles: dict[str, str], wheel: Path, matrix_json: str, assets: Path | None) -> None:
     missing = [spec.dockerfile for spec in plan.images if spec.dockerfile not in dockerfiles]
     if missing:
-        raise Error(f"no rendered text for {', '.join(missing)}", "pass the output of render.render(plan)")
+        raise Error(f"no rendered text for {', '.join(missing)}", "pass the output of render.render_dockerfiles(plan)")
     if not wheel.is_file() or not fnmatch.fnmatch(wheel.name, WHEEL_GLOB):
         raise Error(f"{wheel} is not a {WHEEL_GLOB} file", "build it with wheel.build_wheel()")
     try:

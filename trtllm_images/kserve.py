@@ -286,7 +286,7 @@ FILE_NAMES = {
 }
 
 
-def render(plan: KServePlan) -> str:
+def render_manifests(plan: KServePlan) -> str:
     """All documents as one YAML stream (what `build.py kserve` prints without --out)."""
     return dump_yaml(plan.documents, plan.header)
 

@@ -119,7 +119,7 @@ def build_tag(plan: BuildPlan, options: BuildOptions, docker: LazyDocker) -> Out
     error = None
     try:
         with _step(record, plan, "checks", say):
-            dockerfiles = render.render(plan)
+            dockerfiles = render.render_dockerfiles(plan)
             findings = checks.static_findings(options.matrix, [plan.entry.tag], lambda tag: dockerfiles)
             record.add_findings(findings)
             _stop_on_check_errors(plan, findings, say)

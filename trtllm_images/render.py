@@ -23,7 +23,7 @@ def environment() -> jinja2.Environment:
     )
 
 
-def render(plan: BuildPlan) -> dict[str, str]:
+def render_dockerfiles(plan: BuildPlan) -> dict[str, str]:
     """Dockerfile name -> text, one per image of the plan."""
     env = environment()
     out = {}

@@ -39,7 +39,9 @@ def real_matrix():
 
 
 def render_tag(real_matrix, tag):
-    return render.render(make_build_plan(real_matrix.get(tag), out_dir=Path("/nonexistent"), multinode=True))
+    return render.render_dockerfiles(
+        make_build_plan(real_matrix.get(tag), out_dir=Path("/nonexistent"), multinode=True)
+    )
 
 
 def codes(findings, level="error"):

@@ -45,7 +45,7 @@ def manifest_queries() -> dict[str, tuple[str, float]]:
     """Kind -> (query, target), read from the YAML `build.py kserve` prints, as a user's files carry them."""
     found = {}
     for options in (SERVICE, GROUP):
-        for doc in yaml.safe_load_all(kserve.render(kserve.make_kserve_plan(matrix.load(), options))):
+        for doc in yaml.safe_load_all(kserve.render_manifests(kserve.make_kserve_plan(matrix.load(), options))):
             if doc["kind"] == "InferenceService":
                 external = doc["spec"]["predictor"]["autoScaling"]["metrics"][0]["external"]
                 found["InferenceService"] = (external["metric"]["query"], quantity(external["target"]["value"]))

@@ -1,4 +1,4 @@
-"""render.render (golden files, contract, layer order) and context.write_context (contents, atomicity)."""
+"""render.render_dockerfiles (golden files, contract, layer order) and context.write_context (contents, atomicity)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def real_matrix():
 
 
 def rendered(real_matrix, tag, **options):
-    return render.render(make_build_plan(real_matrix.get(tag), out_dir=Path("/nonexistent"), **options))
+    return render.render_dockerfiles(make_build_plan(real_matrix.get(tag), out_dir=Path("/nonexistent"), **options))
 
 
 @pytest.mark.parametrize("tag", golden_tags())
@@ -109,7 +109,7 @@ def test_wheel_install_is_offline_and_classic_builder_compatible(real_matrix):
 
 def test_labels_are_rendered_exactly_as_planned(real_matrix):
     plan = make_build_plan(real_matrix.get("24.08"), out_dir=Path("/nonexistent"), revision="c0ffee")
-    texts = render.render(plan)
+    texts = render.render_dockerfiles(plan)
     for spec in plan.images:
         label_steps = [args for keyword, args in instructions(texts[spec.dockerfile]) if keyword == "LABEL"]
         rendered = [dict(re.findall(r'(\S+)="([^"]*)"', args)) for args in label_steps]
@@ -174,7 +174,7 @@ def fake_vendor(tmp_path: Path) -> Path:
 def write(real_matrix, tag, tmp_path, wheel, assets):
     plan = make_build_plan(real_matrix.get(tag), out_dir=tmp_path / "out")
     return plan, context.write_context(
-        plan, render.render(plan), wheel, MATRIX_JSON, assets, MODELS_JSON, fake_vendor(tmp_path)
+        plan, render.render_dockerfiles(plan), wheel, MATRIX_JSON, assets, MODELS_JSON, fake_vendor(tmp_path)
     )
 
 
@@ -238,10 +238,18 @@ def test_matrix_json_must_contain_the_tag(real_matrix, tmp_path, wheel):
     plan = make_build_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
     with pytest.raises(Error, match="no entry for tag 25.01"):
         context.write_context(
-            plan, render.render(plan), wheel, json.dumps([{"tag": "24.08"}]), None, MODELS_JSON, fake_vendor(tmp_path)
+            plan,
+            render.render_dockerfiles(plan),
+            wheel,
+            json.dumps([{"tag": "24.08"}]),
+            None,
+            MODELS_JSON,
+            fake_vendor(tmp_path),
         )
     with pytest.raises(Error, match="not a list of entries"):
-        context.write_context(plan, render.render(plan), wheel, "{not json", None, MODELS_JSON, fake_vendor(tmp_path))
+        context.write_context(
+            plan, render.render_dockerfiles(plan), wheel, "{not json", None, MODELS_JSON, fake_vendor(tmp_path)
+        )
 
 
 def test_wheel_must_be_the_entrypoint_wheel(real_matrix, tmp_path):
@@ -249,4 +257,6 @@ def test_wheel_must_be_the_entrypoint_wheel(real_matrix, tmp_path):
     other.write_bytes(b"")
     plan = make_build_plan(real_matrix.get("25.01"), out_dir=tmp_path / "out")
     with pytest.raises(Error, match="trtllm_entrypoint"):
-        context.write_context(plan, render.render(plan), other, MATRIX_JSON, None, MODELS_JSON, fake_vendor(tmp_path))
+        context.write_context(
+            plan, render.render_dockerfiles(plan), other, MATRIX_JSON, None, MODELS_JSON, fake_vendor(tmp_path)
+        )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import realtriton
+from harness import realtriton
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINER = REPO / "entrypoints" / "trtllm_entrypoint"

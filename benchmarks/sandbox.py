@@ -1,5 +1,5 @@
 """Run the real entrypoint outside an image: a directory laid out like our server image, with the NVIDIA programs
-replaced by the doubles of tests/doubles (the same set-up as tests/unit/test_main.py), and checkpoints of any size.
+replaced by the doubles of tests/doubles (the same set-up as harness/image.py), and checkpoints of any size.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# Run as a script there: `benchmarks.`, `tests.` and both packages importable (their packages come with the kit).
+# Run as a script there: `benchmarks.`, `harness.` and both packages importable (their packages come with the kit).
 for _path in (REPO / "entrypoints", REPO):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script: make `benchmarks.`, `tests.` and `trtllm_images.` importable
+if str(REPO) not in sys.path:  # run as a script: make `benchmarks.`, `harness.` and `trtllm_images.` importable
     sys.path.insert(0, str(REPO))
 
 from benchmarks import entrypoint_bench, image_bench, static_bench  # noqa: E402

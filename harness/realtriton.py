@@ -36,9 +36,8 @@ from typing import IO, ClassVar
 if __package__ in (None, ""):  # run as a script: make `harness.` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.doubles import write_distribution  # noqa: E402
+from harness.doubles import DOUBLES_DIR, write_distribution  # noqa: E402
 
-DOUBLES_DIR = Path(__file__).resolve().parents[1] / "tests" / "doubles"
 ENGINE_DOUBLE = DOUBLES_DIR / "tensorrtllm_backend_double" / "model.py"
 PYTRITON = "nvidia-pytriton==0.7.0"
 TRITON_VERSION = "2.51.0"  # the core inside that wheel (NGC 24.10's), whatever tag a stand-in claims

@@ -8,7 +8,7 @@ there, lays it out and runs `python -m benchmarks` suites on it:
     tar -xJf KIT/code.tar.xz -C /tmp/code && python3 /tmp/code/benchmarks/device.py run KIT "$OUT"   # there
 
 The kit: this checkout's tracked files and the upstream templates the sandbox's tag uses (code), the real
-tritonserver 2.51 laid out as tests/realtriton.py lays it, with only the Python 3.12 stub (server), the stub's
+tritonserver 2.51 laid out as harness/realtriton.py lays it, with only the Python 3.12 stub (server), the stub's
 packages for cp312 without torch (stub), and the harness's packages (harness). `run` makes the stub's virtualenv
 from the machine's Python, with the machine's own torch after our packages on its path (upstream's BLS model
 imports torch; ours carry numpy < 2, which the 2.51 stub needs), and writes each suite's table and JSON to the
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# Run as a script there: `benchmarks.`, `tests.` and both packages importable (their packages come with the kit).
+# Run as a script there: `benchmarks.`, `harness.` and both packages importable (their packages come with the kit).
 for _path in (REPO / "entrypoints", REPO):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
@@ -73,7 +73,7 @@ def _prune(site: Path) -> None:
 def pack(kit: Path) -> None:
     """The code archive always (it is this checkout); the others only when missing: they follow the pins alone, so
     delete them after a pin changes."""
-    from tests import realtriton
+    from harness import realtriton
 
     kit.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="device-kit-") as tmp:
@@ -93,14 +93,14 @@ def pack(kit: Path) -> None:
 def pack_code(dest: Path) -> None:
     files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
     members = [(REPO / name, name) for name in files.decode().split("\0") if name and (REPO / name).is_file()]
-    from tests.upstream_files import upstream_root
+    from harness.upstream_files import upstream_root
 
     members += [(upstream_root() / part, f"_upstream/{part}") for part in TAG_UPSTREAM]
     _tar(dest, members)
 
 
 def pack_server(dest: Path, wheels: Path, root: Path) -> None:
-    from tests import realtriton
+    from harness import realtriton
 
     home = realtriton.install_server(root, wheels, PY)
     for library in (home / "lib").glob("libpython3*"):  # the wheel's own Python 3.13, which no stub here links
@@ -113,8 +113,8 @@ def pack_server(dest: Path, wheels: Path, root: Path) -> None:
 
 
 def pack_site(dest: Path, site: Path, *, stub: bool, wheels: Path) -> None:
-    from tests import realtriton
-    from tests.doubles.install import write_distribution
+    from harness import realtriton
+    from harness.doubles import write_distribution
 
     if stub:
         pins = [p for p in realtriton.stub_requirements(torch=False) if p.split("==")[0].lower() not in NOT_IN_STUB]
@@ -139,7 +139,7 @@ def lay_out(kit: Path, root: Path, torch_site: Path | None) -> dict[str, str]:
     with tarfile.open(kit / "harness.tar.xz") as archive:
         archive.extractall(root / "harness", filter="tar")
     sys.path.insert(0, str(root / "harness" / "site-packages"))  # before the machine's, as PYTHONPATH puts it below
-    from tests import realtriton
+    from harness import realtriton
 
     os.environ["XDG_CACHE_HOME"] = str(root / "cache")
     server = realtriton.cache_dir(f"bench-tritonserver-{realtriton.TRITON_VERSION}-", PY)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from benchmarks.report import Metric, Target, median
 from benchmarks.sandbox import Sandbox, Start, checkpoint_bytes, sized_checkpoint
-from tests.doubles.double_records import read_records
+from harness.doubles import read_records
 
 SMALL_BYTES = 100 * 10**6
 LARGE_BYTES = 20 * 2**30  # 21.5 GB, sparse

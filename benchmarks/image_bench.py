@@ -84,8 +84,8 @@ def _fresh_base(client, standin: str) -> str:
 
 
 def standin_or_reason(client, say: Say) -> tuple[str | None, str | None]:
-    """(stand-in image for TAG, None), built or refreshed with tests/standin, else (None, why it cannot be)."""
-    from tests.standin.build_standin import StandinUnavailable, build_standin
+    """(stand-in image for TAG, None), built or refreshed by harness/build_standin.py; else (None, why not)."""
+    from harness.build_standin import StandinUnavailable, build_standin
 
     try:
         return build_standin(TAG, client=client, log=say).image, None

@@ -1,5 +1,5 @@
 """Our OpenAI front against Triton's own generate_stream, back to back on the same running FRONTEND=openai process
-tree (one `prepare`, run by the entrypoint's supervisor: tests/realfront.py), the same engine double at the same
+tree (one `prepare`, run by the entrypoint's supervisor: harness/realfront.py), the same engine double at the same
 delay per token, the same HTTP streaming client and load. Real: tritonserver 2.51.0, upstream's pre/postprocessing,
 our front. Targets: at most 1 ms/token added at p50, at least 0.9x the tokens/s, at c=16 (c=64 from 16 usable CPUs,
 target_concurrency); if one is missed, `profile` records where the process tree spends its time.
@@ -23,8 +23,8 @@ from pathlib import Path
 from benchmarks import sandbox, serving_bench
 from benchmarks.report import Metric, Target
 from benchmarks.serving_stats import StreamRun, percentile
-from tests import realfront, realtriton
-from tests.tiny_checkpoint import PROMPT
+from harness import realfront, realtriton
+from harness.tiny_checkpoint import PROMPT
 from trtllm_entrypoint import cpus
 
 CONCURRENCY = (1, 16, 64)

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script: make `benchmarks.`, `tests.` and `trtllm_images.` importable
+if str(REPO) not in sys.path:  # run as a script: make `benchmarks.`, `harness.` and `trtllm_images.` importable
     sys.path.insert(0, str(REPO))
 
 from benchmarks import entrypoint_bench, image_bench, static_bench  # noqa: E402
@@ -99,7 +99,7 @@ def skipped(suite: str, reason: str) -> Metric:
 def run_entrypoint_suites(
     suites: list[str], repeats: dict[str, int], build_sleep_s: float, work: Path, say
 ) -> list[Metric]:
-    from tests.standin.build_standin import TemplatesMissing
+    from harness.build_standin import TemplatesMissing
 
     wanted = [s for s in ("warm", "cold", "concurrent") if s in suites]
     if not wanted:
@@ -139,8 +139,8 @@ def run_image_suite(repeats: int, work: Path, say) -> tuple[list[Metric], str | 
 def run_serving_suite(repeats: int, measure_s: float, work: Path, plot_path: Path, say) -> list[Metric]:
     """The serving metrics, and the plot written to plot_path; skipped with the reason when the real server, the
     templates or tritonclient are missing here."""
-    from tests import realtriton
-    from tests.standin.build_standin import TemplatesMissing
+    from harness import realtriton
+    from harness.build_standin import TemplatesMissing
 
     try:
         from benchmarks import plot, serving_bench
@@ -159,8 +159,8 @@ def run_serving_suite(repeats: int, measure_s: float, work: Path, plot_path: Pat
 def run_scaling_suite(measure_s: float, work: Path, say) -> list[Metric]:
     """The autoscaling signal against offered load on the real server; skipped when it cannot run here."""
     from benchmarks import scaling_signal
-    from tests import realtriton
-    from tests.standin.build_standin import TemplatesMissing
+    from harness import realtriton
+    from harness.build_standin import TemplatesMissing
 
     try:
         steps = scaling_signal.sweep(work / "scaling", measure_s, say)
@@ -175,8 +175,8 @@ def run_openai_suite(rounds: int, measure_s: float, work: Path, say) -> list[Met
     """Triton's OpenAI frontend against generate_stream (side by side); a profile of the frontend when a target is
     missed; skipped when the real server or the frontend cannot run here."""
     from benchmarks import openai_bench
-    from tests import realtriton
-    from tests.standin.build_standin import TemplatesMissing
+    from harness import realtriton
+    from harness.build_standin import TemplatesMissing
 
     try:
         metrics = openai_bench.metrics(openai_bench.measure(work / "openai", measure_s / 5, measure_s, rounds, say))

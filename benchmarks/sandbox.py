@@ -1,5 +1,5 @@
 """Run the real entrypoint outside an image: a directory laid out like our server image, with the NVIDIA programs
-replaced by the doubles of tests/doubles (the same set-up as tests/unit/test_main.py), and checkpoints of any size.
+replaced by the doubles of tests/doubles (the same set-up as harness/image.py), and checkpoints of any size.
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.doubles.double_records import read_records
-from tests.doubles.install import double_environ, install_doubles
-from tests.image_data import write_image_data
-from tests.realtriton import free_port, with_admin_key
-from tests.standin.build_standin import upstream_templates
-from tests.tiny_checkpoint import tiny_llama
+from harness.build_standin import upstream_templates
+from harness.doubles import double_environ, install_doubles, read_records
+from harness.image_data import write_image_data
+from harness.realtriton import free_port, with_admin_key
+from harness.tiny_checkpoint import tiny_llama
 from trtllm_images import matrix
 
 REPO = Path(__file__).resolve().parents[1]

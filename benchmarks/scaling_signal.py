@@ -135,9 +135,8 @@ def measure(http_url: str, metrics_url: str, concurrency: int, seconds: float, w
 
 def sweep(work: Path, seconds: float, say, concurrencies: tuple[int, ...] = CONCURRENCIES) -> list[Step]:
     """Fill a repository with the entrypoint, start the real server on it, and measure each concurrency."""
-    from tests import realtriton
-    from tests.unit.test_main import Image, templates_for
-    from tests.unit.test_real_triton_security import KEY, prepared_argv
+    from harness import realtriton
+    from harness.image import KEY, Image, prepared_argv, templates_for
 
     image = Image(work, "25.01", templates_for("v0.17.0"))
     argv = engine_only(prepared_argv(image, KEY, **server_settings()))

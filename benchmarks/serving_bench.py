@@ -1,9 +1,9 @@
 """The serving pipeline on the real tritonserver: throughput and latency of our defaults against the seeds'
 configuration, per-token streaming cost, and the warm time to ready of `serve` against the bare server.
 
-Real: tritonserver 2.51.0 (tests/realtriton.py), its Python backend, the ensemble scheduler, gRPC, the
+Real: tritonserver 2.51.0 (harness/realtriton.py), its Python backend, the ensemble scheduler, gRPC, the
 repositories our entrypoint writes, and upstream's own pre/postprocessing and BLS model.py files (the stored
-tensorrtllm_backend set of the sandbox's tag, with torch, transformers and the rest from tests/stub-requirements.txt).
+tensorrtllm_backend set of the sandbox's tag, with torch, transformers and the rest from harness/stub-requirements.txt).
 Double: the engine (a Python backend with a settable delay per token).
 
 plan() says what runs (a list of server starts, each with the loads sent to it); run_plan() runs it.
@@ -25,7 +25,7 @@ from pathlib import Path
 from benchmarks.report import Metric, Target, median
 from benchmarks.sandbox import Sandbox, sized_checkpoint
 from benchmarks.serving_stats import StreamRun, UnaryRun, per_token_overhead_s, percentile
-from tests import realtriton
+from harness import realtriton
 
 Say = Callable[[str], None]
 

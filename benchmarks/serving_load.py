@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 
 from benchmarks.serving_stats import StreamRun, UnaryRun
-from tests.tiny_checkpoint import PROMPT
+from harness.tiny_checkpoint import PROMPT
 
 ENSEMBLE, ENGINE = "ensemble", "tensorrt_llm"
 MAX_TOKENS = 16  # generated per request; the prompt is the tiny checkpoint's 6 tokens

@@ -43,7 +43,7 @@ MULTINODE_KINDS = ("group",)  # built with --multinode only, FROM the server ima
 # What the group image adds: ssh for the leader's mpirun, sshd for each worker (docs/kserve.md, multi-node).
 GROUP_PACKAGES = ("openssh-client", "openssh-server")
 
-# Stand-ins of the NGC images (tests/standin/build_standin.py: a real tritonserver with test doubles for the GPU
+# Stand-ins of the NGC images (harness/build_standin.py: a real tritonserver with test doubles for the GPU
 # programs) are named trtllm-standin… and label themselves with STANDIN_LABEL_PREFIX, which what is built FROM them
 # inherits. Images built FROM one say so in their tag, verification takes the Python the stand-in declares, and
 # `--push` refuses them: a stand-in can never pass for a real image.

@@ -24,8 +24,7 @@ import docker
 import pytest
 from docker.models.containers import _create_container_args
 
-from tests.doubles.install import double_environ, install_doubles, write_app
-from tests.standin.build_standin import (
+from harness.build_standin import (
     SCRIPTS_DIR,
     Standin,
     StandinUnavailable,
@@ -34,7 +33,8 @@ from tests.standin.build_standin import (
     matrix_for_standin,
     upstream_templates,
 )
-from tests.tiny_checkpoint import tiny_llama
+from harness.doubles import double_environ, install_doubles, write_app
+from harness.tiny_checkpoint import tiny_llama
 
 REPO = Path(__file__).resolve().parents[2]
 IN_CI = os.environ.get("CI") == "true"
@@ -87,7 +87,8 @@ def standin(docker_client):
                 built[key] = exc
         result = built[key]
         if isinstance(result, Exception):
-            # Upstream templates come from ../shared or the pinned sources (tests/upstream_files.py): CI must have them.
+            # Upstream templates come from ../shared or the pinned sources (harness/upstream_files.py): CI must
+            # have them.
             unavailable(f"stand-in for {tag}: {result}")
         return result
 

@@ -25,6 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.build_standin import MODELS_LABEL, PYTHON_MODELS_LABEL, upstream_templates
+from harness.doubles import read_records
+from harness.realtriton import TRITON_VERSION
+from harness.tiny_checkpoint import PROMPT, PROMPT_WORDS
 from tests.docker.conftest import (
     E2E_TOKEN,
     FAST_HEALTHCHECK,
@@ -43,10 +47,7 @@ from tests.docker.conftest import (
     wait_health_status,
     wait_ready,
 )
-from tests.doubles.double_records import parse_flags, read_records
-from tests.realtriton import TRITON_VERSION
-from tests.standin.build_standin import MODELS_LABEL, PYTHON_MODELS_LABEL, upstream_templates
-from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
+from tests.doubles.double_records import parse_flags
 from trtllm_entrypoint import contract
 
 NEW_TAG = "25.01"  # the image ships /app (templates, examples)

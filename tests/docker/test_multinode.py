@@ -15,10 +15,10 @@ import uuid
 
 import pytest
 
+from harness.doubles import read_records
+from harness.tiny_checkpoint import PROMPT, PROMPT_WORDS
 from tests.docker.conftest import logs, record_mount
 from tests.docker.test_e2e import NEW_TAG
-from tests.doubles.double_records import read_records
-from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
 
 ONE_GPU = "NVIDIA H100 80GB HBM3|9.0|81559"
 LEADER, WORKER = "llm-0.llm.default", "llm-0-1.llm.default"  # <set>-<group>[.-<index>].<subdomain>.<namespace>

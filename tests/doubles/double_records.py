@@ -1,4 +1,4 @@
-"""What every NVIDIA double shares: recording its invocation, and reading those records back in tests.
+"""What every NVIDIA double shares: recording its invocation (harness/doubles.py reads the records back).
 
 Stdlib only and Python 3.10+: the same file runs inside the stand-in images (Debian's python3) and on the host.
 """
@@ -53,14 +53,6 @@ def record(program: str, argv: list[str], **extra: object) -> dict:
         # A read-only container without the record mount must still behave like the real program.
         print(f"[double] could not record {program}: {exc}", file=sys.stderr)
     return entry
-
-
-def read_records(directory: Path, program: str) -> list[dict]:
-    """Every recorded invocation of `program` in `directory`, oldest first ([] when it never ran)."""
-    path = Path(directory) / f"{program}.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def parse_flags(args: list[str]) -> dict[str, list[str]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import realtriton
+from harness import realtriton
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINER = REPO / "entrypoints" / "trtllm_entrypoint"
@@ -236,3 +236,20 @@ def test_only_settings_facts_and_main_read_the_environment():
         "read environment variables in settings.py (or image_facts.py for what the image is) and pass "
         f"the typed value on: {found}"
     )
+
+
+def test_benchmarks_and_the_harness_never_import_the_tests_and_the_products_never_import_either():
+    """What tests and benchmarks share lives in harness/; the doubles under tests/doubles are reached by path."""
+    offenders = [
+        f"{path.relative_to(REPO)} imports {name}"
+        for folder, forbidden in (
+            (REPO / "benchmarks", {"tests"}),
+            (REPO / "harness", {"tests", "benchmarks"}),
+            (HOST, {"tests", "harness", "benchmarks"}),
+            (CONTAINER, {"tests", "harness", "benchmarks"}),
+        )
+        for path in sorted(folder.rglob("*.py"))
+        for name, _ in imports(path)
+        if name in forbidden
+    ]
+    assert offenders == []

@@ -11,9 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.doubles.double_records import read_records
-from tests.doubles.install import double_environ, install_doubles
-from tests.image_data import ENGINE_DEFAULTS, image_facts, model_table
+from harness.doubles import double_environ, install_doubles, read_records
+from harness.image_data import ENGINE_DEFAULTS, image_facts, model_table
 from trtllm_entrypoint import models
 from trtllm_entrypoint.engine_build import (
     Command,

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.image_data import ENGINE_DEFAULTS
+from harness.image_data import ENGINE_DEFAULTS
 from trtllm_entrypoint.engine_cache import (
     EngineCache,
     cache_key,

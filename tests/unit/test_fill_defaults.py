@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.unit.test_main import TEMPLATE_SETS, templates_for
+from harness.image import TEMPLATE_SETS, templates_for
 from trtllm_entrypoint import fill
 
 # The fallback each model.py states in the warning it prints for a value it cannot parse.

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.doubles.install import double_environ, install_doubles
-from tests.image_data import image_facts, model_table
+from harness.doubles import double_environ, install_doubles
+from harness.image_data import image_facts, model_table
 from trtllm_entrypoint import engine_build, flagcheck, launch, models
 from trtllm_entrypoint.settings import Settings
 

@@ -8,9 +8,9 @@ import stat
 
 import pytest
 
-from tests.doubles.double_records import read_records
+from harness.doubles import read_records
+from harness.image import Image, templates_for
 from tests.unit.test_launch import make_settings
-from tests.unit.test_main import Image, templates_for
 from trtllm_entrypoint import contract, group, launch
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 

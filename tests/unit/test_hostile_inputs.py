@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import image_data
-from tests.fake_hub import FakeHub
-from tests.unit.test_main import Image, templates_for
+from harness import image_data
+from harness.fake_hub import FakeHub
+from harness.image import Image, templates_for
 from trtllm_entrypoint import group, health, hub_answer, launch, main, paths, trust
 from trtllm_entrypoint import settings as settings_mod
 from trtllm_entrypoint.credentials import generated_key
@@ -272,7 +272,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="playing another UID n
 
 
 def repository_plan():
-    from tests.upstream_files import upstream_path
+    from harness.upstream_files import upstream_path
     from trtllm_entrypoint import fill as filling
 
     root = upstream_path("tensorrt_llm/triton_backend/all_models")

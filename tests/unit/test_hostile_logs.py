@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_main import Image, templates_for
+from harness.image import Image, templates_for
 from trtllm_entrypoint import log as log_module
 from trtllm_entrypoint.credentials import token_values
 from trtllm_entrypoint.log import Log

@@ -19,9 +19,9 @@ import click
 import pytest
 import yaml
 
-from tests.image_data import write_image_data
-from tests.upstream_files import UpstreamMissing, upstream_path
-from tests.upstream_files import find as find_upstream
+from harness.image_data import write_image_data
+from harness.upstream_files import UpstreamMissing, upstream_path
+from harness.upstream_files import find as find_upstream
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images import kserve, kserve_checks, kserve_findings, kserve_options, matrix, scaling
@@ -172,7 +172,7 @@ def validation_errors(doc, crd_validators) -> list[str]:
 @pytest.mark.parametrize("key", list(SCALE_OUT_CRDS), ids=lambda key: key[1])
 def test_scale_out_kinds_match_their_crds(key, crd_validators):
     """Each scale-out kind we render, against its own pinned CRD (LWS, KEDA, the Prometheus Operator: each in the
-    upstream layout, tests/upstream_files.py). Where no source has that CRD this skips with the reason, and fails
+    upstream layout, harness/upstream_files.py). Where no source has that CRD this skips with the reason, and fails
     under CI=true like every test that needs upstream files. The grid tests leave such documents to this test
     (Kubernetes' built-in schemas do not know the kind)."""
     assert upstream_path(SCALE_OUT_CRDS[key]).is_file()  # skips, or fails under CI=true, naming what is missing

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.image_data import FACTS, image_facts
+from harness.image_data import FACTS, image_facts
 from trtllm_entrypoint import contract, launch
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.settings import Settings

@@ -19,130 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.doubles.install import double_environ, install_doubles
-from tests.fake_hub import FakeHub
-from tests.image_data import write_image_data
-from tests.tiny_checkpoint import tiny_llama
-from tests.upstream_files import upstream_path
+from harness.fake_hub import FakeHub
+from harness.image import TEMPLATE_SETS, Image, records, templates_for
+from harness.tiny_checkpoint import tiny_llama
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.fill import structural_placeholders
-from trtllm_images import matrix
 
 pytestmark = pytest.mark.process  # each test runs the entrypoint as its own process
 
 REPO = Path(__file__).resolve().parents[2]
-
-# Every template set of the upstream layout (tests/upstream_files.py), with the matrix tag whose TensorRT-LLM is
-# closest to it.
-TEMPLATE_SETS = [
-    ("v0.7.0", "24.04"),
-    ("v0.8.0", "24.04"),
-    ("v0.12.0", "24.08"),
-    ("v0.13.0", "24.09"),
-    ("v0.17.0", "25.01"),
-    ("v0.19.0", "25.05"),
-    ("triton_backend", "26.07"),
-]
-
-
-def templates_for(name: str) -> Path:
-    return upstream_path(
-        "tensorrt_llm/triton_backend/all_models" if name == "triton_backend" else f"tensorrtllm_backend/{name}"
-    )
-
-
-def records(record_dir: Path, program: str) -> list[dict]:
-    path = record_dir / f"{program}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-class Image:
-    """A directory that looks to the entrypoint like the inside of one of our images for `tag`."""
-
-    def __init__(self, root: Path, tag: str, templates: Path | None, *, trtllm_version: str | None = None):
-        entry = matrix.load().get(tag)
-        self.root, self.tag = root, tag
-        self.records = root / "records"
-        self.paths = install_doubles(
-            root / "doubles",
-            trtllm_version=trtllm_version or entry.tensorrt_llm,
-            tensorrt_version=entry.tensorrt or "0",
-            with_app=True,
-            templates_src=templates,
-        )
-        matrix_file = write_image_data(root / "etc")
-        self.model = tiny_llama(root / "models" / "tiny")
-        self.cache = root / "cache"
-        self.repo = root / "repository"
-        self.templates = self.paths["app"] / "all_models"
-        env = double_environ(self.paths, self.records)
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO / "entrypoints"), env["PYTHONPATH"]])
-        for name in (
-            "HF_TOKEN",
-            "HUGGING_FACE_HUB_TOKEN",
-            "HF_TOKEN_FILE",
-            "MODEL_ID",
-            "ENGINE_DIR",
-            "CACHE_DIR",
-            "CUDA_VISIBLE_DEVICES",
-            "NVIDIA_VISIBLE_DEVICES",
-            "TRITON_ADMIN_KEY",
-            "TRITON_ADMIN_KEY_FILE",
-            "RESTRICTED_APIS",
-        ):
-            env.pop(name, None)
-        env.update(
-            MATRIX_TAG=tag,
-            TRTLLM_MATRIX_FILE=str(matrix_file),
-            TRTLLM_APP_DIR=str(self.paths["app"]),
-            CACHE_DIR=str(self.cache),
-            REPOSITORY_DIR=str(self.repo),
-            MODEL_ID=str(self.model),
-        )
-        self.env = env
-
-    def start(self, *args: str, **overrides: str) -> subprocess.Popen:
-        return subprocess.Popen(
-            [sys.executable, "-m", "trtllm_entrypoint", *args],
-            env={**self.env, **overrides},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-
-    def run(self, *args: str, **overrides: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "trtllm_entrypoint", *args],
-            env={**self.env, **overrides},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-
-    def prebuilt(self, world_size: int = 1) -> Path:
-        """An engine of this image's TensorRT-LLM under root/engines/prebuilt, with the tokenizer beside it."""
-        engine = self.root / "engines" / "prebuilt"
-        engine.mkdir(parents=True, exist_ok=True)
-        config = {
-            "version": matrix.load().get(self.tag).tensorrt_llm,
-            "build_config": {"max_batch_size": 8},
-            "pretrained_config": {"mapping": {"world_size": world_size}},
-        }
-        (engine / "config.json").write_text(json.dumps(config))
-        for rank in range(world_size):
-            (engine / f"rank{rank}.engine").write_bytes(b"engine")
-        for name in ("tokenizer.json", "tokenizer_config.json"):
-            (engine / name).write_bytes((self.model / name).read_bytes())
-        return engine
-
-    def builds(self) -> int:
-        return len(records(self.records, "trtllm-build"))
-
-    def published(self) -> list[Path]:
-        engines = self.cache / "engines"
-        return sorted(p for p in engines.iterdir() if (p / "stamp.json").exists()) if engines.exists() else []
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.unit.test_main import templates_for
+from harness.image import templates_for
 
 api = pytest.importorskip("trtllm_entrypoint.openai_api")
 

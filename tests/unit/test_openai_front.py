@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from tests import realtriton
-from tests.tiny_checkpoint import tiny_llama
+from harness import realtriton
+from harness.tiny_checkpoint import tiny_llama
 
 aiohttp = pytest.importorskip("aiohttp")
 front_mod = pytest.importorskip("trtllm_entrypoint.openai_front")

@@ -28,9 +28,8 @@ import pytest
 import yaml
 
 from benchmarks import scaling_signal
-from tests import realtriton
-from tests.unit.test_main import Image, templates_for
-from tests.unit.test_real_triton_security import KEY, prepared_argv
+from harness import realtriton
+from harness.image import KEY, Image, prepared_argv, templates_for
 from trtllm_images import kserve, matrix
 
 HUB_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"

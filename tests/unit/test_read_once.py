@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_main import Image, templates_for
+from harness.image import Image, templates_for
 from trtllm_entrypoint import engine_config, main, models
 
 

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from tests.unit.test_main import Image, free_port, records, templates_for
+from harness.image import Image, records, templates_for
+from tests.unit.test_main import free_port
 
 pytestmark = pytest.mark.process  # each test runs the entrypoint as its own process
 

@@ -16,9 +16,9 @@ import urllib.request
 
 import pytest
 
-from tests import realfront, realtriton
-from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
-from tests.unit.test_main import Image, templates_for
+from harness import realfront, realtriton
+from harness.image import Image, templates_for
+from harness.tiny_checkpoint import PROMPT, PROMPT_WORDS
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("aiohttp")

@@ -19,11 +19,11 @@ import urllib.request
 
 import pytest
 
-from tests import realtriton
-from tests.doubles.install import python_models_origin
-from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
-from tests.unit.test_main import TEMPLATE_SETS, Image, templates_for
-from tests.unit.test_real_triton_security import HEADER, KEY, prepared_argv
+from harness import realtriton
+from harness.doubles import python_models_origin
+from harness.image import KEY, TEMPLATE_SETS, Image, prepared_argv, templates_for
+from harness.tiny_checkpoint import PROMPT, PROMPT_WORDS
+from tests.unit.test_real_triton_security import HEADER
 from trtllm_entrypoint import fill
 
 MAX_TOKENS = 4

@@ -1,4 +1,4 @@
-"""The flag table and its prefix rules against the REAL tritonserver 2.51.0 (tests/realtriton.py): the table is the
+"""The flag table and its prefix rules against the REAL tritonserver 2.51.0 (harness/realtriton.py): the table is the
 server's own option list, the server reads prefixes as server_args does, and a typed `tritonserver --model-repo=…`
 naming an engine is served from a filled repository with the API restriction in place.
 
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import realtriton
-from tests.tiny_checkpoint import PROMPT_WORDS
-from tests.unit.test_main import Image, templates_for
+from harness import realtriton
+from harness.image import Image, templates_for
+from harness.tiny_checkpoint import PROMPT_WORDS
 from tests.unit.test_real_triton_security import GENERATE, GRPC_HEADER, HEADER
 from trtllm_entrypoint import server_args
 from trtllm_entrypoint.errors import UsageError

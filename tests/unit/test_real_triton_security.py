@@ -1,4 +1,4 @@
-"""Secure by default, proven on a REAL tritonserver 2.51.0 (tests/realtriton.py) with the repository and the command
+"""Secure by default, proven on a REAL tritonserver 2.51.0 (harness/realtriton.py) with the repository and the command
 line `trtllm-entrypoint prepare` makes: the admin APIs answer only with the key, over HTTP and gRPC, while generate,
 health and metadata stay open; and code planted in the cached repository never runs.
 
@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests import realtriton
-from tests.tiny_checkpoint import PROMPT, PROMPT_WORDS
-from tests.unit.test_main import Image, templates_for
+from harness import realtriton
+from harness.image import KEY, Image, prepared_argv, templates_for
+from harness.tiny_checkpoint import PROMPT, PROMPT_WORDS
 
-KEY = "admin-key-for-tests-0123456789"
 HEADER = realtriton.ADMIN_HEADER
 GRPC_HEADER = "triton-grpc-protocol-admin-key"
 # (method, route, body): every restricted API by default, including the writes an attacker would use.
@@ -68,16 +67,6 @@ def generate(server: realtriton.RunningServer) -> list[str]:
         words = json.loads(response.read())["text_output"].split()
     assert len(words) == GENERATE["max_tokens"] and set(words) <= set(PROMPT_WORDS), words
     return words
-
-
-def prepared_argv(img: Image, key: str | None = None, **env: str) -> list[str]:
-    """prepare's command line, with the key it leaves out put back (what `serve` execs)."""
-    ports = {name: str(realtriton.free_port()) for name in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT")}
-    keyed = {"TRITON_ADMIN_KEY": key} if key else {}
-    result = img.run("prepare", **{"WORKFLOW": "engine", **keyed, **ports, **env})
-    assert result.returncode == 0, result.stderr
-    argv = json.loads(result.stdout)["argv"]
-    return realtriton.with_admin_key(argv, key) if key else argv
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.image_data import ENGINE_DEFAULTS, FACTS
-from tests.upstream_files import upstream_path
+from harness.image_data import ENGINE_DEFAULTS, FACTS
+from harness.upstream_files import upstream_path
 from trtllm_entrypoint import contract, repository, repository_check
 from trtllm_entrypoint import fill as filling
 from trtllm_entrypoint.errors import EntrypointError, UsageError
@@ -22,7 +22,7 @@ from trtllm_entrypoint.settings import Settings
 from trtllm_images import vendor
 
 BACKEND_VERSIONS = ("v0.7.0", "v0.8.0", "v0.12.0", "v0.13.0", "v0.17.0", "v0.19.0")
-# Template sets in the upstream layout (tests/upstream_files.py).
+# Template sets in the upstream layout (harness/upstream_files.py).
 TEMPLATE_ROOTS = [f"tensorrtllm_backend/{v}" for v in BACKEND_VERSIONS] + ["tensorrt_llm/triton_backend/all_models"]
 TRTLLM_ROOT = TEMPLATE_ROOTS[-1]
 ENGINE = Path("/var/cache/trtllm/engines/abc")

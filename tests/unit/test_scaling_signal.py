@@ -10,9 +10,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import scaling_signal
-from tests import realtriton
-from tests.unit.test_main import Image, templates_for
-from tests.unit.test_real_triton_security import KEY, prepared_argv
+from harness import realtriton
+from harness.image import KEY, Image, prepared_argv, templates_for
 from trtllm_images import scaling
 
 METRICS = """# HELP nv_inference_queue_duration_us Cumulative inference queuing duration in microseconds

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import image_data
+from harness import image_data
 from trtllm_entrypoint import contract, credentials, launch, security
 from trtllm_entrypoint import settings as settings_mod
 from trtllm_entrypoint.errors import UsageError

@@ -1,4 +1,4 @@
-"""The serving benchmark's load generator against the REAL tritonserver (tests/realtriton.py) on a repository our
+"""The serving benchmark's load generator against the REAL tritonserver (harness/realtriton.py) on a repository our
 entrypoint prepared: every request it counts was answered in full, streamed token by token, and the engine double
 streams concurrent requests side by side (in-flight batching), not one after the other."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import serving_bench as sb
-from tests.standin.build_standin import TemplatesMissing
+from harness.build_standin import TemplatesMissing
 
 serving_load = pytest.importorskip("benchmarks.serving_load")  # needs tritonclient[grpc]
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.image_data import ENGINE_DEFAULTS, FACTS
+from harness.image_data import ENGINE_DEFAULTS, FACTS
 from trtllm_entrypoint import settings as settings_mod
 from trtllm_entrypoint import variables
 from trtllm_entrypoint.errors import UsageError

@@ -10,7 +10,7 @@ from unittest import mock
 
 import pytest
 
-from tests.upstream_files import upstream_path
+from harness.upstream_files import upstream_path
 from trtllm_entrypoint import model_digest, sources
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.image_facts import ImageFacts

@@ -429,7 +429,7 @@ def test_the_repository_lock_pins_every_mirrorable_source_the_matrix_needs():
             assert pin.digest and pin.commit, f"{pin.name} is not pinned"
     layout = {target.split("/")[0] for pin in lock.pins for target in pin.layout.values()}
     # Templates, KServe's CRDs, the scale-out CRDs (LeaderWorkerSet, PodMonitor, KEDA ScaledObject), and Triton's
-    # in-process Python API and OpenAI frontend (tests/realopenai.py builds them).
+    # in-process Python API and OpenAI frontend (harness/realopenai.py builds them).
     assert layout == {"tensorrtllm_backend", "tensorrt_llm", "kserve", "lws", "prometheus-operator", "keda", "triton"}
 
 

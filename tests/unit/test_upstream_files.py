@@ -1,4 +1,4 @@
-"""tests/upstream_files.py: the order of the sources, and skip versus fail (CI=true) when none has the files."""
+"""harness/upstream_files.py: the order of the sources, and skip versus fail (CI=true) when none has the files."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from types import MappingProxyType
 
 import pytest
 
-from tests import upstream_files
+from harness import upstream_files
 from tests.archive_server import refused_url
 from trtllm_images import upstream
 
@@ -68,7 +68,7 @@ def test_without_any_source_the_cache_is_tried_and_the_message_says_how_to_get_t
 
 
 HELPER_TEST = textwrap.dedent("""
-    from tests.upstream_files import upstream_path
+    from harness.upstream_files import upstream_path
 
     def test_needs_upstream():
         upstream_path("kserve/crd")

@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script: make `tests.` importable
+if str(REPO) not in sys.path:  # run as a script: make `harness.` importable
     sys.path.insert(0, str(REPO))
 
-from tests import realtriton  # noqa: E402
-from tests.upstream_files import UpstreamMissing, upstream_root  # noqa: E402
+from harness import realtriton  # noqa: E402
+from harness.upstream_files import UpstreamMissing, upstream_root  # noqa: E402
 
 CORE = "core-r24.10"  # Triton 2.51.0's core: the same C API (1.34) as the wheel's library
 SERVER = "server-r24.12"  # the first server branch whose NGC image ships the frontend
@@ -154,7 +154,7 @@ def _fingerprint() -> str:
 
 def fetch_wheels(py: str | None = None) -> Path:
     """Wheels of FRONTEND_REQUIREMENTS for Python `py`, downloaded once and held to the Python models' pins
-    (tests/stub-requirements.txt): the stand-in installs both sets from its context."""
+    (harness/stub-requirements.txt): the stand-in installs both sets from its context."""
     py = py or realtriton.python_version()
     dest = realtriton.cache_dir("wheels/openai-", py)
     with realtriton._locked(dest):
@@ -170,6 +170,6 @@ def fetch_wheels(py: str | None = None) -> Path:
     return dest
 
 
-if __name__ == "__main__":  # `python tests/realopenai.py`: build and fetch once, print where they are
+if __name__ == "__main__":  # `python harness/realopenai.py`: build and fetch once, print where they are
     print(tritonserver_package(realtriton.host_layout().home))
     print(fetch_wheels())

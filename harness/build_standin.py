@@ -5,15 +5,15 @@ where our Dockerfiles and entrypoint look.
 Real: tritonserver 2.51.0 with its Python backend (from PyPI's nvidia-pytriton wheel, laid out at /opt/tritonserver
 as NGC does; it stays 2.51.0 whatever tag the stand-in claims in TRITON_SERVER_VERSION), Open MPI (Debian's
 openmpi-bin) and, for tags from 24.12, Triton's OpenAI frontend (server r24.12's, whatever the tag, with the
-in-process `tritonserver` package: tests/realopenai.py). Doubles (tests/doubles), for what needs a GPU or is not
+in-process `tritonserver` package: harness/realopenai.py). Doubles (tests/doubles), for what needs a GPU or is not
 public: the engine (a Python-based `tensorrtllm` backend), trtllm-build, the checkpoint converters and nvidia-smi.
 
 The NGC registry is not reachable from CI, so the base OS is a Debian rootfs made once with debootstrap and
 `docker import`ed as trtllm-standin-os:bookworm; each tag is then a short `docker build` FROM it. Nothing is
-downloaded inside `docker build` but Debian packages: the wheels are fetched on the host (tests/realtriton.py,
+downloaded inside `docker build` but Debian packages: the wheels are fetched on the host (harness/realtriton.py,
 cached) and installed from the build context.
 
-    python tests/standin/build_standin.py --tag 25.01 [--name IMAGE] [--tensorrt-llm VERSION] [--matrix FILE]
+    python harness/build_standin.py --tag 25.01 [--name IMAGE] [--tensorrt-llm VERSION] [--matrix FILE]
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ import docker
 import docker.errors
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # run as a script: make `tests.` and `trtllm_images.` importable
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: make `harness.` and `trtllm_images.` importable
     sys.path.insert(0, str(REPO))
 
-from tests import realopenai, realtriton  # noqa: E402
-from tests.doubles.install import DOUBLES_DIR, install_doubles, python_models_origin  # noqa: E402
-from tests.upstream_files import UpstreamMissing, upstream_root  # noqa: E402
+from harness import realopenai, realtriton  # noqa: E402
+from harness.doubles import DOUBLES_DIR, install_doubles, python_models_origin  # noqa: E402
+from harness.upstream_files import UpstreamMissing, upstream_root  # noqa: E402
 from trtllm_entrypoint.errors import Error  # noqa: E402
 from trtllm_entrypoint.versions import version_tuple  # noqa: E402
 from trtllm_images.matrix import DEFAULT_PATH, MatrixEntry, load  # noqa: E402
@@ -178,7 +178,7 @@ def dockerfile_text(spec: StandinSpec, site_dir: str, py: str) -> str:
     ]
     if spec.openai_frontend:
         # What NGC images carry for the frontend: its requirements, the in-process `tritonserver` package, and
-        # python/openai (tests/realopenai.py builds and fetches them on the host).
+        # python/openai (harness/realopenai.py builds and fetches them on the host).
         lines += [
             "COPY openai-wheels/ /tmp/openai-wheels/",
             "RUN python3 -m pip install --no-cache-dir --no-index --find-links /tmp/openai-wheels "
@@ -195,9 +195,7 @@ def dockerfile_text(spec: StandinSpec, site_dir: str, py: str) -> str:
 
 def assemble_context(spec: StandinSpec, context: Path, site_dir: str, python: str) -> Path:
     """Write the build context for `spec` into the (empty) directory `context`; `python` is the OS image's."""
-    shutil.copytree(
-        DOUBLES_DIR, context / "doubles", ignore=shutil.ignore_patterns("__pycache__", "test_*.py", "install.py")
-    )
+    shutil.copytree(DOUBLES_DIR, context / "doubles", ignore=shutil.ignore_patterns("__pycache__", "test_*.py"))
     # COPY keeps modes: make the entrypoint executable even from a checkout that lost the bit.
     (context / "doubles" / "nvidia_entrypoint_double.sh").chmod(0o755)
     layout = context / "layout"

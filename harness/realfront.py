@@ -1,6 +1,6 @@
 """FRONTEND=openai on this host, without Docker: what `trtllm-entrypoint prepare` prints (tritonserver's command
 line and the OpenAI front's), run by the entrypoint's own supervisor (supervise.run) with the real tritonserver
-2.51.0 (tests/realtriton.py) in place of the image's path:
+2.51.0 (harness/realtriton.py) in place of the image's path:
 
     out = json.loads(image.run("prepare", FRONTEND="openai", …).stdout)
     with realfront.start(layout, out, key) as front:    # key: the TRITON_ADMIN_KEY given to prepare
@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests import realtriton
+from harness import realtriton
 
 ENTRYPOINTS = Path(__file__).resolve().parents[1] / "entrypoints"
 KEY_FOR_TEST = "TRTLLM_TEST_ADMIN_KEY"

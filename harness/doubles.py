@@ -1,4 +1,5 @@
-"""Lay out the NVIDIA doubles the way an NGC TensorRT-LLM image has the real programs, under one root directory.
+"""Lay out the NVIDIA doubles of tests/doubles the way an NGC TensorRT-LLM image has the real programs, under one
+root directory.
 
     root/bin/{tritonserver,trtllm-build,mpirun,nvidia-smi}      put on PATH
     root/site/{tensorrt_llm,tensorrt}[-<v>.dist-info]            put on PYTHONPATH (importlib.metadata sees them)
@@ -8,12 +9,15 @@ The Python models Triton runs are upstream's own model.py files wherever the sto
 tensorrtllm_backend release); our doubles from python_models_double/ stand in only where it has none (the
 TensorRT-LLM >= 0.20 snapshot, templates only).
 
+It also reads back what the doubles recorded (`read_records`).
+
 Every program is a tiny wrapper that runs a `*_double.py` script from `scripts_dir`: the repo's tests/doubles on the
 host, or wherever the stand-in image copies them (the wrappers must stay valid after being copied elsewhere).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -21,7 +25,8 @@ from pathlib import Path
 from trtllm_images.capabilities import LAYOUTS
 from trtllm_images.model_support import load_models
 
-DOUBLES_DIR = Path(__file__).resolve().parent
+# The doubles themselves live under tests/doubles (a double is test code and says so in its name); this installs them.
+DOUBLES_DIR = Path(__file__).resolve().parents[1] / "tests" / "doubles"
 
 PROGRAMS = {
     "tritonserver": "tritonserver_double.py",
@@ -151,3 +156,11 @@ def double_environ(paths: dict[str, Path], record_dir: Path, base: dict[str, str
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(paths["site"]), env.get("PYTHONPATH", "")) if p)
     env["DOUBLE_RECORD_DIR"] = str(record_dir)
     return env
+
+
+def read_records(directory: Path, program: str) -> list[dict]:
+    """Every recorded invocation of `program` in `directory`, oldest first ([] when it never ran)."""
+    path = Path(directory) / f"{program}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

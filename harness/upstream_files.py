@@ -42,7 +42,7 @@ from trtllm_images import source_cache, upstream
 ENV = "TRTLLM_UPSTREAM_DIR"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "upstream"
 HOW = (
-    f"set {ENV} to a copy (layout in tests/upstream_files.py), or run `python build.py upstream fetch` "
+    f"set {ENV} to a copy (layout in harness/upstream_files.py), or run `python build.py upstream fetch` "
     "on a machine that reaches GitHub"
 )
 

@@ -5,8 +5,8 @@
         server.http_url                                 # http://127.0.0.1:<free port>; server.log() is its output
 
 The wheel's binary finds its libraries through RPATH `$ORIGIN/../lib`, so it is laid out as NGC lays it:
-`<root>/opt/tritonserver/{bin,lib,backends/python,caches}`. The stand-in image (tests/standin) copies the same
-layout to `/opt/tritonserver`. `backends/tensorrtllm/` holds our engine double, a Python-based backend (Triton runs
+`<root>/opt/tritonserver/{bin,lib,backends/python,caches}`. The stand-in image (harness/build_standin.py) copies the
+same layout to `/opt/tritonserver`. `backends/tensorrtllm/` holds our engine double, a Python-based backend (Triton runs
 its `model.py` for every model whose config says `backend: "tensorrtllm"`), because the C++ backend needs a GPU.
 
 Everything downloaded is cached under $XDG_CACHE_HOME/trtllm-images (default ~/.cache/trtllm-images).
@@ -33,12 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, ClassVar
 
-if __package__ in (None, ""):  # run as a script: make `tests.` importable
+if __package__ in (None, ""):  # run as a script: make `harness.` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.doubles.install import write_distribution  # noqa: E402
+from harness.doubles import DOUBLES_DIR, write_distribution  # noqa: E402
 
-DOUBLES_DIR = Path(__file__).resolve().parent / "doubles"
 ENGINE_DOUBLE = DOUBLES_DIR / "tensorrtllm_backend_double" / "model.py"
 PYTRITON = "nvidia-pytriton==0.7.0"
 TRITON_VERSION = "2.51.0"  # the core inside that wheel (NGC 24.10's), whatever tag a stand-in claims
@@ -174,7 +173,7 @@ def install_engine_double(home: Path) -> Path:
 
 def install_stub_venv(venv: Path, wheels: Path, python: str | None = None, torch: bool = True) -> Path:
     """A virtualenv of `python` (default: the running one) with STUB_REQUIREMENTS (torch only if `torch`) from the
-    wheel cache (no network), and the `tensorrt` double (tests/doubles/install.py) that v0.12.0's preprocessing imports.
+    wheel cache (no network), and the `tensorrt` double (harness/doubles.py) that v0.12.0's preprocessing imports.
 
     The stub embeds Python in isolated mode: it ignores PYTHONPATH and takes its prefix (so its site-packages)
     from the first `python3` on PATH. A venv first on the server's PATH is how its packages are chosen."""
@@ -320,7 +319,7 @@ def log_summary(text: str) -> str:
 
 @dataclass
 class RunningServer:
-    # Where readiness is asked and what the errors call it (tests/realfront.py's front answers elsewhere).
+    # Where readiness is asked and what the errors call it (harness/realfront.py's front answers elsewhere).
     READY_ROUTE: ClassVar[str] = "/v2/health/ready"
     NAME: ClassVar[str] = "tritonserver"
 
@@ -421,5 +420,5 @@ def start(
         server.stop()
 
 
-if __name__ == "__main__":  # `python tests/realtriton.py`: fetch and unpack, print where it is
+if __name__ == "__main__":  # `python harness/realtriton.py`: fetch and unpack, print where it is
     print(host_layout().home)

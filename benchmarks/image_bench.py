@@ -18,7 +18,7 @@ from pathlib import Path
 
 from benchmarks.report import Metric, Target, median
 from trtllm_entrypoint.errors import Error
-from trtllm_images import builder, context, model_support, render, wheel
+from trtllm_images import builder, context, model_support, pipeline, render, wheel
 from trtllm_images import matrix as matrix_mod
 from trtllm_images.plan import make_build_plan
 
@@ -93,14 +93,17 @@ def standin_or_reason(client, say: Say) -> tuple[str | None, str | None]:
         return None, f"no stand-in base image for {TAG}: {exc}"
 
 
-def _timed_build(client, plan, dockerfiles, project_dir: Path, work: Path, matrix) -> tuple[float, list]:
-    """Seconds for what `build.py` does for the server image (wheel, context, docker build), and the build steps."""
+def _timed_build(
+    client, plan, dockerfiles, project_dir: Path, work: Path, matrix, vendor_dir: Path
+) -> tuple[float, list]:
+    """Seconds for what `build.py` does for the server image (wheel, context, docker build), and the build steps;
+    `vendor_dir` is assembled once per process, as build.py does."""
     spec = plan.image("server")
     lines: list[str] = []
     started = time.monotonic()
     wheel_path = wheel.build_wheel(project_dir=project_dir, dest=work)
     matrix_json, models_json = model_support.image_data(matrix)
-    context_dir = context.write_context(plan, dockerfiles, wheel_path, matrix_json, None, models_json)
+    context_dir = context.write_context(plan, dockerfiles, wheel_path, matrix_json, None, models_json, vendor_dir)
     builder.build_image(client, context_dir, spec.dockerfile, spec.ref, plan.buildargs, lines.append)
     return time.monotonic() - started, build_steps(lines)
 
@@ -113,7 +116,7 @@ class Round:
     steps: list[Step]  # of the rebuild
 
 
-def one_round(client, standin: str, work: Path) -> Round:
+def one_round(client, standin: str, work: Path, say: Say) -> Round:
     """A first build of the server image on a fresh base, then a rebuild after a one-line entrypoint edit."""
     matrix = matrix_mod.load()
     base = _fresh_base(client, standin)
@@ -122,10 +125,11 @@ def one_round(client, standin: str, work: Path) -> Round:
     copy = work / "entrypoints"
     shutil.copytree(wheel.ENTRYPOINTS_DIR, copy, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     try:
-        first_s, _ = _timed_build(client, plan, dockerfiles, copy, work / "wheel-a", matrix)
+        vendors = pipeline.vendor_dir(say)
+        first_s, _ = _timed_build(client, plan, dockerfiles, copy, work / "wheel-a", matrix, vendors)
         added = client.api.inspect_image(plan.image("server").ref)["Size"] - client.api.inspect_image(base)["Size"]
         edit_one_line(copy)
-        rebuild_s, steps = _timed_build(client, plan, dockerfiles, copy, work / "wheel-b", matrix)
+        rebuild_s, steps = _timed_build(client, plan, dockerfiles, copy, work / "wheel-b", matrix, vendors)
     finally:
         _remove(client, [plan.image("server").ref, base])
     return Round(first_s, rebuild_s, added, steps)
@@ -133,7 +137,7 @@ def one_round(client, standin: str, work: Path) -> Round:
 
 def image_metrics(client, standin: str, work: Path, repeats: int, say: Say) -> list[Metric]:
     say(f"images: first build and one-line-edit rebuild of the {TAG} server image on {standin}: {repeats} runs")
-    rounds = [one_round(client, standin, work / f"round-{i}") for i in range(repeats)]
+    rounds = [one_round(client, standin, work / f"round-{i}", say) for i in range(repeats)]
     first, rebuild = [r.first_s for r in rounds], [r.rebuild_s for r in rounds]
     layers = layer_steps(rounds[-1].steps)
     hits = sum(s.cached for s in layers)

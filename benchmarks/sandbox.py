@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.build_standin import upstream_templates
-from harness.doubles import double_environ, install_doubles, read_records
+from harness.doubles import double_environ, install_doubles, read_records, without_caller_variables
 from harness.image_data import write_image_data
 from harness.realtriton import free_port, with_admin_key
 from harness.tiny_checkpoint import tiny_llama
@@ -25,20 +25,6 @@ from trtllm_images import matrix
 REPO = Path(__file__).resolve().parents[1]
 SERVE_SHIM = Path(__file__).resolve().parent / "serve_shim.py"
 BENCH_ADMIN_KEY = "benchmark-admin-key-0123456789"  # restricted APIs stay closed, as in a default start
-# Variables of the caller's shell that would change what the entrypoint does (or leak a token into a run).
-_SCRUBBED = (
-    "HF_TOKEN",
-    "HUGGING_FACE_HUB_TOKEN",
-    "HF_TOKEN_FILE",
-    "MODEL_ID",
-    "ENGINE_DIR",
-    "CACHE_DIR",
-    "REPOSITORY_DIR",
-    "CUDA_VISIBLE_DEVICES",
-    "NVIDIA_VISIBLE_DEVICES",
-    "TRITON_ARGS",
-    "LOG_FORMAT",
-)
 
 
 def sized_checkpoint(dest: Path, total_bytes: int, shards: int) -> Path:
@@ -114,9 +100,7 @@ class Sandbox:
             templates_src=upstream_templates(entry.tensorrt_llm),
         )
         matrix_file = write_image_data(root)
-        env = double_environ(paths, root / "records")
-        for name in _SCRUBBED:
-            env.pop(name, None)
+        env = without_caller_variables(double_environ(paths, root / "records"))
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "entrypoints"), env["PYTHONPATH"]])
         # In the image our code is byte-compiled when pip installs the wheel; here it would be compiled again at
         # every start if the machine forbids bytecode files (PYTHONDONTWRITEBYTECODE), so keep them in the sandbox.

@@ -149,6 +149,30 @@ def install_doubles(
     return paths
 
 
+# Variables of the caller's shell that would change what the entrypoint does, or leak a token into a run: the tests
+# and the benchmarks start it without them and set what they mean to.
+CALLER_VARIABLES = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_TOKEN_FILE",
+    "MODEL_ID",
+    "ENGINE_DIR",
+    "CACHE_DIR",
+    "REPOSITORY_DIR",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "TRITON_ADMIN_KEY",
+    "TRITON_ADMIN_KEY_FILE",
+    "RESTRICTED_APIS",
+    "TRITON_ARGS",
+    "LOG_FORMAT",
+)
+
+
+def without_caller_variables(env: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in env.items() if name not in CALLER_VARIABLES}
+
+
 def double_environ(paths: dict[str, Path], record_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """An environment in which the doubles shadow the real programs and packages, recording into `record_dir`."""
     env = dict(os.environ if base is None else base)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from harness import realtriton
-from harness.doubles import double_environ, install_doubles
+from harness.doubles import double_environ, install_doubles, without_caller_variables
 from harness.image_data import write_image_data
 from harness.tiny_checkpoint import tiny_llama
 from harness.upstream_files import upstream_path
@@ -64,22 +64,8 @@ class Image:
         self.cache = root / "cache"
         self.repo = root / "repository"
         self.templates = self.paths["app"] / "all_models"
-        env = double_environ(self.paths, self.records)
+        env = without_caller_variables(double_environ(self.paths, self.records))
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "entrypoints"), env["PYTHONPATH"]])
-        for name in (
-            "HF_TOKEN",
-            "HUGGING_FACE_HUB_TOKEN",
-            "HF_TOKEN_FILE",
-            "MODEL_ID",
-            "ENGINE_DIR",
-            "CACHE_DIR",
-            "CUDA_VISIBLE_DEVICES",
-            "NVIDIA_VISIBLE_DEVICES",
-            "TRITON_ADMIN_KEY",
-            "TRITON_ADMIN_KEY_FILE",
-            "RESTRICTED_APIS",
-        ):
-            env.pop(name, None)
         env.update(
             MATRIX_TAG=tag,
             TRTLLM_MATRIX_FILE=str(matrix_file),

@@ -1,0 +1,149 @@
+"""Exact text from streamed token ids: the text of every answer, whole or streamed, is the tokenizer's decoding of
+all its ids at once, and the streamed pieces add up to it.
+
+Decoding one token alone loses what depends on its neighbours: SentencePiece's word-start `▁` becomes a space only
+after another token (the decoder strips the first one), a character outside the vocabulary comes as several byte
+tokens (`<0xF0><0x9F><0x98><0x80>`, or byte-level BPE's partial bytes) that decode to `�` until the last arrives,
+and transformers' `clean_up_tokenization_spaces` joins " ." into "." across tokens. So each step decodes a short
+window of ids that starts before the new ones (vLLM's detokenizer does the same with prefix and read offsets) and
+sends only the part of the window's text that can no longer change:
+
+    prefix = decode(ids[start:read])      the text already sent, decoded with the same left context
+    window = decode(ids[start:])          the same, plus the new tokens
+    send window[len(prefix):]             once it ends in a complete character and no byte token is pending
+
+Pure and synchronous: the front's worker feeds it the ids of each streamed response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+REPLACEMENT = "\ufffd"  # what UTF-8 decoding with replacement gives for bytes that are not (yet) a character
+
+# transformers' clean_up_tokenization_spaces, in its order (PreTrainedTokenizerBase.clean_up_tokenization).
+CLEANUPS = (
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+)
+_CLEANUP_PREFIXES = frozenset(old[:n] for old, _ in CLEANUPS for n in range(1, len(old)))
+
+
+def clean_up(text: str) -> str:
+    for old, new in CLEANUPS:
+        text = text.replace(old, new)
+    return text
+
+
+@dataclass(frozen=True)
+class Codec:
+    """What the detokenizer needs of a tokenizer.
+
+    decode: ids -> text with the served skip_special_tokens, without transformers' cleanup (`cleanup` says whether
+    the tokenizer applies it after decoding); byte_tokens: the ids of byte-fallback tokens (`<0xXX>`), whose
+    decoder joins a run of them (skipped special tokens do not end one) before reading UTF-8, and writes `�` for
+    every byte of a run that is not valid as a whole: text before the end of a run is not final."""
+
+    decode: Callable[[Sequence[int]], str]
+    cleanup: bool = False
+    byte_tokens: frozenset[int] = frozenset()
+    skipped: frozenset[int] = frozenset()  # the special tokens that decode leaves out (skip_special_tokens)
+
+    def run_open(self, ids: Sequence[int]) -> bool:
+        """Whether the last id the decoder sees is a byte token: the run it ends may still grow."""
+        for i in reversed(ids):
+            if i not in self.skipped:
+                return i in self.byte_tokens
+        return False
+
+    def text(self, ids: Sequence[int]) -> str:
+        """The tokenizer's own decoding of `ids` as a whole."""
+        text = self.decode(ids)
+        return clean_up(text) if self.cleanup else text
+
+
+class _Cleaner:
+    """transformers' cleanup applied to streamed text. Every pattern starts with a space and is at most 4 characters
+    long, so text cut where none of the 3 characters before the cut is a space cleans up the same in two parts as
+    in one: text is sent up to the last such cut, or whole when its end cannot begin a pattern."""
+
+    def __init__(self) -> None:
+        self.held = ""
+
+    def feed(self, text: str) -> str:
+        text = self.held + text
+        end = len(text)
+        if any(text[-n:] in _CLEANUP_PREFIXES for n in (1, 2, 3) if n <= end):
+            end = next((k for k in range(end - 1, 0, -1) if " " not in text[max(0, k - 3) : k]), 0)
+        self.held = text[end:]
+        return clean_up(text[:end])
+
+    def flush(self) -> str:
+        held, self.held = self.held, ""
+        return clean_up(held)
+
+
+@dataclass
+class IncrementalDetokenizer:
+    """Token ids in, text out: `push(new_ids)` returns the text that is final now (maybe ""), `finish()` the rest.
+    The concatenation of everything returned equals `codec.text(all ids)`."""
+
+    codec: Codec
+    ids: list[int] = field(default_factory=list)
+    start: int = 0  # the window's first id: left context for the decoder
+    read: int = 0  # ids before this one are sent
+    prefix: str = ""  # decode(ids[start:read])
+    sent: list[str] = field(default_factory=list)  # the raw (pre-cleanup) pieces sent, for finish()'s check
+    _cleaner: _Cleaner | None = None
+
+    def __post_init__(self) -> None:
+        if self.codec.cleanup:
+            self._cleaner = _Cleaner()
+
+    def push(self, new_ids: Sequence[int]) -> str:
+        self.ids.extend(new_ids)
+        if not new_ids or (self.codec.byte_tokens and self.codec.run_open(self.ids)):
+            return ""  # a byte run may still grow: the decoder reads it as a whole
+        window = self.codec.decode(self.ids[self.start :])
+        if len(window) <= len(self.prefix) or window.endswith(REPLACEMENT) or not window.startswith(self.prefix):
+            return ""  # nothing new, a character not yet complete, or the decoder still rewrites the prefix
+        piece = window[len(self.prefix) :]
+        # The next window starts at the first id just sent, unless those ids decode to nothing (skipped special
+        # tokens, a lone `▁` that the decoder strips): a window must begin with text, or a decoder that strips its
+        # first space would drop the space of the word after them.
+        sent_now = self.codec.decode(self.ids[self.read :])
+        if sent_now:
+            self.start, self.prefix = self.read, sent_now
+        else:
+            self.prefix = window
+        self.read = len(self.ids)
+        return self._emit(piece)
+
+    def finish(self) -> str:
+        """The rest: what was held (an incomplete character, a byte run, a cleanup tail), so that the whole text is
+        the decoding of all ids at once."""
+        raw = "".join(self.sent)
+        whole = self.codec.decode(self.ids)
+        if whole.startswith(raw):
+            rest = whole[len(raw) :]
+        else:  # the decoder rewrote text already sent (bytes that later proved invalid): send what the window adds
+            window = self.codec.decode(self.ids[self.start :])
+            rest = window[len(self.prefix) :] if window.startswith(self.prefix) else ""
+        self.read = len(self.ids)
+        text = self._emit(rest) if rest else ""
+        if self._cleaner is not None:
+            text += self._cleaner.flush()
+        return text
+
+    def _emit(self, raw: str) -> str:
+        self.sent.append(raw)
+        return self._cleaner.feed(raw) if self._cleaner is not None else raw

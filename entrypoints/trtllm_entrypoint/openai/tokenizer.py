@@ -1,0 +1,122 @@
+"""The served model's tokenizer in the front: prompt text to ids as upstream's preprocessing model makes them, ids to
+text as its postprocessing model decodes them (detokenize.Codec), and the end and pad ids the engine stops and pads
+with.
+
+Hugging Face's `tokenizers` reads tokenizer.json directly, which is what transformers' fast tokenizers run; a model
+without one (a slow, SentencePiece-only or custom tokenizer) goes through transformers, loaded the way the
+preprocessing model loads it (legacy=False, left padding, the repository's own code allowed). Imported only by the
+front's processes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtllm_entrypoint.openai.detokenize import Codec
+
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    encode: Callable[[str], list[int]]  # with the special tokens the preprocessing model adds (add_special_tokens)
+    codec: Codec  # decoding, with the served skip_special_tokens
+    end_id: int  # the eos token's id: the engine stops there
+    pad_id: int  # the pad token's, else the eos token's (as the preprocessing model)
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+
+def _token(config: Mapping[str, Any], name: str) -> str | None:
+    value = config.get(name)
+    if isinstance(value, dict):  # an AddedToken as tokenizer_config.json writes it
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def load(directory: Path, *, skip_special_tokens: bool = True, add_special_tokens: bool = True) -> Tokenizer:
+    """The tokenizer of a model directory (tokenizer.json, tokenizer_config.json, special_tokens_map.json)."""
+    config = {**_read_json(directory / "special_tokens_map.json"), **_read_json(directory / "tokenizer_config.json")}
+    path = directory / "tokenizer.json"
+    if not path.is_file():
+        return _load_transformers(directory, skip_special_tokens, add_special_tokens)
+    import tokenizers  # noqa: PLC0415  (lazy: only the front's processes tokenize)
+
+    fast = tokenizers.Tokenizer.from_file(str(path))
+    eos = _token(config, "eos_token")
+    end_id = fast.token_to_id(eos) if eos else None
+    if end_id is None:
+        raise ValueError(f"{directory}: no eos_token in tokenizer_config.json or special_tokens_map.json")
+    pad = _token(config, "pad_token")
+    pad_id = fast.token_to_id(pad) if pad else None
+
+    def encode(text: str) -> list[int]:
+        return list(fast.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def decode(ids: Sequence[int]) -> str:
+        return str(fast.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    model = _read_json(path).get("model") or {}
+    return Tokenizer(
+        encode=encode,
+        codec=Codec(
+            decode=decode,
+            # transformers' default since 4.45 is False; the configs that want it say so
+            cleanup=bool(config.get("clean_up_tokenization_spaces", False)),
+            byte_tokens=byte_tokens(fast.get_vocab()) if model.get("byte_fallback") else frozenset(),
+            skipped=frozenset(
+                i for i, added in fast.get_added_tokens_decoder().items() if added.special and skip_special_tokens
+            ),
+        ),
+        end_id=end_id,
+        pad_id=end_id if pad_id is None else pad_id,
+    )
+
+
+def byte_tokens(vocab: Mapping[str, int]) -> frozenset[int]:
+    return frozenset(i for token, i in vocab.items() if isinstance(token, str) and _BYTE_TOKEN.fullmatch(token))
+
+
+def _load_transformers(directory: Path, skip_special_tokens: bool, add_special_tokens: bool) -> Tokenizer:
+    import transformers  # type: ignore[import-not-found]  # noqa: PLC0415
+
+    slow = transformers.AutoTokenizer.from_pretrained(
+        str(directory), legacy=False, padding_side="left", trust_remote_code=True
+    )
+    eos = slow.eos_token
+    if eos is None:
+        raise ValueError(f"{directory}: the tokenizer has no eos_token")
+    end_id = slow.encode(eos, add_special_tokens=False)[0]
+    pad_id = slow.encode(slow.pad_token, add_special_tokens=False)[0] if slow.pad_token else end_id
+
+    def encode(text: str) -> list[int]:
+        return list(slow.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(ids: Sequence[int]) -> str:
+        return str(slow.decode(list(ids), skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False))
+
+    return Tokenizer(
+        encode=encode,
+        codec=Codec(
+            decode=decode,
+            cleanup=bool(getattr(slow, "clean_up_tokenization_spaces", False)),
+            byte_tokens=byte_tokens(slow.get_vocab()),
+            skipped=frozenset(slow.all_special_ids) if skip_special_tokens else frozenset(),
+        ),
+        end_id=end_id,
+        pad_id=pad_id,
+    )

@@ -1,0 +1,170 @@
+"""Exact text from streamed ids (openai/detokenize.py, openai/tokenizer.py), over tokenizers in real models' shapes
+(harness/tokenizers_fixture.py): SentencePiece with byte fallback in three conversions, byte-level BPE with and
+without a BOS and with transformers' cleanup, and a tiktoken-style bytes vocabulary.
+
+The property everywhere: whatever way the ids arrive (one by one, in chunks), the pieces add up to the tokenizer's
+decoding of all ids at once, no piece holds a `�` the whole text does not, and a character is sent in one piece.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from harness import tokenizers_fixture as fx
+from trtllm_entrypoint.openai import tokenizer as tokenizer_module
+from trtllm_entrypoint.openai.detokenize import REPLACEMENT, Codec, IncrementalDetokenizer, clean_up
+
+SHAPES = ("llama2", "metaspace", "gemma", "qwen", "llama3")
+SPECIALS = {"llama2": "</s>", "metaspace": "</s>", "gemma": "<end_of_turn>", "qwen": "<|im_end|>",
+            "llama3": "<|eot_id|>"}  # fmt: skip
+
+
+def stream(codec: Codec, ids: Sequence[int], chunks: Sequence[int] | None = None) -> list[str]:
+    """The pieces a detokenizer returns for `ids` pushed in chunks of the given sizes (one by one by default)."""
+    detok = IncrementalDetokenizer(codec)
+    pieces, at = [], 0
+    for size in chunks or [1] * len(ids):
+        pieces.append(detok.push(ids[at : at + size]))
+        at += size
+    pieces.append(detok.finish())
+    return pieces
+
+
+@pytest.fixture(scope="module", params=SHAPES)
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tokenizer_module.Tokenizer:
+    """A model directory of that shape, loaded as the front loads it."""
+    directory = fx.write_tokenizer(tmp_path_factory.mktemp(request.param), request.param)
+    return tokenizer_module.load(directory)
+
+
+def test_the_shapes_are_what_they_claim() -> None:
+    """The fixture's tokenizers split words and characters the way real ones do, or the tests below prove little."""
+    llama2 = fx.sentencepiece("llama2")
+    assert llama2.encode("The capital").tokens == ["<s>", "\u2581The", "\u2581capital"]
+    assert llama2.decode(llama2.encode(" x").ids[1:2]) == ""  # a lone `▁` decodes to nothing: the Strip decoder
+    emoji = llama2.encode("😀").tokens
+    assert emoji[-4:] == ["<0xF0>", "<0x9F>", "<0x98>", "<0x80>"], emoji
+    # decoding one token alone loses its space: the defect of joining per-token decodes
+    ids = llama2.encode("capital of France", add_special_tokens=False).ids
+    assert "".join(llama2.decode([i]) for i in ids) == "capitalofFrance"
+    qwen = fx.byte_level("qwen")
+    cjk = qwen.encode("你", add_special_tokens=False).ids
+    assert len(cjk) > 1 and qwen.decode(cjk[:1]) == REPLACEMENT
+    assert fx.byte_level("llama3").encode("a").tokens[0] == "<|begin_of_text|>"
+
+
+@pytest.mark.parametrize("text", fx.TEXTS)
+def test_streamed_pieces_add_up_to_the_whole_decoding(served: tokenizer_module.Tokenizer, text: str) -> None:
+    ids = served.encode(text)
+    whole = served.codec.text(ids)
+    pieces = stream(served.codec, ids)
+    assert "".join(pieces) == whole
+    assert not any(REPLACEMENT in piece for piece in pieces), pieces  # none of these texts decodes to `�`
+    for chunks in ([3] * (len(ids) // 3 + 1), [len(ids)], [2, 5, 1, 7] * (len(ids) // 15 + 1)):
+        assert "".join(stream(served.codec, ids, chunks)) == whole
+
+
+def test_spaces_survive_sentencepiece_word_starts() -> None:
+    codec = Codec(decode=lambda ids: fx.sentencepiece("llama2").decode(list(ids)))
+    tok = fx.sentencepiece("llama2")
+    ids = tok.encode("France of capital the is What", add_special_tokens=False).ids
+    assert stream(codec, ids)[:3] == ["France", " of", " capital"]
+    assert "".join(stream(codec, ids)) == "France of capital the is What"
+
+
+def test_a_character_of_several_tokens_is_sent_once_complete(served: tokenizer_module.Tokenizer) -> None:
+    for text in ("Emoji: 😀 ok", "中文 ok", "Noël ok", "👩\u200d👩\u200d👧 ok"):
+        ids = served.encode(text)
+        pieces = [p for p in stream(served.codec, ids) if p]
+        joined = "".join(pieces)
+        assert joined == served.codec.text(ids)
+        for char in ("😀", "中", "ë"):
+            if char in text:
+                assert any(char in piece for piece in pieces), pieces  # whole in one piece, not split
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_special_tokens_between_words(tmp_path: Path, skip: bool) -> None:
+    for shape in SHAPES:
+        served = tokenizer_module.load(
+            fx.write_tokenizer(tmp_path / f"{shape}-{skip}", shape), skip_special_tokens=skip
+        )
+        special = fx.tokenizer_of(shape).token_to_id(SPECIALS[shape])
+        words = served.encode("Hello world")
+        more = served.encode(" and 😀 more")
+        for ids in (words + [special] + more, [special] + words, words + [special], words + [special, special] + more):
+            whole = served.codec.text(ids)
+            assert "".join(stream(served.codec, ids)) == whole, (shape, skip, ids)
+            assert (SPECIALS[shape] in whole) is not skip
+
+
+def test_random_ids_add_up_even_where_they_decode_to_replacement_characters(served: tokenizer_module.Tokenizer) -> None:
+    """Sampled ids are not always valid text: lone byte tokens, bytes of half a character; the ids then really
+    decode to `�`, and the stream says exactly that."""
+    vocab = sorted(set(served.encode("".join(fx.TEXTS))) | set(range(0, 300)))
+    rng = random.Random(35)
+    for _ in range(200):
+        ids = [rng.choice(vocab) for _ in range(rng.randint(1, 30))]
+        assert "".join(stream(served.codec, ids)) == served.codec.text(ids), ids
+
+
+def test_transformers_cleanup_is_applied_across_tokens() -> None:
+    tok = fx.byte_level("qwen")
+    codec = Codec(decode=lambda ids: tok.decode(list(ids)), cleanup=True)
+    text = "Hello , world ! It 's fine . They 're here , we 've gone . Is n't it ? I 'm sure ."
+    ids = tok.encode(text, add_special_tokens=False).ids
+    assert codec.text(ids) == clean_up(text) == "Hello, world! It's fine. They're here, we've gone. Isn't it? I'm sure."
+    assert "".join(stream(codec, ids)) == codec.text(ids)
+    assert "".join(stream(codec, ids, [len(ids)])) == codec.text(ids)
+    rng = random.Random(35)
+    words = text.split(" ") + ["", "'", "  "]
+    for _ in range(300):
+        ids = tok.encode(" ".join(rng.choice(words) for _ in range(12)), add_special_tokens=False).ids
+        assert "".join(stream(codec, ids)) == codec.text(ids), tok.decode(ids)
+
+
+def test_tiktoken_style_bytes_vocabulary() -> None:
+    tik = fx.TiktokenStyle()
+    codec = Codec(decode=lambda ids: tik.decode(list(ids)))
+    for text in fx.TEXTS:
+        ids = tik.encode(text)
+        pieces = stream(codec, ids)
+        assert "".join(pieces) == text == tik.decode(ids)
+        assert not any(REPLACEMENT in p for p in pieces)
+
+
+def test_a_decode_that_really_ends_in_a_replacement_character_is_sent_at_the_end() -> None:
+    tok = fx.byte_level("qwen")
+    codec = Codec(decode=lambda ids: tok.decode(list(ids)))
+    ids = tok.encode("ok 😀", add_special_tokens=False).ids[:-1]  # the emoji's last byte never comes
+    assert tok.decode(ids).endswith(REPLACEMENT)
+    pieces = stream(codec, ids)
+    assert pieces[-1].endswith(REPLACEMENT) and "".join(pieces) == tok.decode(ids)
+
+
+def test_held_text_waits_only_for_its_character(served: tokenizer_module.Tokenizer) -> None:
+    """Text is sent as soon as it is final: a stream of plain words sends each word when the next token comes (or at
+    once), never at the end only."""
+    ids = served.encode("The capital of France is Paris")
+    pieces = stream(served.codec, ids)
+    assert pieces[-1] == "" and sum(1 for p in pieces if p) >= 5, pieces
+
+
+def test_loading_reads_end_and_pad_ids(tmp_path: Path) -> None:
+    qwen = tokenizer_module.load(fx.write_tokenizer(tmp_path / "q", "qwen"))
+    tok = fx.byte_level("qwen")
+    assert (qwen.end_id, qwen.pad_id) == (tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>"))
+    llama = tokenizer_module.load(fx.write_tokenizer(tmp_path / "l", "llama2"))
+    assert (llama.end_id, llama.pad_id) == (2, 2)  # no pad token: the eos token, as the preprocessing model
+    assert llama.encode("The")[0] == 1 and llama.count("The") == 2  # BOS added, as add_special_tokens=True
+    assert len(llama.codec.byte_tokens) == 256 and not qwen.codec.byte_tokens
+    assert tokenizer_module.load(fx.write_tokenizer(tmp_path / "l3", "llama3")).codec.cleanup
+
+
+def test_loading_refuses_a_tokenizer_without_an_eos_token(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="eos_token"):
+        tokenizer_module.load(fx.write_tokenizer(tmp_path / "q", "qwen", eos_token=None))

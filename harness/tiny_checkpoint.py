@@ -22,10 +22,24 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[list[int], bytes]]) -
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(data for _, data in tensors.values()))
 
 
-def tiny_llama(dest: Path) -> Path:
-    """A tiny Llama-architecture checkpoint in Hugging Face format (configs, tokenizer, one weight tensor)."""
+def tiny_llama(dest: Path, tokenizer: str = "wordlevel") -> Path:
+    """A tiny Llama-architecture checkpoint in Hugging Face format (configs, tokenizer, one weight tensor).
+
+    tokenizer: "wordlevel" (the README's prompt words, one token each, no decoder: the doubles' answers read back as
+    words) or a shape of harness/tokenizers_fixture.py ("llama2": SentencePiece with `▁` and byte fallback, as Llama 2
+    and TinyLlama ship; "qwen", "llama3": byte-level BPE; …), the shape real models' text paths must get right."""
     dest.mkdir(parents=True)
     vocab, hidden = 32, 16
+    bos_id, eos_id = 1, 2
+    if tokenizer != "wordlevel":
+        from harness import tokenizers_fixture  # noqa: PLC0415  (needs `tokenizers`; the word-level maker does not)
+
+        tokenizers_fixture.write_tokenizer(dest, tokenizer, model_max_length=256)
+        shaped = tokenizers_fixture.tokenizer_of(tokenizer)
+        settings = tokenizers_fixture.SHAPES[tokenizer]
+        vocab = shaped.get_vocab_size()
+        bos_id = shaped.token_to_id(settings["bos_token"]) if settings.get("bos_token") else None
+        eos_id = shaped.token_to_id(settings["eos_token"])
     (dest / "config.json").write_text(
         json.dumps(
             {
@@ -40,12 +54,21 @@ def tiny_llama(dest: Path) -> Path:
                 "max_position_embeddings": 256,
                 "rms_norm_eps": 1e-5,
                 "torch_dtype": "float16",
-                "bos_token_id": 1,
-                "eos_token_id": 2,
+                "bos_token_id": bos_id,
+                "eos_token_id": eos_id,
             },
             indent=2,
         )
     )
+    write_safetensors(
+        dest / "model.safetensors", {"model.embed_tokens.weight": ([vocab, hidden], bytes(2 * vocab * hidden))}
+    )
+    if tokenizer == "wordlevel":
+        write_word_level_tokenizer(dest, vocab)
+    return dest
+
+
+def write_word_level_tokenizer(dest: Path, vocab: int) -> None:
     known = ["<unk>", "<s>", "</s>", *PROMPT_WORDS]
     words = {word: i for i, word in enumerate(known + [f"w{i}" for i in range(len(known), vocab)])}
     (dest / "tokenizer.json").write_text(
@@ -75,7 +98,3 @@ def tiny_llama(dest: Path) -> Path:
     (dest / "special_tokens_map.json").write_text(
         json.dumps({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
     )
-    write_safetensors(
-        dest / "model.safetensors", {"model.embed_tokens.weight": ([vocab, hidden], bytes(2 * vocab * hidden))}
-    )
-    return dest

@@ -18,6 +18,9 @@ model's decode step in benchmarks: in decoupled mode, as the real backend does, 
 engine thread and returns at once; each step of that thread (one delay) gives every request in flight its next token
 (in-flight batching), so concurrent streams advance together instead of one after the other;
 TRTLLM_ENGINE_DOUBLE_LOAD_DELAY_S (seconds) makes the load slow, as a large engine's is, for readiness tests.
+TRTLLM_ENGINE_DOUBLE_INLINE=1 (decoupled, no delay) sends each request's tokens from execute() itself, as fast as the
+stub can: the benchmarks' stand-in for an engine that is not the ceiling (the engine thread tops out at a few thousand
+tokens/s, this at tens of thousands), with the same inputs honoured and outputs returned.
 """
 
 import json
@@ -88,12 +91,13 @@ class TritonPythonModel:
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.exclude_input = _param(config, "exclude_input_in_output") == "true"
         self.delay_s = float(os.environ.get("TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S") or 0)
+        self.inline = os.environ.get("TRTLLM_ENGINE_DOUBLE_INLINE") == "1" and not self.delay_s
         self.outputs = [
             (o["name"], pb_utils.triton_string_to_numpy(o["data_type"]), o["dims"]) for o in config["output"]
         ]
         self.in_flight = []  # [request, sender, streaming, tokens, steps left]: the engine thread's batch
         self.wake = threading.Condition()
-        if self.decoupled:
+        if self.decoupled and not self.inline:
             threading.Thread(target=self._engine_loop, daemon=True).start()
         time.sleep(float(os.environ.get("TRTLLM_ENGINE_DOUBLE_LOAD_DELAY_S") or 0))
         print(f"tensorrtllm backend double: rank {rank}/{world_size} loaded {engine_dir}", flush=True)
@@ -117,7 +121,8 @@ class TritonPythonModel:
 
     def _generate(self, request, streaming=False, delay_s=None):
         """The request's tokens one at a time (a stream never repeats the prompt), or raise ValueError for a
-        request the real backend rejects."""
+        request the real backend rejects. Generation ends before a token equal to the request's end_id, which is not
+        returned, as the real engine stops at the end token."""
         ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy().reshape(-1).tolist()
         ids = ids[: int(_first(request, "input_lengths", len(ids)))]
         if len(ids) > self.max_input_len:
@@ -130,9 +135,13 @@ class TritonPythonModel:
         if not (exclude or streaming):
             yield from ids
         pattern = list(reversed(ids)) or [0]
+        end_id = _first(request, "end_id", None)
         for i in range(wanted):
             time.sleep(self.delay_s if delay_s is None else delay_s)
-            yield pattern[i % len(pattern)]
+            token = pattern[i % len(pattern)]
+            if end_id is not None and token == end_id:
+                return
+            yield token
 
     def execute(self, requests):
         if self.decoupled:
@@ -155,13 +164,22 @@ class TritonPythonModel:
         try:
             streaming = bool(_first(request, "streaming", False))
             tokens = list(self._generate(request, streaming=streaming, delay_s=0))
+            exclude = streaming or bool(_first(request, "exclude_input_in_output", self.exclude_input))
+            steps = len(tokens) - (0 if exclude else int(_first(request, "input_lengths", 0)))
         except ValueError as exc:
             sender.send(
                 pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(exc))),
                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
             )
             return
-        steps = int(_first(request, "request_output_len", 16))
+        if self.inline:
+            if streaming:
+                for token in tokens[len(tokens) - steps :]:
+                    sender.send(self._response(request, [token]))
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                sender.send(self._response(request, tokens), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
         with self.wake:
             self.in_flight.append([request, sender, streaming, tokens, steps])
             self.wake.notify()

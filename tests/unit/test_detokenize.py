@@ -168,3 +168,23 @@ def test_loading_reads_end_and_pad_ids(tmp_path: Path) -> None:
 def test_loading_refuses_a_tokenizer_without_an_eos_token(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="eos_token"):
         tokenizer_module.load(fx.write_tokenizer(tmp_path / "q", "qwen", eos_token=None))
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_the_whole_text_is_what_transformers_decodes(tmp_path: Path, skip: bool) -> None:
+    """transformers is what upstream's postprocessing model decodes with (cleanup included): ours agrees on random
+    ids, and the prompt ids match its encoding. Runs where transformers is installed (the stub's environment)."""
+    transformers = pytest.importorskip("transformers")
+    rng = random.Random(35)
+    for shape in SHAPES:
+        directory = fx.write_tokenizer(tmp_path / shape, shape)
+        theirs = transformers.AutoTokenizer.from_pretrained(str(directory), legacy=False, padding_side="left")
+        ours = tokenizer_module.load(directory, skip_special_tokens=skip)
+        for _ in range(300):
+            ids = [rng.randrange(len(theirs)) for _ in range(rng.randint(1, 20))]
+            assert ours.codec.text(ids) == theirs.decode(ids, skip_special_tokens=skip), (shape, ids)
+            assert "".join(stream(ours.codec, ids)) == theirs.decode(ids, skip_special_tokens=skip), (shape, ids)
+        for text in fx.TEXTS:
+            assert ours.encode(text) == theirs.encode(text), (shape, text)
+        pad = theirs.eos_token_id if theirs.pad_token_id is None else theirs.pad_token_id
+        assert (ours.end_id, ours.pad_id) == (theirs.eos_token_id, pad)

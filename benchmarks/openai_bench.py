@@ -1,8 +1,16 @@
-"""Our OpenAI front against Triton's own generate_stream, back to back on the same running FRONTEND=openai process
-tree (one `prepare`, run by the entrypoint's supervisor: harness/realfront.py), the same engine double at the same
-delay per token, the same HTTP streaming client and load. Real: tritonserver 2.51.0, upstream's pre/postprocessing,
-our front. Targets: at most 1 ms/token added at p50, at least 0.9x the tokens/s, at c=16 (c=64 from 16 usable CPUs,
-target_concurrency); if one is missed, `profile` records where the process tree spends its time.
+"""Our OpenAI front against Triton's own generate_stream and the engine alone, back to back on the same running
+FRONTEND=openai process tree (one `prepare`, run by the entrypoint's supervisor: harness/realfront.py), with a fast
+engine stand-in (the engine double sending each request's 64 tokens from execute() as fast as it can:
+TRTLLM_ENGINE_DOUBLE_INLINE), so that what is measured is the serving path, not the engine. Same HTTP streaming
+client and closed-loop load for every API. Real: tritonserver 2.51.0, upstream's pre/postprocessing models, our front.
+
+Engine workflow (tag 25.01): `generate_stream` of the ensemble (text in, upstream's Python stubs tokenize and
+detokenize), our front (tokenizes itself, streams ids straight from the tensorrt_llm model, detokenizes in its own
+processes), and the tensorrt_llm model alone (ids in and out: the ceiling). llmapi workflow (tag 26.07): the
+tensorrt_llm model's own generate_stream (text) and our front. Targets (engine workflow): on 2 CPUs at c=16, the
+front gives >= 1.5x generate_stream's tokens/s with <= 1 ms added p50 inter-token latency; from 16 usable CPUs, at
+c=16, 64 and 256, >= 2.0x generate_stream, >= 0.8x the engine alone, <= 0.1 ms added. If one is missed, `profile`
+records where the process tree spends its time.
 """
 
 from __future__ import annotations
@@ -27,13 +35,14 @@ from harness import realfront, realtriton
 from harness.tiny_checkpoint import PROMPT
 from trtllm_entrypoint import cpus
 
-CONCURRENCY = (1, 16, 64)
-# Where the targets apply: c=16 on small machines (2 CPUs), c=64 from 16 usable CPUs (the lent 16-core machine).
-LARGE_MACHINE_CPUS = 16
-MAX_TOKENS = 32
-TOKEN_DELAY_S = serving_bench.TOKEN_DELAY_S  # the serving suite's engine: 10 ms per token
-ADDED_ITL_TARGET_MS = 1.0
-TOKENS_RATIO_TARGET = 0.9
+SMALL_CONCURRENCY = (1, 16, 64)
+LARGE_CONCURRENCY = (16, 64, 256)
+LARGE_MACHINE_CPUS = 16  # the lent 16-core machine
+MAX_TOKENS = 64
+WORKFLOW_TAGS = {"engine": "25.01", "llmapi": "26.07"}  # each tag's default workflow is the one named
+# The front's own limits, per machine size: (tokens/s over generate_stream, over the engine alone, added p50 ms).
+SMALL_TARGETS = (1.5, None, 1.0)
+LARGE_TARGETS = (2.0, 0.8, 0.1)
 Say = Callable[[str], None]
 
 
@@ -44,21 +53,44 @@ class Api:
     name: str
     route: str
     body: dict
+    field: str  # the event's field that holds the token(s)
 
     def token_of(self, event: dict) -> bool:
-        if self.name == "openai":
+        if self.field == "choices":
             return bool(event.get("choices") and event["choices"][0].get("text"))
-        return bool(event.get("text_output"))
+        return event.get(self.field) not in (None, "", [])
 
 
-TRITON = Api(
-    "generate_stream",
-    "/v2/models/ensemble/generate_stream",
-    {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "stream": True},
-)
-OPENAI = Api(
-    "openai", "/v1/completions", {"model": "ensemble", "prompt": PROMPT, "max_tokens": MAX_TOKENS, "stream": True}
-)
+def apis(workflow: str, served_name: str, prompt_ids: list[int]) -> list[Api]:
+    """The APIs measured for a workflow, the native one first and ours second."""
+    openai = Api(
+        "openai",
+        "/v1/completions",
+        {"model": served_name, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "stream": True},
+        "choices",
+    )
+    if workflow == "llmapi":
+        native = Api(
+            "generate_stream",
+            "/v2/models/tensorrt_llm/generate_stream",
+            {"text_input": PROMPT, "sampling_param_max_tokens": MAX_TOKENS, "streaming": True},
+            "text_output",
+        )
+        return [native, openai]
+    native = Api(
+        "generate_stream",
+        "/v2/models/ensemble/generate_stream",
+        {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "stream": True},
+        "text_output",
+    )
+    engine = Api(
+        "engine alone",
+        "/v2/models/tensorrt_llm/generate_stream",
+        {"input_ids": prompt_ids, "input_lengths": len(prompt_ids), "request_output_len": MAX_TOKENS,
+         "streaming": True},
+        "output_ids",
+    )  # fmt: skip
+    return [native, openai, engine]
 
 
 def one_stream(port: int, api: Api) -> tuple[float, list[float]]:
@@ -131,28 +163,41 @@ def load(
 class Servers:
     """One prepared FRONTEND=openai plan (tritonserver's command line and the front's), and where each API answers."""
 
+    workflow: str
     prepared: dict
     env: dict[str, str]
     http_port: int
     openai_port: int
     layout: realtriton.Layout
+    prompt_ids: list[int]
 
 
-def prepare(work: Path, workers: int | None = None) -> Servers:
+def prepare(work: Path, workflow: str = "engine", workers: int | None = None) -> Servers:
     layout = serving_bench.layout()
-    bench = serving_bench.Bench(work, layout)
+    # A SentencePiece tokenizer (`▁` word starts, byte fallback), as Llama 2 and TinyLlama ship: the detokenizing
+    # both paths do is a real model's.
+    bench = serving_bench.Bench(work, layout, tag=WORKFLOW_TAGS[workflow], tokenizer="llama2")
     openai_port = realtriton.free_port()
     extra = {"OPENAI_WORKERS": str(workers)} if workers else {}
     env = bench.env(
         serving_bench.OURS,
         True,
-        TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S=str(TOKEN_DELAY_S),
+        TRTLLM_ENGINE_DOUBLE_INLINE="1",
         FRONTEND="openai",
         OPENAI_PORT=str(openai_port),
         **extra,
     )
     prepared = bench.sandbox.prepare(env)
-    return Servers(prepared, env, int(env["HTTP_PORT"]), openai_port, layout)
+    import tokenizers  # noqa: PLC0415  (the harness's: the prompt's ids for the engine alone)
+
+    prompt_ids = tokenizers.Tokenizer.from_file(str(bench.model / "tokenizer.json")).encode(PROMPT).ids
+    return Servers(workflow, prepared, env, int(env["HTTP_PORT"]), openai_port, layout, list(prompt_ids))
+
+
+def served_name(port: int) -> str:
+    with http.client.HTTPConnection("127.0.0.1", port, timeout=30) as connection:
+        connection.request("GET", "/v1/models", headers={"Authorization": f"Bearer {sandbox.BENCH_ADMIN_KEY}"})
+        return str(json.loads(connection.getresponse().read())["data"][0]["id"])
 
 
 @contextmanager
@@ -165,34 +210,46 @@ def started(servers: Servers, log_dir: Path) -> Iterator[tuple[realfront.Running
         yield tree, time.time() - began
 
 
-def measure(work: Path, warmup_s: float, measure_s: float, rounds: int, say: Say) -> dict:
-    """Rounds of both APIs, back to back on the same running tree, at each concurrency; the raw runs, the CPU
+def concurrencies(usable_cpus: int) -> tuple[int, ...]:
+    return LARGE_CONCURRENCY if usable_cpus >= LARGE_MACHINE_CPUS else SMALL_CONCURRENCY
+
+
+def target_concurrencies(usable_cpus: int) -> tuple[int, ...]:
+    """The concurrencies the targets hold at on a machine with `usable_cpus`."""
+    return LARGE_CONCURRENCY if usable_cpus >= LARGE_MACHINE_CPUS else (16,)
+
+
+def measure(
+    work: Path, warmup_s: float, measure_s: float, rounds: int, say: Say, workflows: tuple[str, ...] = ("engine",)
+) -> dict:
+    """Rounds of every API, back to back on the same running tree, at each concurrency; the raw runs, the CPU
     they used (the whole tree's) and the times to ready."""
-    servers = prepare(work)
-    runs: dict[tuple[str, int], list[StreamRun]] = {}
-    cpu: dict[tuple[str, int], list[CpuUse]] = {}
+    usable = cpus.usable_cpus()
+    runs: dict[tuple[str, str, int], list[StreamRun]] = {}
+    cpu: dict[tuple[str, str, int], list[CpuUse]] = {}
     ready: dict[str, list[float]] = {}
-    for index in range(rounds):
-        with started(servers, work) as (tree, seconds):
-            ready.setdefault(OPENAI.name, []).append(seconds)
-            for concurrency in CONCURRENCY:
-                for api, port in ((TRITON, servers.http_port), (OPENAI, servers.openai_port)):
-                    say(f"openai bench: round {index + 1}/{rounds}, {api.name}, c={concurrency}")
-                    run, used = load(port, api, concurrency, warmup_s, measure_s, tree.process.pid)
-                    runs.setdefault((api.name, concurrency), []).append(run)
-                    cpu.setdefault((api.name, concurrency), []).append(used)
+    workers = 0
+    for workflow in workflows:
+        servers = prepare(work / workflow, workflow)
+        workers = servers.prepared["front"]["workers"]
+        for index in range(rounds):
+            with started(servers, work / workflow) as (tree, seconds):
+                ready.setdefault(workflow, []).append(seconds)
+                measured = apis(workflow, served_name(servers.openai_port), servers.prompt_ids)
+                for concurrency in concurrencies(usable):
+                    for api in measured:
+                        port = servers.openai_port if api.name == "openai" else servers.http_port
+                        say(f"openai bench: {workflow}, round {index + 1}/{rounds}, {api.name}, c={concurrency}")
+                        run, used = load(port, api, concurrency, warmup_s, measure_s, tree.process.pid)
+                        runs.setdefault((workflow, api.name, concurrency), []).append(run)
+                        cpu.setdefault((workflow, api.name, concurrency), []).append(used)
     return {
         "runs": runs,
         "cpu": cpu,
         "ready": ready,
-        "workers": servers.prepared["front"]["workers"],
-        "target_concurrency": target_concurrency(cpus.usable_cpus()),
+        "workers": workers,
+        "usable_cpus": usable,
     }
-
-
-def target_concurrency(usable_cpus: int) -> int:
-    """The concurrency the targets hold at on a machine with `usable_cpus`."""
-    return 64 if usable_cpus >= LARGE_MACHINE_CPUS else 16
 
 
 def merged(runs: list[StreamRun]) -> StreamRun:
@@ -208,7 +265,7 @@ def merged(runs: list[StreamRun]) -> StreamRun:
 def numbers(run: StreamRun, cpu: list[CpuUse]) -> dict:
     """`cpu` over the same windows as `run`: per token, the window's CPU over the tokens it streamed (closed loop,
     steady state: the requests started in a window stream about as many tokens as it holds)."""
-    tokens = run.tokens_per_s * run.seconds
+    tokens = max(run.tokens_per_s * run.seconds, 1.0)
     return {
         "tokens_per_s": run.tokens_per_s,
         "server_cpu_ms_per_token": sum(c.server_s for c in cpu) / tokens * 1e3,
@@ -225,52 +282,84 @@ def numbers(run: StreamRun, cpu: list[CpuUse]) -> dict:
 def metrics(measured: dict) -> list[Metric]:
     """Pure: the comparison rows from what `measure` returned."""
     rows = []
+    usable = measured["usable_cpus"]
+    ratio_native, ratio_engine, added_limit = LARGE_TARGETS if usable >= LARGE_MACHINE_CPUS else SMALL_TARGETS
     summary = {key: numbers(merged(value), measured["cpu"][key]) for key, value in measured["runs"].items()}
-    for concurrency in CONCURRENCY:
-        triton, openai = summary[(TRITON.name, concurrency)], summary[(OPENAI.name, concurrency)]
-        added = openai["itl_p50_ms"] - triton["itl_p50_ms"]
-        ratio = openai["tokens_per_s"] / triton["tokens_per_s"]
-        top = concurrency == measured["target_concurrency"]
+    for workflow, api_name, concurrency in sorted({(w, "openai", c) for w, _, c in summary}):
+        ours = summary[(workflow, api_name, concurrency)]
+        native = summary[(workflow, "generate_stream", concurrency)]
+        engine = summary.get((workflow, "engine alone", concurrency))
+        top = workflow == "engine" and concurrency in target_concurrencies(usable)
+        added = ours["itl_p50_ms"] - native["itl_p50_ms"]
+        label = f"openai ({workflow}) c={concurrency}"
+        details = {"openai": ours, "generate_stream": native, **({"engine alone": engine} if engine else {})}
         rows += [
             Metric(
-                f"openai vs generate_stream c={concurrency}: p50 ITL added",
+                f"{label}: tokens/s over generate_stream",
+                ours["tokens_per_s"] / native["tokens_per_s"],
+                "x",
+                Target(">=", ratio_native, "x") if top else None,
+                note=f"{ours['tokens_per_s']:.0f} vs {native['tokens_per_s']:.0f} tokens/s",
+                details=details,
+            ),
+            Metric(
+                f"{label}: p50 ITL added over generate_stream",
                 added,
                 "ms",
-                Target("<=", ADDED_ITL_TARGET_MS, "ms") if top else None,
-                note=f"p50 ITL {openai['itl_p50_ms']:.2f} vs {triton['itl_p50_ms']:.2f} ms (engine double at "
-                f"{TOKEN_DELAY_S * 1e3:g} ms/token)",
-                details={"openai": openai, "generate_stream": triton},
+                Target("<=", added_limit, "ms") if top else None,
+                note=f"p50 ITL {ours['itl_p50_ms']:.3f} vs {native['itl_p50_ms']:.3f} ms",
             ),
             Metric(
-                f"openai vs generate_stream c={concurrency}: tokens/s ratio",
-                ratio,
-                "x",
-                Target(">=", TOKENS_RATIO_TARGET, "x") if top else None,
-                note=f"{openai['tokens_per_s']:.0f} vs {triton['tokens_per_s']:.0f} tokens/s",
-            ),
-            Metric(
-                f"openai vs generate_stream c={concurrency}: server CPU per token",
-                openai["server_cpu_ms_per_token"],
+                f"{label}: server CPU per token",
+                ours["server_cpu_ms_per_token"],
                 "ms",
-                note=f"vs {triton['server_cpu_ms_per_token']:.2f} ms; load generator "
-                f"{openai['client_cpu_ms_per_token']:.2f} vs {triton['client_cpu_ms_per_token']:.2f} ms; CPUs busy "
-                f"(server + load) {openai['cpus_busy']:.2f} vs {triton['cpus_busy']:.2f} of {os.cpu_count()}",
+                note=f"vs {native['server_cpu_ms_per_token']:.3f} ms; CPUs busy (server + load) "
+                f"{ours['cpus_busy']:.2f} vs {native['cpus_busy']:.2f} of {os.cpu_count()}",
             ),
         ]
-    samples = measured["ready"][OPENAI.name]
-    rows.append(
-        Metric(
-            "time to ready: tritonserver and the OpenAI front (its /health/ready)",
-            sorted(samples)[len(samples) // 2],
-            "s",
-            details={"samples_s": samples},
+        if engine is not None:
+            rows.append(
+                Metric(
+                    f"{label}: tokens/s over the engine alone",
+                    ours["tokens_per_s"] / engine["tokens_per_s"],
+                    "x",
+                    Target(">=", ratio_engine, "x") if top and ratio_engine else None,
+                    note=f"{ours['tokens_per_s']:.0f} vs {engine['tokens_per_s']:.0f} tokens/s",
+                )
+            )
+    for workflow, samples in measured["ready"].items():
+        rows.append(
+            Metric(
+                f"time to ready ({workflow}): tritonserver and the OpenAI front (its /health/ready)",
+                sorted(samples)[len(samples) // 2],
+                "s",
+                details={"samples_s": samples},
+            )
         )
-    )
     return rows
 
 
+def table(rows: list[Metric]) -> str:
+    """The per-API table docs/benchmarks.md shows: every API's numbers at each concurrency."""
+    lines = [
+        "| workflow | c | API | tokens/s | ITL p50 / p99 ms | TTFT p50 ms | server CPU ms/token | CPUs busy | errors |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if not row.details or "generate_stream" not in row.details:
+            continue
+        workflow, concurrency = row.name.split("(")[1].split(")")[0], row.name.split("c=")[1].split(":")[0]
+        for api, n in row.details.items():
+            lines.append(
+                f"| {workflow} | {concurrency} | {api} | {n['tokens_per_s']:.0f} | {n['itl_p50_ms']:.3f} / "
+                f"{n['itl_p99_ms']:.3f} | {n['ttft_p50_ms']:.2f} | {n['server_cpu_ms_per_token']:.3f} | "
+                f"{n['cpus_busy']:.2f} | {n['errors']} |"
+            )
+    return "\n".join(lines)
+
+
 def profile(work: Path, measure_s: float, out: Path, say: Say) -> str:
-    """Where the frontend's process spends its time under the stream load the targets hold at (target_concurrency):
+    """Where the frontend's process spends its time under the highest stream load the targets hold at:
     py-spy samples every thread of the
     frontend and of its stub processes, native frames (Triton's C++, pybind11, libc) included. The summary goes to
     `out`, py-spy's speedscope file beside it. Returns what was written, or why nothing was."""
@@ -278,7 +367,7 @@ def profile(work: Path, measure_s: float, out: Path, say: Say) -> str:
     if py_spy is None:
         return "no profile: py-spy is not installed (pip install -e '.[bench]')"
     servers = prepare(work)
-    at = target_concurrency(cpus.usable_cpus())
+    at = max(target_concurrencies(cpus.usable_cpus()))
     out.parent.mkdir(parents=True, exist_ok=True)
     raw = out.with_suffix(".speedscope.json")
     with started(servers, work) as (tree, _):
@@ -290,7 +379,8 @@ def profile(work: Path, measure_s: float, out: Path, say: Say) -> str:
         spy_argv += ["--rate", str(SPY_RATE_HZ), "--duration", str(math.ceil(warmup_s + measure_s))]
         spy_argv += ["--format", "speedscope", "--output", str(raw)]
         spy = subprocess.Popen(spy_argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        run, used = load(servers.openai_port, OPENAI, at, warmup_s, measure_s, proc.pid)
+        openai = apis("engine", served_name(servers.openai_port), servers.prompt_ids)[1]
+        run, used = load(servers.openai_port, openai, at, warmup_s, measure_s, proc.pid)
         _, errors = spy.communicate(timeout=120)
     if spy.returncode != 0 or not raw.is_file():
         return f"no profile: py-spy exited {spy.returncode}: {errors.strip()[-500:]}"
@@ -306,7 +396,8 @@ def profile(work: Path, measure_s: float, out: Path, say: Say) -> str:
 
 
 def write_plot(rows: list[Metric], path: Path, subtitle: str) -> str | None:
-    """Tokens/s and p50 inter-token latency of both APIs at each concurrency; None when written, else why not."""
+    """Tokens/s and p50 inter-token latency of every API at each concurrency (engine workflow); None when written,
+    else why not."""
     try:
         import matplotlib
 
@@ -314,25 +405,27 @@ def write_plot(rows: list[Metric], path: Path, subtitle: str) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (pip install -e '.[bench]')"
-    added = [m for m in rows if m.name.endswith("p50 ITL added") and m.details]
-    if not added:
+    points = [m for m in rows if m.details and "(engine)" in m.name]
+    if not points:
         return "no results to plot"
+    names = list(points[0].details)
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120)
-    width = 0.38
-    for offset, (api, colour) in enumerate(((TRITON.name, "tab:gray"), (OPENAI.name, "tab:blue"))):
-        xs = [i + (offset - 0.5) * width for i in range(len(added))]
-        left.bar(xs, [m.details[api]["tokens_per_s"] for m in added], width, color=colour, label=api)
-        right.bar(xs, [m.details[api]["itl_p50_ms"] for m in added], width, color=colour, label=api)
-    labels = [m.name.split(" c=")[1].split(":")[0] for m in added]
+    width = 0.8 / len(names)
+    colours = {"generate_stream": "tab:gray", "openai": "tab:blue", "engine alone": "tab:green"}
+    for offset, api in enumerate(names):
+        xs = [i + (offset - (len(names) - 1) / 2) * width for i in range(len(points))]
+        left.bar(xs, [m.details[api]["tokens_per_s"] for m in points], width, color=colours.get(api), label=api)
+        right.bar(xs, [m.details[api]["itl_p50_ms"] for m in points], width, color=colours.get(api), label=api)
+    labels = [m.name.split(" c=")[1].split(":")[0] for m in points]
     for axis, title, unit in ((left, "Streamed tokens/s", "tokens/s"), (right, "p50 inter-token latency", "ms")):
-        axis.set_xticks(range(len(added)), [f"c={c}" for c in labels])
+        axis.set_xticks(range(len(points)), [f"c={c}" for c in labels])
         axis.set_ylabel(unit)
         axis.set_title(title)
         axis.grid(True, axis="y", alpha=0.3)
     left.legend(loc="upper left", fontsize=8)
     figure.suptitle(
-        "The OpenAI front vs generate_stream, same running server, engine double at "
-        f"{TOKEN_DELAY_S * 1e3:g} ms/token\n{subtitle}",
+        f"The OpenAI front, generate_stream and the engine alone, same running server, fast engine stand-in, "
+        f"{MAX_TOKENS} tokens per request\n{subtitle}",
         fontsize=10,
     )
     figure.tight_layout()

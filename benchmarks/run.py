@@ -172,14 +172,18 @@ def run_scaling_suite(measure_s: float, work: Path, say) -> list[Metric]:
 
 
 def run_openai_suite(rounds: int, measure_s: float, work: Path, say) -> list[Metric]:
-    """Triton's OpenAI frontend against generate_stream (side by side); a profile of the frontend when a target is
-    missed; skipped when the real server or the frontend cannot run here."""
+    """Our OpenAI front against generate_stream and the engine alone (side by side, both workflows); a profile of the
+    front when a target is missed; skipped when the real server or the front cannot run here."""
     from benchmarks import openai_bench
     from harness import realtriton
     from harness.build_standin import TemplatesMissing
 
     try:
-        metrics = openai_bench.metrics(openai_bench.measure(work / "openai", measure_s / 5, measure_s, rounds, say))
+        measured = openai_bench.measure(
+            work / "openai", measure_s / 5, measure_s, rounds, say, workflows=tuple(openai_bench.WORKFLOW_TAGS)
+        )
+        metrics = openai_bench.metrics(measured)
+        say("openai table (docs/benchmarks.md):\n" + openai_bench.table(metrics))
         info = machine(None)
         subtitle = f"{info['nproc']} CPUs, load average {info['load_average_at_end'][0]:.1f}, {measure_s:g} s per point"
         reason = openai_bench.write_plot(metrics, DEFAULT_OPENAI_PLOT, subtitle)

@@ -27,13 +27,13 @@ SERVE_SHIM = Path(__file__).resolve().parent / "serve_shim.py"
 BENCH_ADMIN_KEY = "benchmark-admin-key-0123456789"  # restricted APIs stay closed, as in a default start
 
 
-def sized_checkpoint(dest: Path, total_bytes: int, shards: int) -> Path:
+def sized_checkpoint(dest: Path, total_bytes: int, shards: int, tokenizer: str = "wordlevel") -> Path:
     """A Llama checkpoint whose weights are `shards` safetensors files adding up to `total_bytes`.
 
     The shards are sparse (one tensor header, then os.truncate), so a 20 GB model costs no disk and no write time;
     the entrypoint only stats weights, it never reads them.
     """
-    tiny_llama(dest)
+    tiny_llama(dest, tokenizer)
     (dest / "model.safetensors").unlink()
     per_shard = total_bytes // shards
     weight_map = {}

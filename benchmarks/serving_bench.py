@@ -288,11 +288,11 @@ class Bench:
     """A sandbox image (the entrypoint with the NVIDIA doubles), a tiny checkpoint, one prepared cache per
     pipeline, and the real server."""
 
-    def __init__(self, work: Path, server: realtriton.Layout):
+    def __init__(self, work: Path, server: realtriton.Layout, tag: str = "25.01", tokenizer: str = "wordlevel"):
         self.work = work
         self.server = server
-        self.sandbox = Sandbox(work / "sandbox")
-        self.model = sized_checkpoint(work / "model", 10**6, 1)
+        self.sandbox = Sandbox(work / "sandbox", tag)
+        self.model = sized_checkpoint(work / "model", 10**6, 1, tokenizer)
         self.templates = {bls: self._templates(bls) for bls in (False, True)}
 
     def _templates(self, bls: bool) -> Path:
@@ -300,7 +300,7 @@ class Bench:
         BLS off means)."""
         root = self.work / ("templates-bls" if bls else "templates")
         shutil.copytree(Path(self.sandbox.base_env["TRTLLM_APP_DIR"]) / "all_models", root)
-        if not bls:
+        if not bls and (root / "inflight_batcher_llm" / "tensorrt_llm_bls").is_dir():
             shutil.rmtree(root / "inflight_batcher_llm" / "tensorrt_llm_bls")
         return root
 

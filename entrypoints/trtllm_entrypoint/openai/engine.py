@@ -10,6 +10,7 @@ names the model declares none of is refused where it is set. New inputs are new 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 # OpenAI (or extension) parameter -> the tensorrt_llm model's input names for it, newest last.
 ENGINE_INPUTS: dict[str, tuple[str, ...]] = {
@@ -55,14 +56,14 @@ def engine_body(
         if name in declared:
             body[name] = value
     for param, value in values.items():
-        name = input_name(declared, param)
-        if name is None:
+        found = input_name(declared, param)
+        if found is None:
             raise KeyError(f"{param}: the model declares none of {ENGINE_INPUTS.get(param)}")
-        body[name] = value
+        body[found] = value
     return body
 
 
-def _flat(value: object) -> list:
+def _flat(value: object) -> list[Any]:
     if isinstance(value, list):
         return [x for item in value for x in _flat(item)]
     return [] if value is None else [value]

@@ -207,7 +207,10 @@ def take_start(environ: MutableMapping[str, str]) -> tuple[FrontPlan, str]:
         raise SystemExit(
             f"{contract.FRONT_PLAN_VARIABLE} is not set: the entrypoint starts the OpenAI front with its plan"
         )
-    return FrontPlan.from_json(text), key
+    try:
+        return FrontPlan.from_json(text), key
+    except (ValueError, TypeError) as exc:  # written by the entrypoint of another version, or by hand
+        raise SystemExit(f"{contract.FRONT_PLAN_VARIABLE} is not a front plan of this version: {exc}") from None
 
 
 def main() -> None:

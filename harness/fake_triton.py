@@ -9,6 +9,12 @@ harness/realtriton.py), only the part of its HTTP API the front uses, answering 
 
 Each generate request is answered by `script(body)`, a `Reply`; as a model does, the fake sends at most the
 request's max tokens. It records what it was asked and how each stream ended (finished, or closed by the client).
+As the real models answer:
+- the engine workflow's tensorrt_llm model (a request with `input_ids`): the reply's text as token ids, one
+  `output_ids` per event, made by `encode` (the served tokenizer's, without special tokens);
+- the llmapi model (a request with `sampling_param_max_tokens`): each event's text_output is the whole text so far,
+  as TensorRT-LLM's LLM API writes `output.text`;
+- the ensemble: one piece per event.
 
     fake = FakeTriton(lambda body: Reply(pieces=["a", "b"]))
     async with fake.serve() as url: ...        # in the test's event loop
@@ -27,8 +33,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-# What the entry models call the answer's limit (engine: the ensemble; llmapi: the tensorrt_llm model).
-MAX_TOKENS_INPUTS = ("max_tokens", "sampling_param_max_tokens")
+# What the models call the answer's limit (the ensemble; the llmapi model; the engine workflow's tensorrt_llm).
+MAX_TOKENS_INPUTS = ("max_tokens", "sampling_param_max_tokens", "request_output_len")
 LOGPROB_REQUEST, LOGPROB_OUTPUT = "return_log_probs", "output_log_probs"
 
 
@@ -66,7 +72,8 @@ class Seen:
 @dataclass
 class FakeTriton:
     script: Callable[[dict[str, Any]], Reply]
-    models: Sequence[str] = ("ensemble",)
+    models: Sequence[str] = ("ensemble", "tensorrt_llm")
+    encode: Callable[[str], list[int]] | None = None  # text to token ids, for requests that send ids
     ready: bool = True
     seen: list[Seen] = field(default_factory=list)
     # Set once a stream the client closed has been noticed (tests wait on it instead of sleeping).
@@ -100,12 +107,13 @@ class FakeTriton:
         reply = self.script(body)
         if reply.status != 200:
             return web.json_response({"error": reply.error or "refused"}, status=reply.status)
-        limit = next((int(body[name]) for name in MAX_TOKENS_INPUTS if name in body), len(reply.pieces))
+        events = self._events(body, reply)
+        limit = next((int(body[name]) for name in MAX_TOKENS_INPUTS if name in body), len(events))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:
-            for i, piece in enumerate(reply.pieces[:limit]):
-                event: dict[str, Any] = {"model_name": model, "model_version": "1", "text_output": piece}
+            for i, output in enumerate(events[:limit]):
+                event: dict[str, Any] = {"model_name": model, "model_version": "1", **output}
                 if body.get(LOGPROB_REQUEST) and i < len(reply.logprobs):
                     event[LOGPROB_OUTPUT] = [[reply.logprobs[i]]]
                 await self._send(response, event, reply.delay_s)
@@ -120,6 +128,17 @@ class FakeTriton:
                 self.client_closed.set()
             raise
         return response
+
+    def _events(self, body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
+        """Each event's outputs, as the model asked answers (see the module's docstring)."""
+        if "input_ids" in body:
+            if self.encode is None:
+                raise RuntimeError("the fake was asked with token ids but given no tokenizer (encode)")
+            return [{"output_ids": i} for i in self.encode("".join(reply.pieces))]
+        if "sampling_param_max_tokens" in body:
+            texts = ["".join(reply.pieces[: i + 1]) for i in range(len(reply.pieces))]
+            return [{"text_output": text} for text in texts]
+        return [{"text_output": piece} for piece in reply.pieces]
 
     @staticmethod
     async def _send(response: web.StreamResponse, event: dict[str, Any], delay_s: float) -> None:

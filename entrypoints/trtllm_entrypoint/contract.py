@@ -57,6 +57,8 @@ READY_PATHS = {"triton": "/v2/health/ready", "openai": "/health/ready"}
 # others keep their names, since the ensemble steps and the BLS model refer to them: no served name may take them.
 ENGINE_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls", "ensemble")
 ENTRY_MODEL = {"engine": "ensemble", "llmapi": "tensorrt_llm"}
+# The model our OpenAI front asks with token ids, per workflow (the llmapi model takes text: its entry model).
+IDS_MODEL = {"engine": "tensorrt_llm"}
 INNER_MODELS = {"engine": tuple(m for m in ENGINE_MODELS if m != ENTRY_MODEL["engine"]), "llmapi": ()}
 
 # Multi-node groups (LeaderWorkerSet): each worker pod runs sshd on this port with the group's key mounted here

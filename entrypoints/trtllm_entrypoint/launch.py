@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from trtllm_entrypoint import contract, security, server_args
+from trtllm_entrypoint import contract, fill, security, server_args
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.server_args import SHM_PREFIX
@@ -91,17 +91,22 @@ def tritonserver_argv(
 
 def front_plan(settings: Settings, repository: Path, tokenizer: Path, workflow: str, served_name: str) -> FrontPlan:
     """What every worker of the OpenAI front gets (in its environment: supervise.front_environ). It asks
-    tritonserver's own HTTP endpoint on this host; the admin key reaches it in its environment, never here."""
+    tritonserver's own HTTP endpoint on this host; the admin key reaches it in its environment, never here. The
+    engine workflow's front asks the tensorrt_llm model itself with token ids (no Python pre/postprocessing on its
+    path: docs/openai.md), tokenizing and decoding as those models would (fill.BACKEND_DEFAULTS)."""
+    entry = contract.IDS_MODEL.get(workflow, served_name)
     return FrontPlan(
         host="0.0.0.0",  # noqa: S104  (the container's port)
         port=settings.openai_port,
         workers=settings.openai_workers,
         triton_url=f"http://127.0.0.1:{settings.http_port}",
         served_name=served_name,
-        entry_model=served_name,
+        entry_model=entry,
         workflow=workflow,
-        config=str(repository / served_name / "config.pbtxt"),
+        config=str(repository / entry / "config.pbtxt"),
         tokenizer=str(tokenizer),
+        add_special_tokens=fill.BACKEND_DEFAULTS["add_special_tokens"] == "true",
+        skip_special_tokens=fill.BACKEND_DEFAULTS["skip_special_tokens"] == "true",
         restricted=security.front_restricted(settings),
         max_seq_len=settings.max_seq_len,
         shutdown_timeout=settings.exit_timeout_secs,

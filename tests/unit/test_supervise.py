@@ -19,6 +19,7 @@ pytestmark = pytest.mark.process
 PLAN = FrontPlan(
     host="0.0.0.0", port=9000, workers=2, triton_url="http://127.0.0.1:8000", served_name="ensemble",
     entry_model="ensemble", workflow="engine", config="/repo/ensemble/config.pbtxt", tokenizer="/tok",
+    add_special_tokens=True, skip_special_tokens=True,
     restricted=("inference",), max_seq_len=256, shutdown_timeout=30.0,
 )  # fmt: skip
 

@@ -147,3 +147,20 @@ class IncrementalDetokenizer:
     def _emit(self, raw: str) -> str:
         self.sent.append(raw)
         return self._cleaner.feed(raw) if self._cleaner is not None else raw
+
+
+class CumulativeText:
+    """The llmapi model's streamed text: each response holds the whole text so far (TensorRT-LLM's LLM API
+    detokenizes; its Triton model sends `output.text`, not `text_diff`), so a piece is what a response adds."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def push(self, text: str) -> str:
+        if not text.startswith(self.text):  # never seen: the LLM API only appends; keep what was sent
+            return ""
+        piece, self.text = text[len(self.text) :], text
+        return piece
+
+    def finish(self) -> str:
+        return ""

@@ -19,10 +19,12 @@ class FrontPlan:
     workers: int  # OPENAI_WORKERS
     triton_url: str  # tritonserver's own HTTP endpoint on this host
     served_name: str  # the name clients send as `model`
-    entry_model: str  # the Triton model the front asks
+    entry_model: str  # the Triton model the front asks: the engine workflow's tensorrt_llm, the llmapi model
     workflow: str  # engine | llmapi
-    config: str  # the entry model's config.pbtxt in the filled repository
+    config: str  # the entry model's config.pbtxt in the filled repository (its declared inputs)
     tokenizer: str  # the model's tokenizer directory
+    add_special_tokens: bool  # as the preprocessing model encodes prompts (the engine workflow's ids)
+    skip_special_tokens: bool  # as the postprocessing model decodes answers
     restricted: tuple[str, ...]  # the RESTRICTED_APIS groups that close the front's routes
     max_seq_len: int  # prompt plus answer, in tokens
     shutdown_timeout: float  # EXIT_TIMEOUT_SECS: how long the workers let streams finish on SIGTERM

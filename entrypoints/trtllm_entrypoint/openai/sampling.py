@@ -1,6 +1,7 @@
 """A request's sampling, translated into only the inputs the served model declares: what each workflow's entry model
 calls a parameter (its config.pbtxt), which the model lacks (refused, never dropped), and the JSON body of one
-streamed generate request per choice."""
+streamed generate request per choice. The engine workflow's entry is the tensorrt_llm model itself, asked with
+token ids (engine.py holds its table); the llmapi model takes text (INPUT_NAMES below)."""
 
 from __future__ import annotations
 
@@ -10,26 +11,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from trtllm_entrypoint import pbtxt
+from trtllm_entrypoint.openai import engine
 from trtllm_entrypoint.openai.protocol import ApiError, SamplingRequest, Stop
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's own default for completions (chat's is the rest of the context: room_left)
 MAX_STOPS = 4  # as OpenAI
 
-# What each workflow's entry model calls a sampling parameter (their config.pbtxt's input names).
+# What the llmapi model calls a sampling parameter (its config.pbtxt's input names).
 INPUT_NAMES: dict[str, dict[str, str]] = {
-    "engine": {
-        "prompt": "text_input",
-        "max_tokens": "max_tokens",
-        "stream": "stream",
-        "temperature": "temperature",
-        "top_p": "top_p",
-        "top_k": "top_k",
-        "presence_penalty": "presence_penalty",
-        "frequency_penalty": "frequency_penalty",
-        "seed": "random_seed",
-        "logprobs": "return_log_probs",
-        "stop": "stop_words",
-    },
     "llmapi": {
         "prompt": "text_input",
         "max_tokens": "sampling_param_max_tokens",
@@ -43,14 +32,13 @@ INPUT_NAMES: dict[str, dict[str, str]] = {
         "stop": "sampling_param_stop",
     },
 }
-# Sent whenever declared: older ensembles need the word lists (empty: stops are the front's), and the llmapi model
-# must not repeat the prompt.
+# Sent whenever declared: the llmapi model must not repeat the prompt.
 FIXED_INPUTS: dict[str, dict[str, object]] = {
-    "engine": {"bad_words": "", "stop_words": ""},
     "llmapi": {"sampling_param_exclude_input_from_output": True},
 }
+WORKFLOWS = ("engine", "llmapi")
 # The per-token log-probabilities, where the model returns them.
-LOGPROB_OUTPUT = {"engine": "output_log_probs"}
+LOGPROB_OUTPUT = {"engine": engine.LOGPROBS_OUTPUT}
 
 
 @dataclass(frozen=True)
@@ -66,7 +54,7 @@ class Model:
     @classmethod
     def from_config(cls, name: str, workflow: str, config_text: str, source: str) -> Model:
         config = pbtxt.parse(config_text, source)
-        if workflow not in INPUT_NAMES:
+        if workflow not in WORKFLOWS:
             raise ValueError(f"unknown workflow {workflow!r}")
         return cls(
             name=name,
@@ -76,6 +64,8 @@ class Model:
         )
 
     def input_name(self, param: str) -> str | None:
+        if self.workflow == "engine":
+            return engine.input_name(self.inputs, param)
         name = INPUT_NAMES[self.workflow].get(param)
         return name if name in self.inputs else None
 
@@ -133,15 +123,20 @@ def sampling(request: SamplingRequest, model: Model, max_tokens: int | None, log
     )
 
 
+def choice_values(s: Sampling, choice: int) -> dict[str, object]:
+    """One choice's parameter values: each choice of a request samples with its own seed."""
+    values = {param: value + choice if param == "seed" else value for param, value in s.values.items()}  # type: ignore[operator]
+    if s.logprobs:
+        values["logprobs"] = True
+    return values
+
+
 def backend_body(model: Model, prompt: str, s: Sampling, choice: int) -> dict[str, object]:
-    """The JSON body of one streamed generate request for the entry model, with only inputs it declares."""
+    """The JSON body of one streamed generate request for the llmapi model, with only inputs it declares."""
     names = INPUT_NAMES[model.workflow]
     body: dict[str, object] = {names["prompt"]: prompt, names["max_tokens"]: s.max_tokens, names["stream"]: True}
     body.update({k: v for k, v in FIXED_INPUTS[model.workflow].items() if k in model.inputs})
-    for param, value in s.values.items():
-        body[names[param]] = value + choice if param == "seed" else value  # type: ignore[operator]
-    if s.logprobs:
-        body[names["logprobs"]] = True
+    body.update({names[param]: value for param, value in choice_values(s, choice).items()})
     stop = model.input_name("stop")
     if s.stops and stop:  # the backend stops generating there too; the front still cuts the text exactly
         body[stop] = list(s.stops)

@@ -20,7 +20,7 @@ import msgspec
 from aiohttp import web
 
 from trtllm_entrypoint import contract
-from trtllm_entrypoint.openai import chat, chat_template, completions, serving, tokens
+from trtllm_entrypoint.openai import chat, chat_template, completions, serving, tokenizer
 from trtllm_entrypoint.openai.backend import Backend
 from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.openai.protocol import (
@@ -185,15 +185,19 @@ def make_app(front: Front) -> web.Application:
 
 def build(plan: FrontPlan, key: str) -> Front:
     """The worker's state from its plan: the served model's declared inputs, its tokenizer, the backend."""
-    tokenizer = Path(plan.tokenizer)
+    tokenizer_dir = Path(plan.tokenizer)
     served_model = Model.from_config(plan.served_name, plan.workflow, Path(plan.config).read_text(), plan.config)
     # Triton closes inference to clients without the key when RESTRICTED_APIS has it; we carry it then.
     upstream = {ADMIN_HEADER: key} if "inference" in plan.restricted and key else {}
     served = serving.Served(
         model=served_model,
         backend=Backend(plan.triton_url, plan.entry_model, upstream),
-        template=chat_template.load(tokenizer),
-        count_tokens=tokens.counter(tokenizer),
+        template=chat_template.load(tokenizer_dir),
+        tokenizer=tokenizer.load(
+            tokenizer_dir,
+            skip_special_tokens=plan.skip_special_tokens,
+            add_special_tokens=plan.add_special_tokens,
+        ),
         max_seq_len=plan.max_seq_len,
     )
     return Front(served, frozenset(plan.restricted), key)

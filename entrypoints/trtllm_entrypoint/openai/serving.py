@@ -10,27 +10,34 @@ import secrets
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
+from trtllm_entrypoint.openai import engine
 from trtllm_entrypoint.openai.backend import Backend, first_float
 from trtllm_entrypoint.openai.chat_template import ChatTemplate
+from trtllm_entrypoint.openai.detokenize import CumulativeText, IncrementalDetokenizer
 from trtllm_entrypoint.openai.protocol import ApiError, FinishReason, Usage
-from trtllm_entrypoint.openai.sampling import Model, Sampling, backend_body
+from trtllm_entrypoint.openai.sampling import Model, Sampling, backend_body, choice_values
 from trtllm_entrypoint.openai.stops import StopScanner
+from trtllm_entrypoint.openai.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
 class Served:
-    """What every request of this worker shares: the model as served, its tokenizer's template and counter, the
-    backend that generates."""
+    """What every request of this worker shares: the model as served, its tokenizer and template, the backend that
+    generates."""
 
     model: Model
     backend: Backend
     template: ChatTemplate
-    count_tokens: Callable[[str], int]
+    tokenizer: Tokenizer
     max_seq_len: int  # the served model's (MAX_SEQ_LEN, or the engine's own): a chat answer's default room
+
+    @property
+    def count_tokens(self) -> Callable[[str], int]:
+        return self.tokenizer.count
 
 
 @dataclass
@@ -39,6 +46,7 @@ class Choice:
 
     index: int
     prompt: str
+    prompt_ids: list[int] = field(default_factory=list)  # the prompt as the model gets it (the engine workflow's)
     text: list[str] = field(default_factory=list)
     tokens: int = 0
     stopped: bool = False
@@ -92,16 +100,57 @@ def refuse_unsupported(checks: Iterable[tuple[bool, str, str]]) -> None:
             raise ApiError(400, f"{message} is not supported (see docs/openai.md)", param)
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """How one choice's backend events become its text: `push` the text an event makes final, `finish` the rest."""
+
+    push: Callable[[dict[str, Any]], str]
+    finish: Callable[[], str]
+
+
+def _request(served: Served, s: Sampling, choice: Choice) -> tuple[dict[str, object], Decoding]:
+    """The backend request of one choice and its decoding: the engine workflow streams token ids from the
+    tensorrt_llm model (decoded here, exactly: detokenize.py), the llmapi model the whole text so far."""
+    if served.model.workflow == "engine":
+        tokenizer = served.tokenizer
+        if not choice.prompt_ids:
+            choice.prompt_ids = tokenizer.encode(choice.prompt)
+        body = engine.engine_body(
+            served.model.inputs,
+            choice.prompt_ids,
+            s.max_tokens,
+            choice_values(s, choice.index),
+            end_id=tokenizer.end_id,
+            pad_id=tokenizer.pad_id,
+        )
+        detokenizer = IncrementalDetokenizer(tokenizer.codec)
+
+        def ids(event: dict[str, Any]) -> str:
+            new = engine.output_ids(event)
+            choice.tokens += len(new)
+            return detokenizer.push(new)
+
+        return body, Decoding(ids, detokenizer.finish)
+    cumulative = CumulativeText()
+
+    def text(event: dict[str, Any]) -> str:
+        choice.tokens += 1
+        value = event.get("text_output", "")
+        return cumulative.push(value if isinstance(value, str) else str(value))
+
+    return backend_body(served.model, choice.prompt, s, choice.index), Decoding(text, cumulative.finish)
+
+
 async def generate(served: Served, s: Sampling, choice: Choice) -> AsyncGenerator[tuple[str, float | None], None]:
-    """One choice's text as it comes (stop sequences cut, held back while they may be starting)."""
+    """One choice's text as it comes: exact (the tokenizer's decoding of all ids at once, sent as it becomes
+    final), stop sequences cut, held back while they may be starting."""
     scanner = StopScanner(s.stops)
-    body = backend_body(served.model, choice.prompt, s, choice.index)
+    body, decoding = _request(served, s, choice)
     logprob_output = served.model.logprob_output if s.logprobs else None
     async with contextlib.aclosing(served.backend.events(body)) as events:
         async for event in events:
-            choice.tokens += 1
-            piece = event.get("text_output", "")
-            shown, stopped = scanner.feed(piece if isinstance(piece, str) else str(piece))
+            piece = decoding.push(event)
+            shown, stopped = scanner.feed(piece)
             logprob = first_float(event.get(logprob_output)) if logprob_output else None
             if logprob is not None:
                 choice.logprobs.append((piece, logprob))
@@ -111,7 +160,9 @@ async def generate(served: Served, s: Sampling, choice: Choice) -> AsyncGenerato
             if stopped:
                 choice.stopped = True
                 return  # leaving the block closes the connection: Triton stops generating
-    rest = scanner.flush()
+    shown, stopped = scanner.feed(decoding.finish())
+    choice.stopped = stopped
+    rest = shown if stopped else shown + scanner.flush()
     if rest:
         choice.text.append(rest)
         yield rest, None
@@ -122,8 +173,9 @@ def _head(served: Served, work: Work) -> Head:
 
 
 def _usage(served: Served, work: Work) -> Usage:
-    prompts = dict.fromkeys(choice.prompt for choice in work.choices)  # n choices of one prompt count it once
-    return Usage.of(sum(served.count_tokens(p) for p in prompts), sum(c.tokens for c in work.choices))
+    """Prompt tokens as the model got them (the engine workflow's own ids), each prompt once however many choices."""
+    prompts = {c.prompt: len(c.prompt_ids) or served.count_tokens(c.prompt) for c in work.choices}
+    return Usage.of(sum(prompts.values()), sum(c.tokens for c in work.choices))
 
 
 async def whole(served: Served, work: Work) -> msgspec.Struct:

@@ -12,15 +12,15 @@ from harness.image import templates_for
 
 pytest.importorskip("msgspec")
 
+from trtllm_entrypoint.openai import engine  # noqa: E402
 from trtllm_entrypoint.openai import sampling as sp  # noqa: E402
 from trtllm_entrypoint.openai.protocol import ApiError, ChatRequest, CompletionRequest, decode  # noqa: E402
 
 
 def model(templates: str, workflow: str) -> sp.Model:
-    folder = "llmapi/tensorrt_llm" if workflow == "llmapi" else "inflight_batcher_llm/ensemble"
+    """The model the front asks: the llmapi model, or the engine workflow's tensorrt_llm model (token ids)."""
+    folder = "llmapi/tensorrt_llm" if workflow == "llmapi" else "inflight_batcher_llm/tensorrt_llm"
     path = templates_for(templates) / folder / "config.pbtxt"
-    if not path.is_file():  # a set that keeps its models beside all_models' workflow folders
-        path = templates_for(templates) / "ensemble" / "config.pbtxt"
     filled = re.sub(r"\$\{\w+\}", "1", path.read_text())  # the template's parameters do not name inputs
     return sp.Model.from_config("served", workflow, filled, str(path))
 
@@ -31,19 +31,19 @@ def request(kind, **body):
 
 
 @pytest.mark.parametrize("templates", ["v0.7.0", "v0.17.0", "triton_backend"])
-def test_the_ensemble_gets_its_own_names_and_only_declared_inputs(templates):
+def test_the_engine_gets_its_own_names_and_only_declared_inputs(templates):
     served = model(templates, "engine")
-    req = request(CompletionRequest, max_tokens=5, seed=3, temperature=0.5, top_p=0.9)
-    if "random_seed" not in served.inputs:  # v0.7.0's ensemble has no seed: refused, never dropped silently
-        with pytest.raises(ApiError, match="seed is not supported"):
+    req = request(CompletionRequest, max_tokens=5, seed=3, temperature=0.5, top_p=0.9, frequency_penalty=0.5)
+    if "frequency_penalty" not in served.inputs:  # v0.7.0's engine has none: refused, never dropped silently
+        with pytest.raises(ApiError, match="frequency_penalty is not supported"):
             sp.sampling(req, served, req.max_tokens, False)
-        req = request(CompletionRequest, max_tokens=5, temperature=0.5, top_p=0.9)
-    body = sp.backend_body(served, "hi", sp.sampling(req, served, req.max_tokens, False), choice=1)
-    assert body["text_input"] == "hi" and body["max_tokens"] == 5 and body["stream"] is True
-    assert body.get("random_seed", 4) == 4  # the choice's own seed
-    assert body["stop_words"] == ""  # older ensembles need the list, empty when no stop is asked for
-    stopping = sp.sampling(request(CompletionRequest, stop="END"), served, None, False)
-    assert sp.backend_body(served, "hi", stopping, choice=0)["stop_words"] == ["END"]
+        req = request(CompletionRequest, max_tokens=5, seed=3, temperature=0.5, top_p=0.9)
+    s = sp.sampling(req, served, req.max_tokens, False)
+    values = sp.choice_values(s, choice=1)
+    assert values["seed"] == 4  # the choice's own seed
+    body = engine.engine_body(served.inputs, [1, 2], s.max_tokens, values, end_id=2, pad_id=0)
+    assert (body["request_output_len"], body["temperature"], body["runtime_top_p"]) == (5, 0.5, 0.9)
+    assert body[served.input_name("seed") or ""] == 4
     assert set(body) <= served.inputs
 
 

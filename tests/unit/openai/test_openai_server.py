@@ -155,7 +155,7 @@ def test_the_start_takes_the_plan_and_the_key_from_the_environment_and_drops_bot
 @pytest.mark.process
 def test_the_worker_runs_as_its_own_process_from_the_plan_in_its_environment(kit, tmp_path):
     key = kit.key
-    fake = FakeTriton(lambda body: words("from the fake"))
+    fake = FakeTriton(lambda body: words("The capital of France"), encode=kit.encode)
     with fake.running() as url:
         plan = FrontPlan(**{**kit.plan.__dict__, "triton_url": url, "port": free_port(), "restricted": ("inference",)})
         env = {
@@ -188,6 +188,6 @@ def test_the_worker_runs_as_its_own_process_from_the_plan_in_its_environment(kit
         finally:
             worker.send_signal(signal.SIGTERM)
             code = worker.wait(timeout=30)
-    assert ready == 200 and answer["choices"][0]["text"] == "from the fake"
+    assert ready == 200 and answer["choices"][0]["text"] == "The capital of France"
     assert fake.seen[0].headers["admin-key"] == key  # the key from the environment reached the backend
     assert code == 0 and key not in log.read_text()

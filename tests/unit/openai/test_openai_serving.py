@@ -1,17 +1,17 @@
 """Answering (openai/serving.py with completions.py and chat.py) through a whole worker in front of the FAKE
 tritonserver, asked by the official `openai` client: streamed and whole answers, n > 1, stop sequences, usage,
-echo, log-probabilities, the backend's errors, and a client that leaves mid-stream."""
+echo, log-probabilities, the backend's errors, and a client that leaves mid-stream. The engine workflow's front
+streams token ids from the tensorrt_llm model and decodes them with the model's (SentencePiece) tokenizer: the
+texts below are what that tokenizer decodes, spaces included."""
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
 from harness.fake_triton import FakeTriton, Reply, words
 from harness.tiny_checkpoint import PROMPT
-from trtllm_entrypoint.openai import tokens
 
 openai = pytest.importorskip("openai")
 aiohttp = pytest.importorskip("aiohttp")
@@ -27,11 +27,16 @@ def client(url: str) -> openai.AsyncOpenAI:
 
 
 def prompt_tokens(kit, text: str) -> int:
-    return tokens.counter(Path(kit.plan.tokenizer))(text)
+    return len(kit.prompt_ids(text))
+
+
+def first_tokens(kit, text: str, count: int) -> str:
+    """What the tokenizer decodes of a reply's first `count` tokens (the fake sends the reply's ids)."""
+    return kit.tokenizer.decode(kit.encode(text)[:count])
 
 
 def test_a_completion_streams_one_chunk_per_token_then_its_finish_reason_and_usage(kit):
-    fake = FakeTriton(lambda body: words("one two three four five"))
+    fake = FakeTriton(lambda body: words("The capital of France is Paris."))
 
     async def calls(url):
         async with client(url) as api:
@@ -44,26 +49,28 @@ def test_a_completion_streams_one_chunk_per_token_then_its_finish_reason_and_usa
             return chunks, whole, short
 
     chunks, whole, short = kit.ask(fake, calls)
-    assert [c.choices[0].text for c in chunks[:-2]] == ["one", " two", " three"]
+    assert [c.choices[0].text for c in chunks[:-2]] == ["The", " capital", " of"]  # each word with its space
     assert chunks[-2].choices[0].finish_reason == "length" and chunks[-2].choices[0].text == ""
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 3
     assert all(c.usage is None for c in chunks[:-1]) and len({c.id for c in chunks}) == 1
     assert chunks[0].id.startswith("cmpl-") and chunks[0].object == "text_completion"
-    assert whole.choices[0].text == "one two three" and whole.choices[0].finish_reason == "length"
+    assert whole.choices[0].text == "The capital of" and whole.choices[0].finish_reason == "length"
     assert (
         whole.usage.prompt_tokens == prompt_tokens(kit, PROMPT)
         and whole.usage.total_tokens == 3 + whole.usage.prompt_tokens
     )
-    assert short.choices[0].text == "one two three four five" and short.choices[0].finish_reason == "stop"
+    assert short.choices[0].text == "The capital of France is Paris." and short.choices[0].finish_reason == "stop"
     body = fake.seen[0].body
-    assert (body["text_input"], body["max_tokens"], body["stream"]) == (PROMPT, 3, True)
-    assert body["stop_words"] == "" and body["bad_words"] == ""  # declared: sent empty (stops are the front's)
+    assert fake.seen[0].model == "tensorrt_llm"  # straight to the engine: no Python pre/postprocessing
+    assert body["input_ids"] == kit.prompt_ids(PROMPT) and body["input_lengths"] == len(body["input_ids"])
+    assert (body["request_output_len"], body["streaming"], body["end_id"], body["pad_id"]) == (3, True, 2, 2)
+    assert body["exclude_input_in_output"] is True and "stop_words_list" not in body  # stops are the front's
 
 
 def test_n_choices_stream_interleaved_each_from_its_own_seed(kit):
     def by_seed(body):
         seed = body["random_seed"]
-        return Reply(pieces=[f"<{seed}.{i}>" for i in range(3)], delay_s=0.005 * (seed % 3))
+        return Reply(pieces=[f"{seed} is {seed}"], delay_s=0.005 * (seed % 3))
 
     fake = FakeTriton(by_seed)
 
@@ -82,12 +89,14 @@ def test_n_choices_stream_interleaved_each_from_its_own_seed(kit):
         texts[choice.index] = texts.get(choice.index, "") + choice.text
         if choice.finish_reason:
             reasons[choice.index] = choice.finish_reason
-    assert texts == {k: "".join(f"<{10 + k}.{i}>" for i in range(3)) for k in range(3)}
+    assert texts == {k: first_tokens(kit, f"{10 + k} is {10 + k}", 3) for k in range(3)}
+    assert len(set(texts.values())) == 3
     assert reasons == {0: "length", 1: "length", 2: "length"}
     assert [c.index for c in whole.choices] == [0, 1, 2, 3]  # prompt by prompt, n each
-    prompts_asked = [seen.body["text_input"] for seen in fake.seen[3:]]
+    prompts_asked = [kit.tokenizer.decode(seen.body["input_ids"]) for seen in fake.seen[3:]]
     assert sorted(prompts_asked) == ["a", "a", "b", "b"]
-    assert [c.text for c in whole.choices] == [f"<{1 + k}.0><{1 + k}.1>" for k in range(4)]  # the seed plus the index
+    # the seed plus the index
+    assert [c.text for c in whole.choices] == [first_tokens(kit, f"{1 + k} is {1 + k}", 2) for k in range(4)]
     assert whole.usage.completion_tokens == 8
     assert whole.usage.prompt_tokens == prompt_tokens(kit, "a") + prompt_tokens(kit, "b")  # each prompt once
 
@@ -107,8 +116,8 @@ def test_a_stop_sequence_cuts_the_text_exactly_even_across_pieces_and_ends_the_b
     assert whole.choices[0].text == "Hello " and whole.choices[0].finish_reason == "stop"
     assert "".join(c.choices[0].text for c in chunks) == "Hello "
     assert chunks[-1].choices[0].finish_reason == "stop"
-    assert fake.seen[0].body["stop_words"] == ["END", "zz"]  # the backend stops there too
-    assert fake.seen[0].closed_by_client and fake.seen[0].sent < 53  # the front left: generation ends
+    reply = len(kit.encode("Hello END more" + " x" * 50))
+    assert fake.seen[0].closed_by_client and fake.seen[0].sent < reply  # the front left: generation ends
 
 
 def test_a_held_back_tail_that_was_no_stop_is_still_sent(kit):
@@ -116,14 +125,14 @@ def test_a_held_back_tail_that_was_no_stop_is_still_sent(kit):
 
     async def calls(url):
         async with client(url) as api:
-            return await api.completions.create(model="ensemble", prompt="p", max_tokens=5, stop="END")
+            return await api.completions.create(model="ensemble", prompt="p", max_tokens=20, stop="END")
 
     answer = kit.ask(fake, calls)
     assert answer.choices[0].text == "abcEN" and answer.choices[0].finish_reason == "stop"
 
 
 def test_echo_puts_the_prompt_first(kit):
-    fake = FakeTriton(lambda body: words("a b"))
+    fake = FakeTriton(lambda body: words("The capital"))
 
     async def calls(url):
         async with client(url) as api:
@@ -132,12 +141,12 @@ def test_echo_puts_the_prompt_first(kit):
             return whole, [chunk async for chunk in stream]
 
     whole, chunks = kit.ask(fake, calls)
-    assert whole.choices[0].text == "P:a b"
-    assert [c.choices[0].text for c in chunks] == ["P:", "a", " b", ""]
+    assert whole.choices[0].text == "P:The capital"
+    assert [c.choices[0].text for c in chunks] == ["P:", "The", " capital", ""]
 
 
 def test_chat_streams_the_role_first_and_each_tokens_logprob(kit):
-    fake = FakeTriton(lambda body: Reply(pieces=["Hi", " there"], logprobs=[-0.25, -1.5]))
+    fake = FakeTriton(lambda body: Reply(pieces=["The", " capital"], logprobs=[-0.25, -1.5]))
 
     async def calls(url):
         async with client(url) as api:
@@ -153,24 +162,24 @@ def test_chat_streams_the_role_first_and_each_tokens_logprob(kit):
     first, *pieces, last = chunks
     assert (first.choices[0].delta.role, first.choices[0].delta.content) == ("assistant", "")
     assert [(p.choices[0].delta.content, p.choices[0].logprobs.content[0].logprob) for p in pieces] == [
-        ("Hi", -0.25),
-        (" there", -1.5),
+        ("The", -0.25),
+        (" capital", -1.5),
     ]
     assert last.choices[0].finish_reason == "length" and last.choices[0].delta.content is None
     assert first.object == "chat.completion.chunk" and first.id.startswith("chatcmpl-")
     message = whole.choices[0]
-    assert message.message.content == "Hi there" and message.message.role == "assistant"
+    assert message.message.content == "The capital" and message.message.role == "assistant"
     assert [(t.token, t.logprob, t.bytes) for t in message.logprobs.content] == [
-        ("Hi", -0.25, list(b"Hi")),
-        (" there", -1.5, list(b" there")),
+        ("The", -0.25, list(b"The")),
+        (" capital", -1.5, list(b" capital")),
     ]
     assert plain.choices[0].logprobs is None and whole.object == "chat.completion"
-    assert fake.seen[0].body["text_input"] == f"user: {PROMPT}\nassistant:"  # the tokenizer's template
+    assert fake.seen[0].body["input_ids"] == kit.prompt_ids(f"user: {PROMPT}\nassistant:")  # the template's
     assert fake.seen[0].body["return_log_probs"] is True and "return_log_probs" not in fake.seen[2].body
 
 
 def test_a_chat_without_a_limit_asks_for_the_rest_of_the_context(kit):
-    fake = FakeTriton(lambda body: words("a b c"))
+    fake = FakeTriton(lambda body: words("The capital of"))
 
     async def calls(url):
         async with client(url) as api:
@@ -181,7 +190,7 @@ def test_a_chat_without_a_limit_asks_for_the_rest_of_the_context(kit):
 
     answer, full = kit.ask(fake, calls, max_seq_len=40)
     prompt = f"user: {PROMPT}\nassistant:"
-    assert fake.seen[0].body["max_tokens"] == 40 - prompt_tokens(kit, prompt)
+    assert fake.seen[0].body["request_output_len"] == 40 - prompt_tokens(kit, prompt)
     assert answer.usage.prompt_tokens == prompt_tokens(kit, prompt) and answer.choices[0].finish_reason == "stop"
     assert full.response.json()["error"]["param"] == "messages" and len(fake.seen) == 1
 
@@ -192,7 +201,7 @@ def test_the_backends_errors_answer_in_openais_shape_whole_and_mid_stream(kit):
         "broken": Reply(status=500, error="engine failed"),
         "midway": Reply(pieces=["a", "b"], error="out of memory"),
     }
-    fake = FakeTriton(lambda body: replies[body["text_input"]])
+    fake = FakeTriton(lambda body: replies[kit.tokenizer.decode(body["input_ids"])])
 
     async def calls(url):
         errors = {}
@@ -217,7 +226,7 @@ def test_the_backends_errors_answer_in_openais_shape_whole_and_mid_stream(kit):
     assert errors["broken"][0] == 502 and errors["broken"][1]["code"] == "backend_error"
     assert errors["midway"][0] == 400 and "out of memory" in errors["midway"][1]["message"]
     assert all(e["type"] in ("invalid_request_error", "server_error") for _, e in errors.values())
-    assert got == ["a", "b"] and "out of memory" in streamed.message
+    assert "".join(got) == "ab" and "out of memory" in streamed.message
     # The status was sent already: the error is an event of the stream, which still ends with [DONE].
     assert status == 200 and '"code":"backend_error"' in raw and raw.rstrip().endswith("data: [DONE]")
 
@@ -238,3 +247,49 @@ def test_a_client_that_leaves_mid_stream_ends_every_backend_stream(kit):
 
     kit.ask(fake, calls)
     assert len(fake.seen) == 3 and all(seen.closed_by_client and seen.sent < 400 for seen in fake.seen)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Le café est très bon, et l'été arrive à Noël.",
+        "Emoji: 😀 👍🏽 👩\u200d👩\u200d👧 ❤️ done",
+        "中文: 你好，世界。日本語: こんにちは",
+        "  two leading spaces,  double  spaces   here",
+    ],
+)
+def test_answers_are_the_tokenizers_decoding_of_the_ids_whole_and_streamed(kit, text):
+    """Words keep their spaces, a character of several byte tokens comes whole in one chunk (never `�`), and the
+    concatenated chunks equal the whole answer, which equals the tokenizer's decoding of the ids as a whole."""
+    fake = FakeTriton(lambda body: Reply(pieces=[text]))
+    ids = kit.encode(text)
+
+    async def calls(url):
+        async with client(url) as api:
+            whole = await api.completions.create(model="ensemble", prompt="p", max_tokens=len(ids))
+            stream = await api.completions.create(model="ensemble", prompt="p", max_tokens=len(ids), stream=True)
+            chunks = [c.choices[0].text for c in [chunk async for chunk in stream] if c.choices]
+            chat = await api.chat.completions.create(model="ensemble", messages=MESSAGES, max_tokens=len(ids))
+            return whole, chunks, chat
+
+    whole, chunks, chat = kit.ask(fake, calls)
+    decoded = kit.tokenizer.decode(ids)
+    assert whole.choices[0].text == "".join(chunks) == chat.choices[0].message.content == decoded
+    assert not any("\ufffd" in chunk for chunk in chunks), chunks
+    assert whole.usage.completion_tokens == len(ids)
+
+
+def test_a_stop_string_with_spaces_matches_the_decoded_text_and_is_cut_exactly(kit):
+    fake = FakeTriton(lambda body: words("The capital of France is Paris."))
+
+    async def calls(url):
+        async with client(url) as api:
+            whole = await api.completions.create(model="ensemble", prompt="p", max_tokens=20, stop=[" of France"])
+            stream = await api.completions.create(
+                model="ensemble", prompt="p", max_tokens=20, stop="France is", stream=True
+            )
+            return whole, [c.choices[0].text for c in [chunk async for chunk in stream] if c.choices]
+
+    whole, chunks = kit.ask(fake, calls)
+    assert whole.choices[0].text == "The capital" and whole.choices[0].finish_reason == "stop"
+    assert "".join(chunks) == "The capital of "

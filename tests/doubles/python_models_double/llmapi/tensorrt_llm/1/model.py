@@ -1,8 +1,10 @@
 """Test double of TensorRT-LLM's LLM-API Triton model (`llmapi/tensorrt_llm/1/model.py`; upstream code may not be
 copied here, and the real one needs TensorRT-LLM and a GPU). Like the real one it takes max_batch_size and the
 decoupled policy from the `triton_config` of the model.yaml beside it through Triton's auto-complete, loads the
-tokenizer of model.yaml's `model`, and answers `text_input` with `text_output` (streamed one token per response
-when decoupled and asked to). The "generated" tokens are the prompt's, last to first, repeated up to
+tokenizer of model.yaml's `model`, and answers `text_input` with `text_output`, streamed one token per response when
+decoupled and asked to: each response holds the whole text so far, as the real model sends the LLM API's
+`output.text` (triton_backend/all_models/llmapi/tensorrt_llm/1/model.py, `_create_response`, at TensorRT-LLM commits
+b35ac1b6 and 044a90d2). The "generated" tokens are the prompt's, last to first, repeated up to
 `sampling_param_max_tokens`; every other declared output is zero.
 """
 
@@ -62,8 +64,8 @@ class TritonPythonModel:
         for request in requests:
             sender, tokens = request.get_response_sender(), self._tokens(request)
             if _first(request, "streaming", False):
-                for token in tokens:
-                    sender.send(self._response([token]))
+                for count in range(1, len(tokens) + 1):
+                    sender.send(self._response(tokens[:count]))
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             else:
                 sender.send(self._response(tokens), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)

@@ -48,7 +48,15 @@ def records(record_dir: Path, program: str) -> list[dict]:
 class Image:
     """A directory that looks to the entrypoint like the inside of one of our images for `tag`."""
 
-    def __init__(self, root: Path, tag: str, templates: Path | None, *, trtllm_version: str | None = None):
+    def __init__(
+        self,
+        root: Path,
+        tag: str,
+        templates: Path | None,
+        *,
+        trtllm_version: str | None = None,
+        tokenizer: str = "wordlevel",
+    ):
         entry = matrix.load().get(tag)
         self.root, self.tag = root, tag
         self.records = root / "records"
@@ -60,7 +68,7 @@ class Image:
             templates_src=templates,
         )
         matrix_file = write_image_data(root / "etc")
-        self.model = tiny_llama(root / "models" / "tiny")
+        self.model = tiny_llama(root / "models" / "tiny", tokenizer)  # tiny_checkpoint's tokenizer shapes
         self.cache = root / "cache"
         self.repo = root / "repository"
         self.templates = self.paths["app"] / "all_models"

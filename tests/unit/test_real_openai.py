@@ -8,6 +8,7 @@ Doubles: the engine."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import threading
@@ -154,8 +155,10 @@ def test_stop_sequences_n_seed_sampling_and_errors_in_openais_shape(tmp_path, re
             with pytest.raises(openai.APIStatusError) as raised:
                 call()
             errors[label] = (raised.value.status_code, raised.value.response.json()["error"])
-    assert stopped.choices[0].text == "?LLM" and stopped.choices[0].finish_reason == "stop"
-    assert "".join(c.choices[0].text for c in stopped_stream) == "?LLM"
+    # The tiny model's word-level tokenizer has no decoder: its decoding joins tokens with a space, which stays
+    # before the stop sequence (cut exactly).
+    assert stopped.choices[0].text == "? LLM " and stopped.choices[0].finish_reason == "stop"
+    assert "".join(c.choices[0].text for c in stopped_stream) == "? LLM "
     assert stopped_stream[-1].choices[0].finish_reason == "stop"
     assert [c.index for c in several.choices] == [0, 1] and several.usage.completion_tokens == 4
     assert errors["model"][0] == 404 and errors["model"][1]["code"] == "model_not_found"
@@ -225,3 +228,66 @@ def test_decoupled_false_is_refused_before_any_download(tmp_path):
     result = img.run("prepare", FRONTEND="openai", DECOUPLED="false", MODEL_ID="org/never-downloaded")
     assert result.returncode == 2
     assert "DECOUPLED=false cannot serve FRONTEND=openai" in result.stderr and "download" not in result.stderr
+
+
+# Prompts whose characters take several tokens (accents outside the vocabulary, emoji, CJK) and runs of spaces.
+EXACT_PROMPTS = (
+    "Le café est très bon à Noël, naïve Zürich",
+    "Emoji 😀 👍🏽 ❤️ and 中文 你好，世界 こんにちは",
+    "  spaces  between   words and a tab\there",
+)
+
+
+@pytest.mark.parametrize("shape", ["llama2", "qwen"])
+@pytest.mark.parametrize(
+    "tag,templates,workflow", [("25.01", "v0.17.0", "engine"), ("26.07", "triton_backend", "llmapi")]
+)
+def test_answers_are_exactly_the_tokenizers_decoding_of_the_generated_ids(
+    tmp_path, real_triton, shape, tag, templates, workflow
+):
+    """Through the official client, whole and streamed: the concatenated deltas equal the whole answer, which equals
+    the tokenizer's decoding of the generated ids as a whole (skip_special_tokens, as served) and the native API's
+    whole answer; no chunk holds a `�`. The engine double echoes the prompt's ids (TRTLLM_ENGINE_DOUBLE_ECHO), so
+    the generated ids are the prompt's, BOS included where the tokenizer adds one, and wrap around once."""
+    tokenizers = pytest.importorskip("tokenizers")
+    img = Image(tmp_path, tag, templates_for(templates), tokenizer=shape)
+    out = prepared(img)
+    name = out["ready"]["served_model_name"]
+    tokenizer = tokenizers.Tokenizer.from_file(str(img.model / "tokenizer.json"))
+    results = []
+    echo = {**os.environ, "TRTLLM_ENGINE_DOUBLE_ECHO": "1"}
+    with realfront.start(real_triton, out, KEY, env=echo, log_dir=tmp_path) as front:
+        api = client(front)
+        for prompt in EXACT_PROMPTS:
+            ids = tokenizer.encode(prompt).ids
+            max_tokens = len(ids) + 3  # past the end of the prompt's ids: the answer starts them again
+            whole = api.completions.create(model=name, prompt=prompt, max_tokens=max_tokens)
+            chunks = [
+                c.choices[0].text
+                for c in api.completions.create(model=name, prompt=prompt, max_tokens=max_tokens, stream=True)
+                if c.choices
+            ]
+            native = native_answer(front, workflow, name, prompt, max_tokens)
+            results.append((prompt, ids, max_tokens, whole, chunks, native))
+    for prompt, ids, max_tokens, whole, chunks, native in results:
+        generated = [ids[i % len(ids)] for i in range(max_tokens)]
+        decoded = tokenizer.decode(generated, skip_special_tokens=True)
+        assert whole.choices[0].text == "".join(chunks) == decoded == native, (prompt, chunks)
+        assert not any("\ufffd" in chunk for chunk in chunks), chunks
+        if workflow == "engine":  # the front's own ids: usage is exact
+            assert (whole.usage.prompt_tokens, whole.usage.completion_tokens) == (len(ids), max_tokens)
+
+
+def native_answer(front: realfront.RunningFront, workflow: str, name: str, prompt: str, max_tokens: int) -> str:
+    """The same prompt's whole answer from tritonserver's own generate endpoint (upstream's postprocessing decodes
+    all ids at once; the llmapi model's LLM API decodes)."""
+    body = {"text_input": prompt, "max_tokens": max_tokens}
+    if workflow == "llmapi":
+        body = {"text_input": prompt, "sampling_param_max_tokens": max_tokens}
+    request = urllib.request.Request(
+        f"{front.triton_url}/v2/models/{name}/generate",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "admin-key": KEY},
+    )
+    with urllib.request.urlopen(request, timeout=60) as reply:  # noqa: S310
+        return str(json.loads(reply.read())["text_output"])

@@ -18,6 +18,8 @@ model's decode step in benchmarks: in decoupled mode, as the real backend does, 
 engine thread and returns at once; each step of that thread (one delay) gives every request in flight its next token
 (in-flight batching), so concurrent streams advance together instead of one after the other;
 TRTLLM_ENGINE_DOUBLE_LOAD_DELAY_S (seconds) makes the load slow, as a large engine's is, for readiness tests.
+TRTLLM_ENGINE_DOUBLE_ECHO=1 answers the prompt's ids first to last instead (repeated up to the requested length), so
+that a prompt's characters of several tokens come back whole: the exact-text tests' generated ids are then text.
 TRTLLM_ENGINE_DOUBLE_INLINE=1 (decoupled, no delay) sends each request's tokens from execute() itself, as fast as the
 stub can: the benchmarks' stand-in for an engine that is not the ceiling (the engine thread tops out at a few thousand
 tokens/s, this at tens of thousands), with the same inputs honoured and outputs returned.
@@ -134,7 +136,7 @@ class TritonPythonModel:
         exclude = bool(_first(request, "exclude_input_in_output", self.exclude_input))
         if not (exclude or streaming):
             yield from ids
-        pattern = list(reversed(ids)) or [0]
+        pattern = (ids if os.environ.get("TRTLLM_ENGINE_DOUBLE_ECHO") == "1" else list(reversed(ids))) or [0]
         end_id = _first(request, "end_id", None)
         for i in range(wanted):
             time.sleep(self.delay_s if delay_s is None else delay_s)

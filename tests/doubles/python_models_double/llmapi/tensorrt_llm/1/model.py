@@ -2,13 +2,16 @@
 copied here, and the real one needs TensorRT-LLM and a GPU). Like the real one it takes max_batch_size and the
 decoupled policy from the `triton_config` of the model.yaml beside it through Triton's auto-complete, loads the
 tokenizer of model.yaml's `model`, and answers `text_input` with `text_output`, streamed one token per response when
-decoupled and asked to: each response holds the whole text so far, as the real model sends the LLM API's
+decoupled and asked to: each response holds the whole text so far (a character not yet complete waits for its last
+token, as the LLM API's incremental decoding holds it), as the real model sends the LLM API's
 `output.text` (triton_backend/all_models/llmapi/tensorrt_llm/1/model.py, `_create_response`, at TensorRT-LLM commits
 b35ac1b6 and 044a90d2). The "generated" tokens are the prompt's, last to first, repeated up to
-`sampling_param_max_tokens`; every other declared output is zero.
+`sampling_param_max_tokens` (first to last with TRTLLM_ENGINE_DOUBLE_ECHO=1, as the engine double), decoded as
+the LLM API does by default (skip_special_tokens); every other declared output is zero.
 """
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -38,8 +41,11 @@ class TritonPythonModel:
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.outputs = [(o["name"], pb_utils.triton_string_to_numpy(o["data_type"])) for o in config["output"]]
 
-    def _response(self, tokens):
-        text = self.tokenizer.decode(tokens).encode()
+    def _text(self, tokens):
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def _response(self, text):
+        text = text.encode()
         return pb_utils.InferenceResponse(
             output_tensors=[
                 pb_utils.Tensor(name, np.array([text], dtype=object) if name == "text_output" else np.zeros(1, dtype))
@@ -50,13 +56,13 @@ class TritonPythonModel:
     def _tokens(self, request):
         prompt = _first(request, "text_input", b"")
         ids = self.tokenizer.encode(prompt.decode() if isinstance(prompt, bytes) else str(prompt))
-        pattern = list(reversed(ids)) or [0]
+        pattern = (ids if os.environ.get("TRTLLM_ENGINE_DOUBLE_ECHO") == "1" else list(reversed(ids))) or [0]
         return [pattern[i % len(pattern)] for i in range(int(_first(request, "sampling_param_max_tokens", 16)))]
 
     def execute(self, requests):
         if not self.decoupled:
             return [
-                self._response(self._tokens(request))
+                self._response(self._text(self._tokens(request)))
                 if not _first(request, "streaming", False)
                 else pb_utils.InferenceResponse(error=pb_utils.TritonError("streaming needs a decoupled model"))
                 for request in requests
@@ -64,9 +70,15 @@ class TritonPythonModel:
         for request in requests:
             sender, tokens = request.get_response_sender(), self._tokens(request)
             if _first(request, "streaming", False):
+                # The LLM API's text only grows: a character not yet complete (`�` at the end) waits for its bytes.
+                sent = ""
                 for count in range(1, len(tokens) + 1):
-                    sender.send(self._response(tokens[:count]))
+                    text = self._text(tokens[:count])
+                    if text.endswith("\ufffd") and count < len(tokens):
+                        text = sent
+                    sender.send(self._response(text))
+                    sent = text
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             else:
-                sender.send(self._response(tokens), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                sender.send(self._response(self._text(tokens)), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None

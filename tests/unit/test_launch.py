@@ -122,9 +122,12 @@ def test_openai_runs_tritonserver_as_triton_mode_does_plus_the_front(tag, workfl
     assert any(a.startswith("--http-restricted-api=inference:") for a in argv)
     assert launch.front_argv("/py") == ["/py", "-m", "trtllm_entrypoint.openai"]
     plan = launch.front_plan(settings, repo, Path("/tok"), workflow, "served")
-    assert (plan.config, plan.restricted) == (str(repo / "served" / "config.pbtxt"), ("inference",))
+    # The engine workflow's front asks the tensorrt_llm model with token ids; the llmapi model is the entry model.
+    asked = "tensorrt_llm" if workflow == "engine" else "served"
+    assert (plan.config, plan.restricted) == (str(repo / asked / "config.pbtxt"), ("inference",))
     assert (plan.triton_url, plan.workflow) == (f"http://127.0.0.1:{settings.http_port}", workflow)
-    assert (plan.served_name, plan.entry_model, plan.tokenizer) == ("served", "served", "/tok")
+    assert (plan.served_name, plan.entry_model, plan.tokenizer) == ("served", asked, "/tok")
+    assert plan.add_special_tokens and plan.skip_special_tokens  # as upstream's pre/postprocessing models
     assert (plan.host, plan.port, plan.workers) == ("0.0.0.0", settings.openai_port, settings.openai_workers)
     assert (plan.max_seq_len, plan.shutdown_timeout) == (settings.max_seq_len, settings.exit_timeout_secs)
     assert "k" * 20 not in plan.to_json()  # the key reaches the front in its own variable only

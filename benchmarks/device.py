@@ -34,7 +34,8 @@ for _path in (REPO / "entrypoints", REPO):
         sys.path.insert(0, str(_path))
 
 PY = "3.12"  # the machine's Python (3.12.3), as in NGC images from 24.12
-TAG_UPSTREAM = ("tensorrtllm_backend/v0.17.0",)  # the sandbox's tag 25.01 fills from these templates
+# The templates the suites' tags fill from: 25.01 (engine workflow) and 26.07 (llmapi, the openai suite's second).
+TAG_UPSTREAM = ("tensorrtllm_backend/v0.17.0", "tensorrt_llm/triton_backend")
 # The stub's packages: stub-requirements.txt without torch and what only torch needs; hf_xet only downloads.
 NOT_IN_STUB = {"torch", "sympy", "mpmath", "networkx", "setuptools", "hf_xet"}
 # What `python -m benchmarks` and our OpenAI front (run by the same Python) import on top of the machine's packages,

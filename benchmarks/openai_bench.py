@@ -195,9 +195,13 @@ def prepare(work: Path, workflow: str = "engine", workers: int | None = None) ->
 
 
 def served_name(port: int) -> str:
-    with http.client.HTTPConnection("127.0.0.1", port, timeout=30) as connection:
+    """The name the front serves (the model's own, or SERVED_MODEL_NAME), as a client finds it."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
         connection.request("GET", "/v1/models", headers={"Authorization": f"Bearer {sandbox.BENCH_ADMIN_KEY}"})
         return str(json.loads(connection.getresponse().read())["data"][0]["id"])
+    finally:
+        connection.close()
 
 
 @contextmanager

@@ -188,12 +188,22 @@ def built(standin, session_dir):
 # --- models ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def tiny_model(session_dir) -> Path:
-    model = tiny_llama(session_dir / "models" / "tiny")
+def _readable(model: Path) -> Path:
     for path in [model, *model.iterdir()]:
         path.chmod(0o755 if path.is_dir() else 0o644)  # readable by any container UID
     return model
+
+
+@pytest.fixture(scope="session")
+def tiny_model(session_dir) -> Path:
+    return _readable(tiny_llama(session_dir / "models" / "tiny"))
+
+
+@pytest.fixture(scope="session")
+def tiny_sentencepiece_model(session_dir) -> Path:
+    """The tiny Llama with a tokenizer shaped as Llama 2's and TinyLlama's (SentencePiece: `▁` word starts, byte
+    fallback), as users' models are: text must keep its spaces and whole characters."""
+    return _readable(tiny_llama(session_dir / "models" / "tiny-sentencepiece", tokenizer="llama2"))
 
 
 @pytest.fixture(scope="session")

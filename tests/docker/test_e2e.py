@@ -568,24 +568,31 @@ def test_a_broken_filled_config_is_refused_in_the_container_before_triton_starts
     assert "starting the server" not in output and "Started HTTPService" not in output
 
 
-def test_frontend_openai_serves_the_official_client_healthy_and_stops_cleanly(server, tiny_model, records, containers):
+def test_frontend_openai_serves_the_official_client_healthy_and_stops_cleanly(
+    server, tiny_sentencepiece_model, records, containers
+):
     """FRONTEND=openai and nothing else: our OpenAI front on OPENAI_PORT beside tritonserver's own endpoints, asked by
-    the official client (streamed and not); the HEALTHCHECK follows the front's /health/ready; docker stop drains."""
+    the official client (streamed and not); the HEALTHCHECK follows the front's /health/ready; docker stop drains.
+    The model's tokenizer is SentencePiece-shaped: the answers are its decoding of the generated ids, spaces and all
+    (the engine double answers the prompt's ids last to first)."""
     openai = pytest.importorskip("openai")
+    tokenizers = pytest.importorskip("tokenizers")
+    model = tiny_sentencepiece_model
     delay, max_tokens = "0.3", 8  # a stream of 2.4 s, in flight when the container is stopped
     container = serve(
-        containers, server, tiny_model, records, env={"FRONTEND": "openai", "TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S": delay}
+        containers, server, model, records, env={"FRONTEND": "openai", "TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S": delay}
     )
     assert wait_health_status(container, timeout_s=180) == "healthy", logs(container)[-3000:]
     api = openai.OpenAI(base_url=f"http://{address(container)}:9000/v1", api_key="unused", max_retries=0, timeout=60)
     listed = [model.id for model in api.models.list()]
-    completion = api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=4)
+    name = listed[0]
+    completion = api.completions.create(model=name, prompt=PROMPT, max_tokens=4)
     with pytest.raises(openai.BadRequestError) as no_template:  # the tiny tokenizer has no chat_template
-        api.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": PROMPT}], max_tokens=4)
+        api.chat.completions.create(model=name, messages=[{"role": "user", "content": PROMPT}], max_tokens=4)
     both = ready_now(container) and ready_now(container, route="/v2/models/ensemble/ready")
 
     def stream() -> list[str]:
-        chunks = api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=max_tokens, stream=True)
+        chunks = api.completions.create(model=name, prompt=PROMPT, max_tokens=max_tokens, stream=True)
         return [chunk.choices[0].text for chunk in chunks]
 
     request, outcome = in_background(stream)
@@ -593,12 +600,15 @@ def test_frontend_openai_serves_the_official_client_healthy_and_stops_cleanly(se
     assert request.is_alive(), "the stream must still be in flight when the container is stopped"
     container.stop(timeout=40)
     request.join(timeout=30)
-    assert listed == ["ensemble"] and set(tokens(completion.choices[0].text)) <= set(PROMPT_WORDS), completion
+    tokenizer = tokenizers.Tokenizer.from_file(str(model / "tokenizer.json"))
+    answer = list(reversed(tokenizer.encode(PROMPT).ids))  # BOS included: the preprocessing model's ids
+    generated = [answer[i % len(answer)] for i in range(max_tokens)]
+    assert len(listed) == 1 and completion.choices[0].text == tokenizer.decode(generated[:4]), completion
     assert completion.choices[0].finish_reason == "length" and completion.usage.completion_tokens == 4
     assert both, "Triton's own HTTP endpoint answers beside the front"
     assert no_template.value.status_code == 400 and "chat_template" in no_template.value.response.text
     assert "error" not in outcome, f"{outcome.get('error')!r}\n{logs(container)[-3000:]}"
-    assert len([piece for piece in outcome["result"] if piece]) == max_tokens, outcome["result"]
+    assert "".join(outcome["result"]) == tokenizer.decode(generated), outcome["result"]
     assert container.wait(timeout=30)["StatusCode"] == 0, logs(container)[-3000:]
     output = logs(container)
     assert "has no chat_template" in output

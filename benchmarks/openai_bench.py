@@ -409,7 +409,7 @@ def write_plot(rows: list[Metric], path: Path, subtitle: str) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (pip install -e '.[bench]')"
-    points = [m for m in rows if m.details and "(engine)" in m.name]
+    points = [m for m in rows if m.details and "generate_stream" in m.details and "(engine)" in m.name]
     if not points:
         return "no results to plot"
     names = list(points[0].details)

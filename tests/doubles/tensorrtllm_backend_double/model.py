@@ -29,6 +29,7 @@ import json
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +95,9 @@ class TritonPythonModel:
         self.exclude_input = _param(config, "exclude_input_in_output") == "true"
         self.delay_s = float(os.environ.get("TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S") or 0)
         self.inline = os.environ.get("TRTLLM_ENGINE_DOUBLE_INLINE") == "1" and not self.delay_s
+        # A C++ engine answers many requests at once; the stub's send waits for tritonserver without the GIL, so
+        # one sending thread per request in flight keeps the round trips from adding up.
+        self.senders = ThreadPoolExecutor(max_workers=64) if self.inline else None
         self.outputs = [
             (o["name"], pb_utils.triton_string_to_numpy(o["data_type"]), o["dims"]) for o in config["output"]
         ]
@@ -104,9 +108,10 @@ class TritonPythonModel:
         time.sleep(float(os.environ.get("TRTLLM_ENGINE_DOUBLE_LOAD_DELAY_S") or 0))
         print(f"tensorrtllm backend double: rank {rank}/{world_size} loaded {engine_dir}", flush=True)
 
-    def _response(self, request, tokens):
-        """One response holding `tokens` as output_ids; every other output the request asks for zero-filled."""
-        wanted = set(request.requested_output_names())
+    def _response(self, request, tokens, wanted=None):
+        """One response holding `tokens` as output_ids; every other output the request asks for (or `wanted`)
+        zero-filled."""
+        wanted = set(request.requested_output_names()) if wanted is None else wanted
         known = {
             "output_ids": np.array(tokens, dtype=np.int32).reshape(1, 1, -1),
             "sequence_length": np.array([[len(tokens)]], dtype=np.int32),
@@ -138,8 +143,10 @@ class TritonPythonModel:
             yield from ids
         pattern = (ids if os.environ.get("TRTLLM_ENGINE_DOUBLE_ECHO") == "1" else list(reversed(ids))) or [0]
         end_id = _first(request, "end_id", None)
+        delay_s = self.delay_s if delay_s is None else delay_s
         for i in range(wanted):
-            time.sleep(self.delay_s if delay_s is None else delay_s)
+            if delay_s:  # even sleep(0) is a system call per token, which the fast stand-in cannot afford
+                time.sleep(delay_s)
             token = pattern[i % len(pattern)]
             if end_id is not None and token == end_id:
                 return
@@ -175,16 +182,26 @@ class TritonPythonModel:
             )
             return
         if self.inline:
-            if streaming:
-                for token in tokens[len(tokens) - steps :]:
-                    sender.send(self._response(request, [token]))
-                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            else:
-                sender.send(self._response(request, tokens), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            # Only what a step computes for this request: a C++ engine builds responses at no cost to a Python stub,
+            # so the stand-in leaves out the zero-filled logits and statistics, or building them would be its ceiling.
+            per_step = {"output_ids", "sequence_length"}
+            if bool(_first(request, "return_log_probs", False)):
+                per_step |= {"output_log_probs", "cum_log_probs"}
+            wanted = per_step & set(request.requested_output_names())
+            self.senders.submit(self._send_all, request, sender, streaming, tokens, steps, wanted)
             return
         with self.wake:
             self.in_flight.append([request, sender, streaming, tokens, steps])
             self.wake.notify()
+
+    def _send_all(self, request, sender, streaming, tokens, steps, wanted):
+        """One request's responses, in order, as fast as the stub sends them (TRTLLM_ENGINE_DOUBLE_INLINE)."""
+        if streaming:
+            for token in tokens[len(tokens) - steps :]:
+                sender.send(self._response(request, [token], wanted))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        else:
+            sender.send(self._response(request, tokens), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _engine_loop(self):
         """One step per delay: every request in flight gets its next token; a finished one its final flag. Only

@@ -18,17 +18,17 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import multiprocessing
 import os
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import sandbox, serving_bench
+from benchmarks import sandbox, serving_bench, stream_client
 from benchmarks.report import Metric, Target
 from benchmarks.serving_stats import StreamRun, percentile
 from harness import realfront, realtriton
@@ -43,6 +43,8 @@ WORKFLOW_TAGS = {"engine": "25.01", "llmapi": "26.07"}  # each tag's default wor
 # The front's own limits, per machine size: (tokens/s over generate_stream, over the engine alone, added p50 ms).
 SMALL_TARGETS = (1.5, None, 1.0)
 LARGE_TARGETS = (2.0, 0.8, 0.1)
+# The load generator's processes: one per 4 CPUs (one Python process parses ~10k SSE events a second).
+CPUS_PER_CLIENT_PROCESS = 4
 Say = Callable[[str], None]
 
 
@@ -54,11 +56,6 @@ class Api:
     route: str
     body: dict
     field: str  # the event's field that holds the token(s)
-
-    def token_of(self, event: dict) -> bool:
-        if self.field == "choices":
-            return bool(event.get("choices") and event["choices"][0].get("text"))
-        return event.get(self.field) not in (None, "", [])
 
 
 def apis(workflow: str, served_name: str, prompt_ids: list[int]) -> list[Api]:
@@ -93,26 +90,6 @@ def apis(workflow: str, served_name: str, prompt_ids: list[int]) -> list[Api]:
     return [native, openai, engine]
 
 
-def one_stream(port: int, api: Api) -> tuple[float, list[float]]:
-    """POST the streaming request; (when it was sent, when each token event arrived)."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        sent = time.perf_counter()
-        connection.request("POST", api.route, json.dumps(api.body), {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        if response.status != 200:
-            raise RuntimeError(f"{api.route} answered {response.status}: {response.read()[:300]!r}")
-        arrivals = []
-        for line in response:
-            if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
-                continue
-            if api.token_of(json.loads(line[len(b"data: ") :])):
-                arrivals.append(time.perf_counter())
-        return sent, arrivals
-    finally:
-        connection.close()
-
-
 @dataclass(frozen=True)
 class CpuUse:
     """CPU seconds used during the measured window: by the server's processes (its process group: the server and
@@ -125,38 +102,39 @@ class CpuUse:
 def load(
     port: int, api: Api, concurrency: int, warmup_s: float, measure_s: float, pgid: int
 ) -> tuple[StreamRun, CpuUse]:
-    """Closed loop: `concurrency` clients, each sending its next request when the last one ended; what started in
-    the measured window is counted, and the CPU used in it."""
-    start = time.perf_counter() + warmup_s
-    end = start + measure_s
-    sent: list[float] = []
-    arrivals: list[tuple[float, ...]] = []
-    errors = [0]
-    lock = threading.Lock()
-
-    def client() -> None:
-        while time.perf_counter() < end:
-            try:
-                began, tokens = one_stream(port, api)
-            except (OSError, RuntimeError):
-                with lock:
-                    errors[0] += 1
-                continue
-            if start <= began < end:
-                with lock:
-                    sent.append(began)
-                    arrivals.append(tuple(tokens))
-
-    threads = [threading.Thread(target=client) for _ in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    time.sleep(max(0.0, start - time.perf_counter()))
-    server_before, client_before = serving_bench.group_cpu_s(pgid), time.process_time()
-    time.sleep(max(0.0, end - time.perf_counter()))
-    cpu = CpuUse(serving_bench.group_cpu_s(pgid) - server_before, time.process_time() - client_before)
-    for thread in threads:
-        thread.join()
-    return StreamRun(concurrency, measure_s, tuple(sent), tuple(arrivals), errors[0]), cpu
+    """Closed loop: `concurrency` clients, each sending its next request when the last one ended, spread over
+    client processes (stream_client.py); what started in the measured window is counted, and the CPU used in it."""
+    processes = max(1, min(concurrency, (os.cpu_count() or 1) // CPUS_PER_CLIENT_PROCESS))
+    shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
+    context = multiprocessing.get_context("fork")  # no re-import of the caller (`python -m benchmarks`)
+    pipes, children = [], []
+    for clients in shares:
+        parent, child = context.Pipe()
+        process = context.Process(
+            target=stream_client.shard, args=(child, port, api.route, json.dumps(api.body), api.field, clients)
+        )
+        process.start()
+        pipes.append(parent)
+        children.append(process)
+    try:
+        for pipe in pipes:
+            pipe.recv()  # ready
+        start = time.perf_counter() + warmup_s
+        end = start + measure_s
+        for pipe in pipes:
+            pipe.send((start, end))
+        time.sleep(max(0.0, start - time.perf_counter()))
+        server_before = serving_bench.group_cpu_s(pgid)
+        time.sleep(max(0.0, end - time.perf_counter()))
+        server_s = serving_bench.group_cpu_s(pgid) - server_before
+        results = [pipe.recv() for pipe in pipes]
+    finally:
+        for process in children:
+            process.join(timeout=120)
+    sent = tuple(t for r in results for t in r[0])
+    arrivals = tuple(a for r in results for a in r[1])
+    run = StreamRun(concurrency, measure_s, sent, arrivals, sum(r[2] for r in results))
+    return run, CpuUse(server_s, sum(r[3] for r in results))
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, get_args
+from typing import get_args
 
 from trtllm_entrypoint import contract
+from trtllm_entrypoint.config.variables import VARIABLES, Frontend
 from trtllm_entrypoint.contract import HUB_ID_RULE, is_hub_id
-from trtllm_entrypoint.variables import VARIABLES, Frontend
-
-if TYPE_CHECKING:
-    from trtllm_images.kserve_options import KServeOptions
+from trtllm_images.kserve_fields import KServeFields
 
 CACHE_MODES = ("emptydir", "pvc")
 FRONTENDS: tuple[str, ...] = get_args(Frontend)  # the entrypoint's FRONTEND values
@@ -51,7 +49,7 @@ _IMAGE_REF = re.compile(
 RESERVED_NAMES = frozenset(name for names in contract.INNER_MODELS.values() for name in names)
 
 
-def problems_of(o: KServeOptions) -> list[str]:
+def problems_of(o: KServeFields) -> list[str]:
     """Every reason to refuse these options, one line each, naming the flags (empty: they are fine)."""
     problems = []
     for label, value in (
@@ -107,7 +105,7 @@ def problems_of(o: KServeOptions) -> list[str]:
     return problems
 
 
-def _cache_problems(o: KServeOptions) -> list[str]:
+def _cache_problems(o: KServeFields) -> list[str]:
     """A cache PVC that several pods mount must attach on several nodes: ReadWriteMany, or one line saying so."""
     if o.pvc_storage_class is not None and o.cache != "pvc":
         return ["--pvc-storage-class needs --cache pvc"]
@@ -122,7 +120,7 @@ def _cache_problems(o: KServeOptions) -> list[str]:
     ]
 
 
-def _counts_valid(o: KServeOptions) -> bool:
+def _counts_valid(o: KServeFields) -> bool:
     return all(isinstance(v, int) and v >= 1 for v in (o.nodes, o.min_replicas, o.max_replicas))
 
 
@@ -130,7 +128,7 @@ def _dns_subdomain(value: str) -> bool:
     return len(value) <= 253 and bool(_DNS_SUBDOMAIN.fullmatch(value))
 
 
-def _pod_problems(o: KServeOptions) -> list[str]:
+def _pod_problems(o: KServeFields) -> list[str]:
     """Placement, identity, extra environment and resources, as the API server and the entrypoint would check them."""
     problems = []
     for item in o.node_selector:
@@ -215,7 +213,7 @@ def _env_problem(item: str) -> str | None:
     return None
 
 
-def _resource_problems(o: KServeOptions) -> list[str]:
+def _resource_problems(o: KServeFields) -> list[str]:
     problems = []
     cpus = {"--cpu": o.cpu, "--cpu-limit": o.cpu_limit}
     memories = {"--memory": o.memory, "--memory-limit": o.memory_limit}
@@ -243,7 +241,7 @@ def _bytes(value: str) -> float:
     return float(number) * _UNITS[unit]
 
 
-def _parallelism_problems(o: KServeOptions) -> list[str]:
+def _parallelism_problems(o: KServeFields) -> list[str]:
     """TP_SIZE and PP_SIZE as the entrypoint reads them (its variable table), so no pod exits 2 at start."""
     problems = []
     for label, name, size in (("--tp-size", "TP_SIZE", o.tp_size), ("--pp-size", "PP_SIZE", o.pp_size)):
@@ -270,7 +268,7 @@ def _storage_problems(uri: str | None) -> list[str]:
     return problems
 
 
-def _scaling_problems(o: KServeOptions) -> list[str]:
+def _scaling_problems(o: KServeFields) -> list[str]:
     problems = []
     counts = (("--min-replicas", o.min_replicas, 1), ("--max-replicas", o.max_replicas, 1), ("--nodes", o.nodes, 1))
     for label, value, least, most in (

@@ -17,34 +17,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from trtllm_entrypoint import (
-    engine_config,
-    flagcheck,
-    gpu,
-    group,
-    launch,
-    models,
-    paths,
-    preflight,
-    probe,
-    ready,
-    security,
-    serve_files,
-    serve_plan,
-    server_args,
-    sources,
-    supervise,
-)
-from trtllm_entrypoint.credentials import check_typed_keys, token_values
-from trtllm_entrypoint.diagnostics import check
+from trtllm_entrypoint.config import gpu, server_args
+from trtllm_entrypoint.config.credentials import check_typed_keys, token_values
+from trtllm_entrypoint.config.image_facts import ImageFacts, installation, load_facts
+from trtllm_entrypoint.config.settings import CommandLine, Settings, all_apis_open, side_door_variables
+from trtllm_entrypoint.engine import config as engine_config
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.group import group_from_env
-from trtllm_entrypoint.health import health, health_url, record_health_url
-from trtllm_entrypoint.image_facts import ImageFacts, installation, load_facts
+from trtllm_entrypoint.inspection import flags as flagcheck
+from trtllm_entrypoint.inspection import probe
+from trtllm_entrypoint.inspection.check import check
+from trtllm_entrypoint.launch import argv as launch
+from trtllm_entrypoint.launch import group, preflight, ready, security, serve_files, supervise
+from trtllm_entrypoint.launch import plan as serve_plan
+from trtllm_entrypoint.launch.group import group_from_env
+from trtllm_entrypoint.launch.health import health, health_url, record_health_url
+from trtllm_entrypoint.launch.plan import LaunchPlan, Located, ServePlan
 from trtllm_entrypoint.log import Log, capture_stderr, release_stderr, retarget_stderr
-from trtllm_entrypoint.paths import under_model_dir
-from trtllm_entrypoint.serve_plan import LaunchPlan, Located, ServePlan
-from trtllm_entrypoint.settings import CommandLine, Settings, all_apis_open, side_door_variables
+from trtllm_entrypoint.model import hub, locate
+from trtllm_entrypoint.model import support as models
+from trtllm_entrypoint.storage import paths
+from trtllm_entrypoint.storage.paths import under_model_dir
 
 SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health", "flags")
 USAGE = (
@@ -227,7 +219,7 @@ def decide(
     settings: Settings,
     facts: ImageFacts,
     log: Log,
-    given: sources.ModelSource | None = None,
+    given: locate.ModelSource | None = None,
     typed_argv: tuple[str, ...] = (),
 ) -> ServePlan:
     """Locate and check the model (downloading it last), then decide once what is served."""
@@ -238,14 +230,14 @@ def decide(
     return plan
 
 
-def locate_model(settings: Settings, facts: ImageFacts, log: Log, given: sources.ModelSource | None = None) -> Located:
+def locate_model(settings: Settings, facts: ImageFacts, log: Log, given: locate.ModelSource | None = None) -> Located:
     """What the model is, from names and files only: nothing is downloaded or written yet. A prebuilt engine's
     config.json is read here, once. One of another TensorRT-LLM gives way to the checkpoint MODEL_ID names, which is
     then built here."""
     with log.phase("resolve") as extra:
-        source = given or sources.resolve(settings)
+        source = given or locate.resolve(settings)
         extra.update(kind=source.kind, model=source.repo_id or source.path)
-    model_dir = sources.model_id_dir(settings)
+    model_dir = locate.model_id_dir(settings)
     if source.kind != "engine" or source.path is None:
         return Located(source, model_dir=model_dir)
     built = engine_config.read(source.path)
@@ -254,7 +246,7 @@ def locate_model(settings: Settings, facts: ImageFacts, log: Log, given: sources
     try:
         engine_config.check_engine_version(built, facts.tensorrt_llm)
     except EntrypointError as exc:
-        checkpoint = sources.resolve_model(settings)
+        checkpoint = locate.resolve_model(settings)
         if checkpoint.kind == "engine":  # MODEL_ID names that engine: nothing to rebuild it from
             raise
         log.warn(f"{exc.message}; rebuilding from MODEL_ID", model=settings.model_id)
@@ -268,14 +260,14 @@ def checked_model(settings: Settings, facts: ImageFacts, log: Log, located: Loca
     if source.kind in ("hub", "checkpoint"):
         # Refuse a checkpoint this image cannot serve with its workflow before any weight is downloaded or built;
         # the model list is read this once, and the converter an engine would be built with is kept.
-        table, config = models.load(facts.models_file), sources.read_config(source, settings)
+        table, config = models.load(facts.models_file), hub.read_config(source, settings)
         models.require_support(table, config, facts, settings.workflow)
         located = dataclasses.replace(located, converter=models.engine_converter(table, config, facts))
     preflight.check(settings, facts, located)
     if source.kind != "hub":
         return located
     with log.phase("download", model=source.repo_id):
-        return dataclasses.replace(located, source=sources.download(source, settings, log))
+        return dataclasses.replace(located, source=hub.download(source, settings, log))
 
 
 def prepare(
@@ -374,7 +366,7 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     check_typed_keys(given.restriction_keys)
     retarget_stderr(Log(early_log(env).fmt, secrets=(*token_values(env), *given.restriction_keys)))
     store = given.repository
-    kind = sources.classify_dir(store) if store is not None else "repository"
+    kind = locate.classify_dir(store) if store is not None else "repository"
     opened = all_apis_open(env)
     restricted = bool(given.restriction_keys) or (kind != "repository" and not opened)
     if restricted and not opened:
@@ -390,6 +382,6 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     settings = Settings.from_env(env, facts, typed)
     log = open_log(settings, given.restriction_keys)
     log.info("the model store is not a Triton model repository; preparing one from it", path=store)
-    source = sources.ModelSource(kind=kind, path=store, repo_id=None, revision=None, read_only=under_model_dir(store))
+    source = locate.ModelSource(kind=kind, path=store, repo_id=None, revision=None, read_only=under_model_dir(store))
     plan = decide(settings, facts, log, given=source, typed_argv=tuple(args))
     return exec_server(prepare(plan, facts, env, log, need_gpu=True), env, log)

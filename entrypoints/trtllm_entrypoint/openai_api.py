@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from trtllm_entrypoint import pbtxt
+from trtllm_entrypoint.repository import pbtxt
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 Positive = Annotated[int, msgspec.Meta(ge=1, le=16)]

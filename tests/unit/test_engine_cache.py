@@ -16,17 +16,17 @@ from types import SimpleNamespace
 import pytest
 
 from harness.image_data import ENGINE_DEFAULTS
-from trtllm_entrypoint.engine_cache import (
+from trtllm_entrypoint.config.image_facts import ImageFacts
+from trtllm_entrypoint.config.settings import Settings
+from trtllm_entrypoint.engine.cache import (
     EngineCache,
     cache_key,
     key_inputs,
     stamp_inputs,
 )
-from trtllm_entrypoint.engine_config import check_engine_version, read, serving_settings
+from trtllm_entrypoint.engine.config import check_engine_version, read, serving_settings
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.image_facts import ImageFacts
 from trtllm_entrypoint.log import Log
-from trtllm_entrypoint.settings import Settings
 
 KEY = "0123456789abcdef0123"
 TOKEN = "hf_NotARealTokenButSecret"

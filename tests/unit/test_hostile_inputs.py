@@ -16,11 +16,15 @@ import pytest
 from harness import image_data
 from harness.fake_hub import FakeHub
 from harness.image import Image, templates_for
-from trtllm_entrypoint import group, health, hub_answer, launch, main, paths, trust
-from trtllm_entrypoint import settings as settings_mod
-from trtllm_entrypoint.credentials import generated_key
+from trtllm_entrypoint import main
+from trtllm_entrypoint.config import settings as settings_mod
+from trtllm_entrypoint.config.credentials import generated_key
+from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.settings import Settings
+from trtllm_entrypoint.launch import argv as launch
+from trtllm_entrypoint.launch import group, health
+from trtllm_entrypoint.model import hub_answer
+from trtllm_entrypoint.storage import paths, trust
 
 OPENAI_FACTS = image_data.image_facts("25.09")
 
@@ -273,7 +277,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="playing another UID n
 
 def repository_plan():
     from harness.upstream_files import upstream_path
-    from trtllm_entrypoint import fill as filling
+    from trtllm_entrypoint.repository import fill as filling
 
     root = upstream_path("tensorrt_llm/triton_backend/all_models")
     settings = Settings.from_env({"CACHE_DIR": "/var/cache/trtllm"}, image_data.FACTS)
@@ -284,8 +288,8 @@ def repository_plan():
 @needs_root
 @pytest.mark.parametrize("mode", [0o1777, 0o755, 0o777])
 def test_a_repositories_directory_of_another_uid_never_holds_the_served_repository(tmp_path, tmpdir_env, mode):
-    from trtllm_entrypoint import repository
     from trtllm_entrypoint.log import Log
+    from trtllm_entrypoint.repository import write as repository
 
     plan, templates = repository_plan()
     cache = tmp_path / "cache"
@@ -397,7 +401,7 @@ def test_the_openai_frontend_in_a_multi_pod_group_is_refused_before_any_download
 
 @needs_root
 def test_an_engines_directory_of_another_uid_never_holds_the_served_engine(tmp_path, tmpdir_env):
-    from trtllm_entrypoint.engine_cache import EngineCache
+    from trtllm_entrypoint.engine.cache import EngineCache
     from trtllm_entrypoint.log import Log
 
     def build(out: Path, _log: Path) -> None:

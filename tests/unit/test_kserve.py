@@ -913,8 +913,8 @@ def _pod_environments(docs):
 @pytest.mark.parametrize("options", list(grid()))
 def test_the_entrypoint_accepts_every_generated_environment(options, entry, tmp_path):
     """The manifests and the container's settings validation must agree, or every pod exits 2 at start."""
-    from trtllm_entrypoint.image_facts import load_facts
-    from trtllm_entrypoint.settings import Settings
+    from trtllm_entrypoint.config.image_facts import load_facts
+    from trtllm_entrypoint.config.settings import Settings
 
     matrix_file = write_image_data(tmp_path)
     facts = load_facts({"MATRIX_TAG": entry.tag, "TRTLLM_MATRIX_FILE": str(matrix_file)})
@@ -1004,7 +1004,7 @@ def test_an_llmapi_image_scales_on_its_one_model(the_matrix):
 
 
 def test_the_matrix_default_workflow_is_the_entrypoints(the_matrix, tmp_path):
-    from trtllm_entrypoint import image_facts
+    from trtllm_entrypoint.config import image_facts
 
     for entry in the_matrix.entries:
         image = image_facts.ImageFacts(

@@ -4,9 +4,10 @@ from pathlib import Path
 import pytest
 
 from harness.image_data import FACTS, image_facts
-from trtllm_entrypoint import contract, launch
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.settings import Settings
+from trtllm_entrypoint.launch import argv as launch
 
 REPO = Path("/tmp/trtllm-model-repository")
 TS = contract.TRITONSERVER
@@ -140,7 +141,7 @@ def test_openai_refuses_decoupled_false_and_takes_true():
 
 
 def test_front_workers_follow_the_cpus_unless_set(monkeypatch):
-    from trtllm_entrypoint import cpus
+    from trtllm_entrypoint.config import cpus
 
     assert [cpus.default_front_workers(n) for n in (1, 2, 3, 16, 64)] == [1, 1, 1, 8, 8]
     assert openai_settings(OPENAI_WORKERS="3").openai_workers == 3

@@ -24,7 +24,7 @@ from harness.image import TEMPLATE_SETS, Image, records, templates_for
 from harness.tiny_checkpoint import tiny_llama
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.fill import structural_placeholders
+from trtllm_entrypoint.repository.fill import structural_placeholders
 
 pytestmark = pytest.mark.process  # each test runs the entrypoint as its own process
 
@@ -1023,7 +1023,8 @@ def complete_repository(root: Path) -> Path:
 
 
 def test_a_typed_command_serving_a_complete_repository_gets_its_restriction_completed(tmp_path, monkeypatch):
-    from trtllm_entrypoint import launch, main
+    from trtllm_entrypoint import main
+    from trtllm_entrypoint.launch import argv as launch
 
     ran = []
     monkeypatch.setattr(launch, "exec_argv", lambda argv, env: ran.append(argv) or sys.exit(0))

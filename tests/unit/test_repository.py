@@ -13,12 +13,14 @@ import yaml
 
 from harness.image_data import ENGINE_DEFAULTS, FACTS
 from harness.upstream_files import upstream_path
-from trtllm_entrypoint import contract, repository, repository_check
-from trtllm_entrypoint import fill as filling
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.fill import UNSET
 from trtllm_entrypoint.log import Log
-from trtllm_entrypoint.settings import Settings
+from trtllm_entrypoint.repository import check as repository_check
+from trtllm_entrypoint.repository import fill as filling
+from trtllm_entrypoint.repository import write as repository
+from trtllm_entrypoint.repository.fill import UNSET
 from trtllm_images import vendor
 
 BACKEND_VERSIONS = ("v0.7.0", "v0.8.0", "v0.12.0", "v0.13.0", "v0.17.0", "v0.19.0")
@@ -46,7 +48,7 @@ def fill(root, dest, settings=None, engine_dir=ENGINE, log=None):
 
 
 def parameters(config_path):
-    from trtllm_entrypoint import pbtxt
+    from trtllm_entrypoint.repository import pbtxt
 
     return {
         k: v["string_value"]
@@ -131,7 +133,7 @@ def test_instance_counts_follow_settings(tmp_path):
         tmp_path / "repo",
         make_settings(PREPROCESSING_INSTANCES="3", POSTPROCESSING_INSTANCES="5", ENABLE_BLS="true"),
     )
-    from trtllm_entrypoint import pbtxt
+    from trtllm_entrypoint.repository import pbtxt
 
     counts = {
         model: pbtxt.parse((tmp_path / "repo" / model / "config.pbtxt").read_text())["instance_group"][0]["count"]
@@ -190,7 +192,7 @@ def test_values_are_escaped_inside_strings():
 
 
 def parameters_from_text(text):
-    from trtllm_entrypoint import pbtxt
+    from trtllm_entrypoint.repository import pbtxt
 
     return {k: v["string_value"] for k, v in pbtxt.map_entries(pbtxt.parse(text)["parameters"]).items()}
 
@@ -318,7 +320,7 @@ def test_a_cached_repository_waits_for_the_lock_only_so_long_and_names_the_holde
 
 
 def test_a_mount_point_as_repository_dir_is_refused_up_front(tmp_path, monkeypatch):
-    from trtllm_entrypoint import preflight
+    from trtllm_entrypoint.launch import preflight
 
     (tmp_path / "volume").mkdir()
     monkeypatch.setattr(os.path, "ismount", lambda path: str(path) == str(tmp_path / "volume"))

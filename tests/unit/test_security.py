@@ -6,11 +6,14 @@ from pathlib import Path
 import pytest
 
 from harness import image_data
-from trtllm_entrypoint import contract, credentials, launch, security
-from trtllm_entrypoint import settings as settings_mod
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.config import credentials
+from trtllm_entrypoint.config import settings as settings_mod
+from trtllm_entrypoint.config.settings import Settings
+from trtllm_entrypoint.config.variables import SECRET_FILE_LIMIT, VARIABLES
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.settings import Settings
-from trtllm_entrypoint.variables import SECRET_FILE_LIMIT, VARIABLES
+from trtllm_entrypoint.launch import argv as launch
+from trtllm_entrypoint.launch import security
 
 FACTS = replace(image_data.FACTS, features=("restricted_apis",))
 KEY = "k3y-0123456789abcdef"

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from trtllm_entrypoint.config.image_facts import ImageFacts
+from trtllm_entrypoint.config.settings import CommandLine, Settings
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.image_facts import ImageFacts
-from trtllm_entrypoint.serve_plan import LaunchPlan, Located, decide_serve_plan, launch_argv
-from trtllm_entrypoint.settings import CommandLine, Settings
-from trtllm_entrypoint.sources import ModelSource
+from trtllm_entrypoint.launch.plan import LaunchPlan, Located, decide_serve_plan, launch_argv
+from trtllm_entrypoint.model.locate import ModelSource
 
 # An image whose TensorRT-LLM deprecates engines: llmapi is its default workflow.
 FACTS = ImageFacts(

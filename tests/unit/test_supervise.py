@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from trtllm_entrypoint import contract, supervise
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.launch import supervise
 
 pytestmark = pytest.mark.process
 

@@ -11,7 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from trtllm_entrypoint.config.image_facts import ImageFacts
-from trtllm_entrypoint.config.settings import EngineSpec
+from trtllm_entrypoint.config.records import EngineSpec
 from trtllm_entrypoint.config.variables import VARIABLES
 from trtllm_images import matrix, model_support
 

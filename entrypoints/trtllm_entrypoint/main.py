@@ -20,7 +20,8 @@ from typing import NoReturn
 from trtllm_entrypoint.config import gpu, server_args
 from trtllm_entrypoint.config.credentials import check_typed_keys, token_values
 from trtllm_entrypoint.config.image_facts import ImageFacts, installation, load_facts
-from trtllm_entrypoint.config.settings import CommandLine, Settings, all_apis_open, side_door_variables
+from trtllm_entrypoint.config.records import CommandLine
+from trtllm_entrypoint.config.settings import Settings, all_apis_open, side_door_variables
 from trtllm_entrypoint.engine import config as engine_config
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.inspection import flags as flagcheck
@@ -52,7 +53,7 @@ class Prepared:
     launch: LaunchPlan
     argv: list[str]
     ready: dict[str, object]  # the fields of the line logged once the server answers readiness
-    front: list[str] | None = None  # FRONTEND=openai: one process of the OpenAI front (supervise.py runs them)
+    front: list[str] | None = None  # one worker of the OpenAI front when the plan has one (supervise.py runs them)
 
     @property
     def plan(self) -> ServePlan:
@@ -66,8 +67,8 @@ class Prepared:
                 "engine_dir": str(self.launch.engine_dir) if self.launch.engine_dir else None,
                 "health_url": health_url(self.plan.health_port, self.plan.health_path),
                 "front": None
-                if self.front is None
-                else {"argv": self.front, "workers": self.launch.settings.openai_workers},
+                if self.front is None or self.launch.front is None
+                else {"argv": self.front, "workers": self.launch.front.workers},
                 "plan": self.launch.describe(),
                 "ready": self.ready,
             },
@@ -224,6 +225,11 @@ def decide(
 ) -> ServePlan:
     """Locate and check the model (downloading it last), then decide once what is served."""
     located = checked_model(settings, facts, log, locate_model(settings, facts, log, given))
+    if located.source.kind != "repository":  # a complete repository brings its own
+        # Found (and checked) before any build: the candidates are the model, a prebuilt engine, MODEL_ID's own
+        # directory; an engine the cache builds holds no tokenizer files.
+        tokenizer = preflight.tokenizer_dir(settings, located.source, model_dir=located.model_dir)
+        located = dataclasses.replace(located, tokenizer=tokenizer)
     plan = serve_plan.decide_serve_plan(settings, located, typed_argv)
     for note in plan.notes:
         log.info(note)
@@ -288,7 +294,7 @@ def prepare(
             "compared with the image's)",
             repository=plan.repository,
         )
-        given = LaunchPlan(plan=plan, facts=facts, repository=plan.repository, engine_dir=None, tokenizer=None)
+        given = LaunchPlan(plan=plan, facts=facts, repository=plan.repository, engine_dir=None)
         return finish(given, log)
     if plan.engine == "cache" or not settings.repository_dir:
         serve_files.warn_open_cache(settings.cache_dir, log)
@@ -310,15 +316,13 @@ def prepare(
         plan = serve_plan.with_engine(plan, engine_config.read(engine_dir))
     if plan.taken:
         log.info("serving the limits the engine was built with", **plan.taken)
-    tokenizer = preflight.tokenizer_dir(plan.settings, plan.model, engine_dir, plan.model_dir)
     with log.phase("fill"):
-        repo = serve_files.write_repository(plan.settings, facts, log, plan.model, engine_dir, tokenizer)
+        repo = serve_files.write_repository(plan, facts, log, engine_dir)
     resolved = LaunchPlan(
         plan=plan,
         facts=facts,
         repository=repo,
         engine_dir=engine_dir,
-        tokenizer=tokenizer,
         mpi_options=tuple(mpi_options),
         rank_options=tuple(rank_options),
     )
@@ -327,15 +331,14 @@ def prepare(
 
 def finish(resolved: LaunchPlan, log: Log) -> Prepared:
     argv = serve_plan.launch_argv(resolved)
-    front = serve_plan.front_argv(resolved, sys.executable or "python3")
-    for warning in security.start_warnings(resolved.settings, resolved.facts):
+    front = None if resolved.front is None else launch.front_argv(sys.executable or "python3")
+    for warning in security.start_warnings(resolved.settings, resolved.facts, resolved.front):
         log.warn(warning)
-    tokenizer = resolved.tokenizer
-    if resolved.settings.frontend == "openai" and tokenizer is not None and not preflight.has_chat_template(tokenizer):
-        # Base models have none: completions serve, and chat answers 400 with transformers' own message.
+    if resolved.front is not None and not preflight.has_chat_template(Path(resolved.front.tokenizer)):
+        # Base models have none: completions serve, and chat answers 400 naming /v1/completions instead.
         log.warn(
             "the tokenizer has no chat_template: /v1/completions serves, /v1/chat/completions answers 400",
-            tokenizer=tokenizer,
+            tokenizer=resolved.front.tokenizer,
         )
     return Prepared(launch=resolved, argv=argv, ready=ready.summary(resolved), front=front)
 
@@ -346,12 +349,12 @@ def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoRetur
     log.info("starting the server", program=Path(prepared.argv[0]).name, repository=prepared.launch.repository)
     log.debug("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
     ready.spawn_watcher(url, log, prepared.ready)
-    if prepared.front is None:
+    front = prepared.launch.front
+    if front is None or prepared.front is None:
         launch.exec_argv(prepared.argv, env)
-    settings = prepared.launch.settings
-    log.info("starting the OpenAI front", workers=settings.openai_workers, port=settings.openai_port)
-    front_env = supervise.front_environ(env, settings.admin_key)
-    sys.exit(supervise.run(prepared.argv, prepared.front, settings.openai_workers, env, front_env))
+    log.info("starting the OpenAI front", workers=front.workers, port=front.port)
+    front_env = supervise.front_environ(env, prepared.launch.settings.admin_key, front)
+    sys.exit(supervise.run(prepared.argv, prepared.front, front.workers, env, front_env))
 
 
 def passthrough(args: list[str], env: dict[str, str]) -> int:

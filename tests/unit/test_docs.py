@@ -11,7 +11,7 @@ import pytest
 
 from tests import update_golden
 from trtllm_entrypoint.config import variables
-from trtllm_entrypoint.config.settings import EngineSpec
+from trtllm_entrypoint.config.records import EngineSpec
 from trtllm_images import matrix
 
 REPO = Path(__file__).resolve().parents[2]

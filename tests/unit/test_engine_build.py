@@ -13,7 +13,7 @@ import pytest
 
 from harness.doubles import double_environ, install_doubles, read_records
 from harness.image_data import ENGINE_DEFAULTS, image_facts, model_table
-from trtllm_entrypoint.config.settings import EngineSpec
+from trtllm_entrypoint.config.records import EngineSpec
 from trtllm_entrypoint.engine.build import (
     Command,
     build_commands,

@@ -8,6 +8,10 @@ from trtllm_entrypoint import contract
 from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.launch import argv as launch
+from trtllm_entrypoint.launch import supervise
+from trtllm_entrypoint.launch.plan import LaunchPlan, Located, decide_serve_plan
+from trtllm_entrypoint.model.locate import ModelSource
+from trtllm_entrypoint.openai.plan import FrontPlan
 
 REPO = Path("/tmp/trtllm-model-repository")
 TS = contract.TRITONSERVER
@@ -121,12 +125,23 @@ def test_openai_runs_tritonserver_as_triton_mode_does_plus_the_front(tag, workfl
     argv = launch.server_argv(settings, facts, repo, 1, uid=1000)
     assert argv == launch.server_argv(triton, facts, repo, 1, uid=1000)  # the same tritonserver, restrictions too
     assert any(a.startswith("--http-restricted-api=inference:") for a in argv)
-    front = launch.front_argv(settings, repo, Path("/tok"), workflow, "served", "/py")
-    assert front[:3] == ["/py", "-m", "trtllm_entrypoint.openai_front"]
-    assert f"--config={repo / 'served' / 'config.pbtxt'}" in front and "--restricted=inference" in front
-    assert f"--triton-url=http://127.0.0.1:{settings.http_port}" in front and f"--workflow={workflow}" in front
-    assert f"--max-seq-len={settings.max_seq_len}" in front  # a chat answer's default room
-    assert not any("k" * 20 in arg for arg in front)  # the key reaches the front in its environment only
+    # The front: one command for every worker, everything else in its environment (its plan, the admin key).
+    assert launch.front_argv("/py") == ["/py", "-m", "trtllm_entrypoint.openai"]
+    checkpoint = ModelSource("checkpoint", Path("/models/m"), None, None, False)
+    plan = decide_serve_plan(settings, Located(checkpoint, tokenizer=Path("/tok")))
+    front = LaunchPlan(plan=plan, facts=facts, repository=repo, engine_dir=None).front
+    assert front is not None
+    served = contract.ENTRY_MODEL[workflow]
+    assert (front.config, front.restricted, front.workflow) == (
+        f"{repo}/{served}/config.pbtxt",
+        ("inference",),
+        workflow,
+    )
+    assert front.triton_url == f"http://127.0.0.1:{settings.http_port}"
+    assert front.max_seq_len == settings.max_seq_len  # a chat answer's default room
+    env = supervise.front_environ({}, settings.admin_key, front)
+    assert FrontPlan.from_json(env[contract.FRONT_PLAN_VARIABLE]) == front
+    assert env[contract.FRONT_KEY_VARIABLE] == "k" * 20 and "k" * 20 not in front.to_json()
     assert settings.decoupled  # streaming follows from the front
     if workflow == "engine":  # several GPUs: the ranks under mpirun, as in Triton mode; the front stays one command
         assert launch.server_argv(settings, facts, repo, 2, uid=1000)[0] == "mpirun"

@@ -481,7 +481,7 @@ def validation_kit(tmp_path_factory):
 KIT_CHECK = """
 import sys
 from pathlib import Path
-from trtllm_entrypoint import repository_check
+from trtllm_entrypoint.repository import check as repository_check
 from trtllm_entrypoint.errors import EntrypointError
 try:
     repository_check.validate_repository(Path(sys.argv[1]), kit=Path(sys.argv[2]))
@@ -497,7 +497,7 @@ def test_the_validation_kit_checks_configs_with_its_own_protobuf_alone(tmp_path,
     # -S: no site-packages at all, as if the base image had no protobuf, or one of another version.
     root = small_repository(tmp_path)
     (root / "m" / "config.pbtxt").write_text(MODEL.format(name="m") + "no_such_field: 1\n")
-    entrypoints = Path(repository_check.__file__).parents[1]
+    entrypoints = Path(repository_check.__file__).parents[2]
     result = subprocess.run(
         [sys.executable, "-S", "-c", KIT_CHECK, str(root), str(validation_kit)],
         env={"PYTHONPATH": str(entrypoints), "PATH": os.environ["PATH"]},

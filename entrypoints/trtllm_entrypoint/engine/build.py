@@ -24,7 +24,7 @@ from trtllm_entrypoint.model.support import Converter
 
 if TYPE_CHECKING:
     from trtllm_entrypoint.config.image_facts import ImageFacts
-    from trtllm_entrypoint.config.settings import EngineSpec
+    from trtllm_entrypoint.config.records import EngineSpec
     from trtllm_entrypoint.log import Log
 
 CHECKPOINT_DIR = "checkpoint"  # the converted checkpoint, inside the build dir until the engine is built

@@ -22,7 +22,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtllm_entrypoint.config.settings import EngineSpec
+from trtllm_entrypoint.config.records import EngineSpec
 from trtllm_entrypoint.engine import config as engine_config
 from trtllm_entrypoint.errors import EntrypointError
 from trtllm_entrypoint.storage import publish, trust

@@ -10,7 +10,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from trtllm_entrypoint.config.settings import Limits, Parallelism, Settings
+from trtllm_entrypoint.config.records import Limits, Parallelism
+from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.model import files as model_files
 from trtllm_entrypoint.versions import version_tuple

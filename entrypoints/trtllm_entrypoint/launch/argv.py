@@ -1,4 +1,5 @@
-"""The server command lines (tritonserver, or mpirun with one tritonserver per rank; the OpenAI front) and the exec.
+"""The server command lines (tritonserver, or mpirun with one tritonserver per rank; the OpenAI front's workers) and
+the exec.
 
 The server always replaces this process (`os.execvpe`) so that it receives the container's signals and its exit
 code is the container's; NVIDIA's launch_triton_server.py backgrounds mpirun and returns, which a container cannot use.
@@ -90,25 +91,10 @@ def tritonserver_argv(
     return argv
 
 
-def front_argv(
-    settings: Settings, repository: Path, tokenizer: Path, workflow: str, served_name: str, python: str
-) -> list[str]:
-    """One process of the OpenAI front (openai_front.py; the supervisor starts OPENAI_WORKERS of them). It asks
-    tritonserver's own HTTP endpoint on this host; the admin key reaches it in its environment, never here."""
-    return [
-        python,
-        "-m",
-        "trtllm_entrypoint.openai_front",
-        f"--port={settings.openai_port}",
-        f"--triton-url=http://127.0.0.1:{settings.http_port}",
-        f"--model-name={served_name}",
-        f"--workflow={workflow}",
-        f"--config={repository / served_name / 'config.pbtxt'}",
-        f"--tokenizer={tokenizer}",
-        f"--restricted={','.join(security.front_restricted(settings))}",
-        f"--max-seq-len={settings.max_seq_len}",
-        f"--shutdown-timeout={settings.exit_timeout_secs}",
-    ]
+def front_argv(python: str) -> list[str]:
+    """One worker of the OpenAI front (supervise.py starts FrontPlan.workers of them). Everything it needs comes in
+    its environment (supervise.front_environ): the plan as one value, and the admin key, never on a command line."""
+    return [python, "-m", "trtllm_entrypoint.openai"]
 
 
 def server_argv(

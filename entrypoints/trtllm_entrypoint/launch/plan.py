@@ -19,7 +19,8 @@ from typing import Literal
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.config.image_facts import ImageFacts
-from trtllm_entrypoint.config.settings import EngineSpec, Settings
+from trtllm_entrypoint.config.records import EngineSpec
+from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.engine import config as engine_config
 from trtllm_entrypoint.engine.config import BuiltEngine
 from trtllm_entrypoint.errors import UsageError
@@ -27,6 +28,7 @@ from trtllm_entrypoint.launch import argv as launch
 from trtllm_entrypoint.launch import security
 from trtllm_entrypoint.model.locate import ModelSource
 from trtllm_entrypoint.model.support import Converter
+from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.repository import fill
 
 # How the engine is had: none is needed (llmapi, or a complete repository), the model is one, or the cache holds the
@@ -44,6 +46,9 @@ class Located:
     # lives (the seeds' layout). Its other role there, what a stale engine is rebuilt from, becomes `source` instead.
     model_dir: Path | None = None
     converter: Converter | str | None = None  # a checkpoint's converter in this image (models.json), or why none
+    # Where the pre/postprocessing models (and the OpenAI front) find the tokenizer: found and checked before any
+    # build (preflight.tokenizer_dir); None for a complete repository, which brings its own.
+    tokenizer: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class ServePlan:
     taken: Mapping[str, int] = field(default_factory=dict)  # what the engine's config.json decided, for the log
     converter: Converter | str | None = None  # as Located's: what a cached engine is built with
     model_dir: Path | None = None  # as Located's
+    tokenizer: Path | None = None  # as Located's
 
     @property
     def workflow(self) -> str:
@@ -105,12 +111,14 @@ def decide_serve_plan(settings: Settings, located: Located, typed_argv: tuple[st
             f"FRONTEND=openai serves the repositories the entrypoint fills, not the complete one at {model.path}",
             "set FRONTEND=triton for a repository of your own, or give MODEL_ID a checkpoint or engine",
         )
+    if settings.frontend == "openai" and located.tokenizer is None:  # the front renders prompts with it
+        raise UsageError("FRONTEND=openai needs the model's tokenizer, and none was found", "set MODEL_ID")
     engine: Engine
     if model.kind == "repository" and model.path is not None:  # a repository is always local
         engine, repository = "none", model.path
     else:
         engine = "prebuilt" if model.kind == "engine" else "cache" if workflow == "engine" else "none"
-        repository = settings.repository_dir or settings.cache_dir / "repositories"
+        repository = settings.repository_dir or settings.cache.repositories
     plan = ServePlan(
         settings=settings,
         model=model,
@@ -124,6 +132,7 @@ def decide_serve_plan(settings: Settings, located: Located, typed_argv: tuple[st
         world_size=settings.world_size,
         converter=located.converter,
         model_dir=located.model_dir,
+        tokenizer=located.tokenizer,
     )
     return plan if engine != "prebuilt" or located.built is None else with_engine(plan, located.built)
 
@@ -142,13 +151,21 @@ class LaunchPlan:
     facts: ImageFacts = field(repr=False)
     repository: Path  # the filled one, or the complete one given
     engine_dir: Path | None
-    tokenizer: Path | None
     mpi_options: tuple[str, ...] = ()  # where mpirun puts the ranks when they span a group's pods
     rank_options: tuple[str, ...] = ()  # what each of those ranks gets (its environment)
 
     @property
     def settings(self) -> Settings:
         return self.plan.settings
+
+    @property
+    def tokenizer(self) -> Path | None:
+        return self.plan.tokenizer
+
+    @property
+    def front(self) -> FrontPlan | None:
+        """FRONTEND=openai: what every worker of the OpenAI front runs with (None: Triton's own endpoints alone)."""
+        return front_plan(self.plan, self.repository)
 
     @property
     def world_size(self) -> int:
@@ -167,6 +184,7 @@ class LaunchPlan:
             "taken_from_engine": dict(self.plan.taken),
             "frontend": s.frontend,
             "restricted_apis": list(restriction.apis) if restriction.supported else [],
+            "front": None if self.front is None else dataclasses.asdict(self.front),
         }
 
 
@@ -188,12 +206,24 @@ def launch_argv(launch_plan: LaunchPlan) -> list[str]:
     return argv
 
 
-def front_argv(launch_plan: LaunchPlan, python: str) -> list[str] | None:
-    """The command of one OpenAI front process (FRONTEND=openai), else None."""
-    p = launch_plan
-    if p.settings.frontend != "openai":
+def front_plan(plan: ServePlan, repository: Path) -> FrontPlan | None:
+    """The OpenAI front's plan (FRONTEND=openai), else None; pure, and it cannot fail: decide_serve_plan refused
+    what the front cannot serve (a complete repository, no tokenizer) before anything was built."""
+    s = plan.settings
+    if s.frontend != "openai" or plan.tokenizer is None:
         return None
-    if p.tokenizer is None:  # a filled repository always has one (preflight.tokenizer_dir)
-        raise UsageError("FRONTEND=openai needs the model's tokenizer, and none was found", "set MODEL_ID")
-    name = fill.served_name(p.settings, p.plan.workflow)
-    return launch.front_argv(p.settings, p.repository, p.tokenizer, p.plan.workflow, name, python)
+    name = fill.served_name(s, plan.workflow)
+    return FrontPlan(
+        host="0.0.0.0",  # every address of the container, as tritonserver's own endpoints
+        port=s.openai_port,
+        workers=s.openai_workers,
+        triton_url=f"http://127.0.0.1:{s.http_port}",
+        served_name=name,
+        entry_model=name,  # the repository names its entry model as clients name the model
+        workflow=plan.workflow,
+        config=str(repository / name / "config.pbtxt"),
+        tokenizer=str(plan.tokenizer),
+        restricted=security.front_restricted(s),
+        max_seq_len=s.max_seq_len,
+        shutdown_timeout=float(s.exit_timeout_secs),
+    )

@@ -19,6 +19,7 @@ from trtllm_entrypoint.model.locate import TOKENIZER_FILES
 from trtllm_entrypoint.repository import fill
 from trtllm_entrypoint.repository import write as repository
 from trtllm_entrypoint.storage import publish
+from trtllm_entrypoint.storage.paths import CacheLayout
 
 if TYPE_CHECKING:
     from trtllm_entrypoint.config.image_facts import ImageFacts
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 # Read by the tokenizer next to TOKENIZER_FILES when present.
 TOKENIZER_JSON = ("special_tokens_map.json", "added_tokens.json", "generation_config.json", "chat_template.json")
-# Below CACHE_DIR, these hold what we published and only read afterwards: a model or engine there is fine.
-CACHE_READ_ONLY = ("engines", "models")
 
 
 def _real(path: Path) -> Path:
@@ -60,7 +59,7 @@ def named_paths(settings: Settings, source: ModelSource, model_dir: Path | None 
 
 
 def _published_by_cache(path: Path, cache_dir: Path) -> bool:
-    return any(_real(cache_dir / sub) in _real(path).parents for sub in CACHE_READ_ONLY)
+    return any(_real(sub) in _real(path).parents for sub in CacheLayout(cache_dir).published())
 
 
 def check_overlaps(paths: dict[str, Path]) -> None:

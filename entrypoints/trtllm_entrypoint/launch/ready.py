@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from trtllm_entrypoint.config.settings import Settings
     from trtllm_entrypoint.launch.plan import LaunchPlan
     from trtllm_entrypoint.log import Log
+    from trtllm_entrypoint.openai.plan import FrontPlan
 
 PROMPT = "What is TensorRT-LLM?"
 MAX_TOKENS = 64
@@ -38,10 +39,10 @@ def served_names(launch: LaunchPlan) -> list[str]:
     return sorted(path.parent.name for path in launch.repository.glob("*/config.pbtxt"))
 
 
-def try_command(settings: Settings, workflow: str, name: str) -> str:
-    """One request to copy and paste: OpenAI chat with FRONTEND=openai, else Triton's generate endpoint."""
-    if settings.frontend == "openai":
-        url = f"http://localhost:{settings.openai_port}/v1/chat/completions"
+def try_command(settings: Settings, workflow: str, name: str, front: FrontPlan | None = None) -> str:
+    """One request to copy and paste: OpenAI chat when the plan has the OpenAI front, else Triton's generate."""
+    if front is not None:
+        url = f"http://localhost:{front.port}/v1/chat/completions"
         body: dict[str, object] = {
             "model": name,
             "messages": [{"role": "user", "content": PROMPT}],
@@ -67,8 +68,9 @@ def summary(launch: LaunchPlan) -> dict[str, object]:
     settings, model = launch.settings, launch.plan.model
     names = served_names(launch)
     endpoints: dict[str, object] = {}
-    if settings.frontend == "openai":
-        endpoints["openai"] = f"http://localhost:{settings.openai_port}/v1"
+    front = launch.front
+    if front is not None:
+        endpoints["openai"] = f"http://localhost:{front.port}/v1"
     endpoints["http"] = f"http://localhost:{settings.http_port}"
     endpoints["grpc"] = f"localhost:{settings.grpc_port}"
     endpoints["metrics"] = f"http://localhost:{settings.metrics_port}/metrics"
@@ -82,7 +84,7 @@ def summary(launch: LaunchPlan) -> dict[str, object]:
         **endpoints,
         "served_model_name": ",".join(names),
         "admin_key": _admin_key(settings),
-        "try": try_command(settings, launch.plan.workflow, names[0] if names else "<model>"),
+        "try": try_command(settings, launch.plan.workflow, names[0] if names else "<model>", front),
     }
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trtllm_entrypoint import contract
 from trtllm_entrypoint.config.image_facts import ImageFacts
 from trtllm_entrypoint.config.server_args import RESTRICTION_FLAGS, restriction_flags
 from trtllm_entrypoint.config.settings import Settings
+from trtllm_entrypoint.openai.plan import FrontPlan
 
-HEADER = "admin-key"
-GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"
+HEADER = contract.ADMIN_KEY_HEADER
 # The OpenAI front's routes and the RESTRICTED_APIS group that closes each: what /v1/models tells is what Triton's
 # model metadata tells; inference is inference. Health stays open, as Triton's; Triton's metrics port serves metrics.
 FRONT_APIS = ("inference", "metadata")
@@ -48,9 +49,9 @@ def front_restricted(settings: Settings) -> tuple[str, ...]:
     return tuple(api for api in FRONT_APIS if api in settings.restricted_apis)
 
 
-def start_warnings(settings: Settings, facts: ImageFacts) -> list[str]:
-    """What stays open at this start, for the start-up log."""
-    if settings.frontend == "triton" and restriction_flags(settings.triton_args):
+def start_warnings(settings: Settings, facts: ImageFacts, front: FrontPlan | None = None) -> list[str]:
+    """What stays open at this start, for the start-up log; `front`: the OpenAI front the plan runs, if any."""
+    if front is None and restriction_flags(settings.triton_args):
         return []  # a `tritonserver …` command line of the user's own that restricts APIs itself
     if not settings.restricted_apis:
         return [

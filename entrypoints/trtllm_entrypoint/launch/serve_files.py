@@ -8,10 +8,9 @@ from pathlib import Path
 
 from trtllm_entrypoint.config import gpu
 from trtllm_entrypoint.config.image_facts import ImageFacts
-from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.engine import build as engine_build
 from trtllm_entrypoint.engine import cache as engine_cache
-from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.launch.plan import ServePlan
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.model import locate
@@ -19,8 +18,6 @@ from trtllm_entrypoint.model import support as models
 from trtllm_entrypoint.repository import fill
 from trtllm_entrypoint.repository import write as repository
 from trtllm_entrypoint.storage import trust
-
-DIGESTS = "digests"  # under CACHE_DIR: the content digests of local models (model_digest)
 
 
 def ensure_engine(
@@ -41,9 +38,9 @@ def ensure_engine(
     # Engines are specific to the GPU's compute capability, so building needs one (ranks are built one by one).
     gpu.require_gpus(gpus, 1, "to build a TensorRT engine")
     spec = settings.engine_spec  # all the build reads, and so all the key needs
-    inputs = engine_cache.key_inputs(locate.identity(source, settings.cache_dir / DIGESTS), spec, facts, gpus)
+    inputs = engine_cache.key_inputs(locate.identity(source, settings.cache.digests), spec, facts, gpus)
     key = engine_cache.cache_key(inputs)
-    cache = engine_cache.EngineCache(settings.cache_dir / "engines")
+    cache = engine_cache.EngineCache(settings.cache.engines)
     build = engine_build.engine_builder(facts, spec, source.path, converter, log, env)
     with log.phase("engine", key=key) as extra:
         engine_dir, built = cache.ensure(
@@ -57,16 +54,13 @@ def ensure_engine(
     return engine_dir
 
 
-def write_repository(
-    settings: Settings,
-    facts: ImageFacts,
-    log: Log,
-    source: locate.ModelSource,
-    engine_dir: Path | None,
-    tokenizer_dir: Path,
-) -> Path:
-    values = fill.fill_values(settings, facts, engine_dir, tokenizer_dir)
-    plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=source.path)
+def write_repository(serve: ServePlan, facts: ImageFacts, log: Log, engine_dir: Path | None) -> Path:
+    """The plan's repository, filled: REPOSITORY_DIR as named, or below the cache's repositories by its content."""
+    settings = serve.settings
+    if serve.tokenizer is None:
+        raise EntrypointError("a repository to fill needs the tokenizer the plan found", "report this as a bug")
+    values = fill.fill_values(settings, facts, engine_dir, serve.tokenizer)
+    plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=serve.model.path)
     log.info(
         "template parameters you set (LOG_LEVEL=debug or `trtllm-entrypoint check` lists every one)",
         **fill.parameter_summary(plan.effective, settings.explicit),
@@ -75,12 +69,12 @@ def write_repository(
     if settings.repository_dir:
         # The returned lock descriptor stays open on purpose: the exec'd server inherits it and holds it while serving.
         repository.write_named(
-            plan, settings.repository_dir, settings.templates_dir, log, timeout_s=settings.lock_timeout_secs
+            plan, serve.repository, settings.templates_dir, log, timeout_s=settings.lock_timeout_secs
         )
-        return settings.repository_dir
-    # Named by its content: a restart with the same settings finds it valid and skips the write.
+        return serve.repository
+    # Named by its content below the plan's: a restart with the same settings finds it valid and skips the write.
     dest, _ = repository.write_cached(
-        plan, settings.cache_dir / "repositories", settings.templates_dir, log, timeout_s=settings.lock_timeout_secs
+        plan, serve.repository, settings.templates_dir, log, timeout_s=settings.lock_timeout_secs
     )
     return dest
 

@@ -282,7 +282,7 @@ def read_config(source: ModelSource, settings: Settings) -> dict[str, Any]:
                     "config.json",
                     revision=source.revision,
                     token=settings.hf_token,
-                    cache_dir=str(settings.cache_dir / "models" / "hub"),
+                    cache_dir=str(settings.cache.hub),
                 )
         except Exception as exc:
             error = _hub_error(exc, source) or hub_answer.client_failure(exc, source.repo_id)
@@ -301,7 +301,7 @@ def download(source: ModelSource, settings: Settings, log: Log) -> ModelSource:
     if source.kind != "hub":
         return source
     try:
-        path, commit = _fetch(source, settings, settings.cache_dir / "models" / "hub", log)
+        path, commit = _fetch(source, settings, settings.cache.hub, log)
     except Exception as exc:
         error = _hub_error(exc, source) or hub_answer.client_failure(exc, source.repo_id)
         if error is None:

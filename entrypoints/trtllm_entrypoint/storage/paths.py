@@ -15,9 +15,41 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from trtllm_entrypoint import contract
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """The directories under CACHE_DIR, each named once: what every step that reads or writes the cache uses."""
+
+    root: Path
+
+    @property
+    def engines(self) -> Path:
+        return self.root / "engines"  # one directory per cache key (engine/cache.py)
+
+    @property
+    def repositories(self) -> Path:
+        return self.root / "repositories"  # filled repositories named by their content (repository/write.py)
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def hub(self) -> Path:
+        return self.models / "hub"  # the Hugging Face client's own cache of fetched models (model/hub.py)
+
+    @property
+    def digests(self) -> Path:
+        return self.root / "digests"  # the content digests of local models, per UID (model/digest.py)
+
+    def published(self) -> tuple[Path, ...]:
+        """What holds only what we published and then only read: a model or engine below them is fine as input."""
+        return (self.engines, self.models)
 
 
 def within(path: Path, parent: Path) -> bool:

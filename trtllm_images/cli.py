@@ -13,18 +13,11 @@ import click
 from click.core import ParameterSource
 
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import (
-    backend_assets,
-    checks,
-    kserve,
-    kserve_options,
-    render,
-    source_cache,
-    tables,
-    upstream,
-)
+from trtllm_images import checks, render, tables
 from trtllm_images import cli_options as shared
 from trtllm_images import matrix as matrix_mod
+from trtllm_images.kserve import options as kserve_options
+from trtllm_images.kserve import plan as kserve
 from trtllm_images.pipeline import (
     PROG,
     BuildOptions,
@@ -36,6 +29,8 @@ from trtllm_images.pipeline import (
     write_context,
 )
 from trtllm_images.selection import DEFAULT_OUT, select_plans
+from trtllm_images.sources import backend_assets, upstream
+from trtllm_images.sources import cache as source_cache
 
 # --- build (the group itself) --------------------------------------------------------------------------------------
 

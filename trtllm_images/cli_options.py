@@ -9,8 +9,8 @@ import click
 
 from trtllm_entrypoint.errors import Error
 from trtllm_images import matrix as matrix_mod
-from trtllm_images import upstream
 from trtllm_images.selection import DEFAULT_OUT
+from trtllm_images.sources import upstream
 
 
 class Failure(click.ClickException):

@@ -1,5 +1,5 @@
 """Paths, ports and names shared by the image and what the host makes for it: the Dockerfiles (images/*.j2) and the
-KServe manifests (trtllm_images/kserve.py) read them from here. Standard library only, importing nothing of ours.
+KServe manifests (trtllm_images/kserve/plan.py) read them from here. Standard library only, importing nothing of ours.
 """
 
 import re

@@ -13,10 +13,12 @@ import pytest
 
 from tests.archive_server import ArchiveServer, refused_url, tarball
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import matrix, safe_archive, upstream
-from trtllm_images.backend_assets import Archive, archives, fetch, local_members, lock_paths
+from trtllm_images import matrix
 from trtllm_images.matrix import Backend, MatrixEntry
-from trtllm_images.upstream import Lock, Pin
+from trtllm_images.sources import archive as safe_archive
+from trtllm_images.sources import upstream
+from trtllm_images.sources.backend_assets import Archive, archives, fetch, local_members, lock_paths
+from trtllm_images.sources.upstream import Lock, Pin
 
 LAYOUT_A = MatrixEntry(
     tag="24.08",

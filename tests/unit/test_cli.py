@@ -17,9 +17,10 @@ from docker.errors import ImageNotFound
 
 from tests.archive_server import ArchiveServer, tarball
 from trtllm_entrypoint.errors import Error
-from trtllm_images import backend_assets, builder, capabilities, model_support, pipeline, upstream, wheel
+from trtllm_images import builder, capabilities, model_support, pipeline, wheel
 from trtllm_images import cli as cli_mod
 from trtllm_images import matrix as matrix_mod
+from trtllm_images.sources import backend_assets, upstream
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = matrix_mod.load(matrix_mod.DEFAULT_PATH)

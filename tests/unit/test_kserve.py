@@ -24,7 +24,12 @@ from harness.upstream_files import UpstreamMissing, upstream_path
 from harness.upstream_files import find as find_upstream
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import kserve, kserve_checks, kserve_findings, kserve_options, matrix, scaling
+from trtllm_images import matrix
+from trtllm_images.kserve import checks as kserve_checks
+from trtllm_images.kserve import findings as kserve_findings
+from trtllm_images.kserve import options as kserve_options
+from trtllm_images.kserve import plan as kserve
+from trtllm_images.kserve import scaling
 from trtllm_images.plan import make_build_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -690,7 +695,7 @@ def test_semantic_findings_catch_broken_documents(name, entry, the_matrix):
 
 def test_a_plan_breaking_kserve_rules_is_refused(monkeypatch):
     monkeypatch.setattr(
-        "trtllm_images.pod.shm_volume",
+        "trtllm_images.kserve.pod.shm_volume",
         lambda: {"name": "devshm", "emptyDir": {}, "env": [{"name": "API_KEY", "value": "literal"}]},
     )
     with pytest.raises(Error, match="break KServe's rules: .*API_KEY has a literal value"):
@@ -787,7 +792,7 @@ def test_flags_round_trip_through_the_option_table():
 
 
 def test_messages_name_only_flags_that_exist():
-    text = (REPO / "trtllm_images" / "kserve_checks.py").read_text()
+    text = (REPO / "trtllm_images" / "kserve" / "checks.py").read_text()
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", text))
     assert named and named <= {o.name for o in kserve_options.OPTIONS}, named - {o.name for o in kserve_options.OPTIONS}
 

@@ -30,7 +30,8 @@ import yaml
 from benchmarks import scaling_signal
 from harness import realtriton
 from harness.image import KEY, Image, prepared_argv, templates_for
-from trtllm_images import kserve, matrix
+from trtllm_images import matrix
+from trtllm_images.kserve import plan as kserve
 
 HUB_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
 SERVICE = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, namespace="serving", max_replicas=4)

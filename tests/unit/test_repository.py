@@ -21,7 +21,7 @@ from trtllm_entrypoint.repository import check as repository_check
 from trtllm_entrypoint.repository import fill as filling
 from trtllm_entrypoint.repository import write as repository
 from trtllm_entrypoint.repository.fill import UNSET
-from trtllm_images import vendor
+from trtllm_images.sources import vendor
 
 BACKEND_VERSIONS = ("v0.7.0", "v0.8.0", "v0.12.0", "v0.13.0", "v0.17.0", "v0.19.0")
 # Template sets in the upstream layout (harness/upstream_files.py).

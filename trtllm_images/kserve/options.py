@@ -12,8 +12,8 @@ from types import UnionType
 from typing import cast, get_args, get_origin, get_type_hints
 
 from trtllm_entrypoint.errors import UsageError
-from trtllm_images.kserve_checks import ACCESS_MODES, CACHE_MODES, FRONTENDS, problems_of
-from trtllm_images.kserve_fields import KServeFields
+from trtllm_images.kserve.checks import ACCESS_MODES, CACHE_MODES, FRONTENDS, problems_of
+from trtllm_images.kserve.fields import KServeFields
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from trtllm_entrypoint.contract import (
     DEFAULT_METRICS_PORT as METRICS_PORT,
 )
 from trtllm_entrypoint.contract import MPI_SSH_DIR, MPI_SSH_PORT, STOP_GRACE_SECS, UID
-from trtllm_images import pod, scaling
-from trtllm_images.kserve_options import KServeOptions
+from trtllm_images.kserve import pod, scaling
+from trtllm_images.kserve.options import KServeOptions
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"  # LWS labels every pod of the set with it

@@ -20,9 +20,10 @@ from types import MappingProxyType
 from packaging.version import InvalidVersion, Version
 
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import safe_archive, source_tree
 from trtllm_images.atomic import write_atomic
 from trtllm_images.matrix import DEFAULT_PATH
+from trtllm_images.sources import archive as safe_archive
+from trtllm_images.sources import tree as source_tree
 
 LOCK_PATH = DEFAULT_PATH.parent / "upstream.lock.json"
 REFRESH = "python build.py upstream lock"
@@ -87,7 +88,7 @@ class Lock:
     def to_json(self) -> str:
         body = {
             "refresh": f"{REFRESH}  (or: {FROM_GIT} --repo OWNER/NAME)",
-            "digest": f"{source_tree.PREFIX} defined in trtllm_images/source_tree.py",
+            "digest": f"{source_tree.PREFIX} defined in trtllm_images/sources/tree.py",
             "sources": [pin.to_dict() for pin in self.pins],
         }
         return json.dumps(body, indent=2) + "\n"

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import safe_archive, source_cache, upstream
 from trtllm_images.atomic import publish_dir
+from trtllm_images.sources import archive as safe_archive
+from trtllm_images.sources import cache as source_cache
+from trtllm_images.sources import upstream
 
 if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry

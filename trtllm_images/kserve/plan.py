@@ -17,11 +17,11 @@ import yaml
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.contract import DEFAULT_CACHE_DIR, DEFAULT_METRICS_PORT, KSERVE_MODEL_DIR, UID
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import multinode, pod, scaling
 from trtllm_images.atomic import write_atomic
-from trtllm_images.kserve_findings import CONTAINER, semantic_findings
-from trtllm_images.kserve_options import KServeOptions, to_flags
-from trtllm_images.pod import GRPC_PORT, HTTP_PORT
+from trtllm_images.kserve import multinode, pod, scaling
+from trtllm_images.kserve.findings import CONTAINER, semantic_findings
+from trtllm_images.kserve.options import KServeOptions, to_flags
+from trtllm_images.kserve.pod import GRPC_PORT, HTTP_PORT
 
 if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry

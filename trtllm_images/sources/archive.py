@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, cast
 
 from trtllm_entrypoint.errors import Error
-from trtllm_images import source_tree
+from trtllm_images.sources import tree as source_tree
 
 TIMEOUT_SECS = 60  # per socket operation; bodies are streamed
 CHUNK = 1 << 20

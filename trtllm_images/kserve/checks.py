@@ -11,7 +11,7 @@ from typing import get_args
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.config.variables import VARIABLES, Frontend
 from trtllm_entrypoint.contract import HUB_ID_RULE, is_hub_id
-from trtllm_images.kserve_fields import KServeFields
+from trtllm_images.kserve.fields import KServeFields
 
 CACHE_MODES = ("emptydir", "pvc")
 FRONTENDS: tuple[str, ...] = get_args(Frontend)  # the entrypoint's FRONTEND values

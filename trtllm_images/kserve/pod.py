@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.contract import DEFAULT_CACHE_DIR, UID
-from trtllm_images.kserve_checks import toleration
-from trtllm_images.kserve_options import KServeOptions
+from trtllm_images.kserve.checks import toleration
+from trtllm_images.kserve.options import KServeOptions
 from trtllm_images.plan import make_build_plan
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from trtllm_images import pod
-from trtllm_images.pod import GPU, GRPC_PORT, STARTUP_BUDGET_SECONDS
+from trtllm_images.kserve import pod
+from trtllm_images.kserve.pod import GPU, GRPC_PORT, STARTUP_BUDGET_SECONDS
 
 if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix

@@ -23,8 +23,8 @@ from pathlib import Path, PurePosixPath
 
 from trtllm_entrypoint.errors import Error
 from trtllm_images.matrix import DEFAULT_PATH
-from trtllm_images.safe_archive import download
-from trtllm_images.source_cache import cache_root
+from trtllm_images.sources.archive import download
+from trtllm_images.sources.cache import cache_root
 
 LOCK_PATH = DEFAULT_PATH.parent / "vendor.lock.json"
 FORMATS = ("zip", "deb")

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtllm_entrypoint.errors import Error
-from trtllm_images import safe_archive, source_tree
 from trtllm_images.atomic import publish_dir, write_atomic
-from trtllm_images.upstream import FROM_GIT, LOCK_PATH, REFRESH, REQUIRE_PINNED_FLAG, Lock, Pin
+from trtllm_images.sources import archive as safe_archive
+from trtllm_images.sources import tree as source_tree
+from trtllm_images.sources.upstream import FROM_GIT, LOCK_PATH, REFRESH, REQUIRE_PINNED_FLAG, Lock, Pin
 
 TRUST_FILE = "trusted.json"
 

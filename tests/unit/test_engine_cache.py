@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.image_data import ENGINE_DEFAULTS
-from trtllm_entrypoint.config.image_facts import ImageFacts
+from tests import factories
 from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.engine.cache import (
     EngineCache,
@@ -53,7 +53,7 @@ SETTINGS = dict(
     exit_timeout_secs=30,
     lock_timeout_secs=3600,
 )
-FACTS = ImageFacts(
+FACTS = factories.image_facts(
     tag="25.01",
     tensorrt_llm="0.17.0",
     tensorrt="10.8.0.43",

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from harness.image_data import FACTS, image_facts
+from tests import factories
 from trtllm_entrypoint import contract
-from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.launch import argv as launch
 from trtllm_entrypoint.launch import supervise
@@ -18,7 +18,7 @@ TS = contract.TRITONSERVER
 
 
 def make_settings(**env):
-    return Settings.from_env({"CACHE_DIR": "/var/cache/trtllm", **env}, FACTS)
+    return factories.settings(**env)
 
 
 def rank0(prefix="prefix0_"):
@@ -110,7 +110,7 @@ def test_llmapi_is_one_server_with_auto_complete():
 
 
 def openai_settings(facts=FACTS, **env):
-    return Settings.from_env({"CACHE_DIR": "/var/cache/trtllm", "FRONTEND": "openai", **env}, facts)
+    return factories.settings(facts, FRONTEND="openai", **env)
 
 
 @pytest.mark.parametrize(
@@ -119,8 +119,7 @@ def openai_settings(facts=FACTS, **env):
 def test_openai_runs_tritonserver_as_triton_mode_does_plus_the_front(tag, workflow):
     facts = image_facts(tag)
     settings = openai_settings(facts, WORKFLOW=workflow, TRITON_ADMIN_KEY="k" * 20, RESTRICTED_APIS="inference")
-    triton = Settings.from_env({"CACHE_DIR": "/var/cache/trtllm", "WORKFLOW": workflow, "TRITON_ADMIN_KEY": "k" * 20,
-                                "RESTRICTED_APIS": "inference"}, facts)  # fmt: skip
+    triton = factories.settings(facts, WORKFLOW=workflow, TRITON_ADMIN_KEY="k" * 20, RESTRICTED_APIS="inference")
     repo = Path("/repo")
     argv = launch.server_argv(settings, facts, repo, 1, uid=1000)
     assert argv == launch.server_argv(triton, facts, repo, 1, uid=1000)  # the same tritonserver, restrictions too

@@ -13,8 +13,8 @@ import yaml
 
 from harness.image_data import ENGINE_DEFAULTS, FACTS
 from harness.upstream_files import upstream_path
+from tests import factories
 from trtllm_entrypoint import contract
-from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.repository import check as repository_check
@@ -32,7 +32,7 @@ TOKENIZER = Path("/var/cache/trtllm/models/org--name")
 
 
 def make_settings(**env):
-    return Settings.from_env({"CACHE_DIR": "/var/cache/trtllm", **env}, FACTS)
+    return factories.settings(**env)
 
 
 def need(root: str) -> Path:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trtllm_entrypoint.config.image_facts import ImageFacts
+from tests import factories
 from trtllm_entrypoint.config.records import CommandLine
 from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.errors import UsageError
@@ -15,7 +15,7 @@ from trtllm_entrypoint.model.locate import ModelSource
 from trtllm_entrypoint.openai.plan import FrontPlan
 
 # An image whose TensorRT-LLM deprecates engines: llmapi is its default workflow.
-FACTS = ImageFacts(
+FACTS = factories.image_facts(
     tag="25.10",
     tensorrt_llm="1.0.0",
     tensorrt=None,
@@ -30,9 +30,7 @@ CACHE = Path("/cache")
 
 
 def settings(command_line: CommandLine | None = None, **env: str) -> Settings:
-    return Settings.from_env(
-        {"CACHE_DIR": str(CACHE), "TRITON_ADMIN_KEY": "k" * 16, **env}, FACTS, command_line or CommandLine()
-    )
+    return factories.settings(FACTS, command_line, CACHE_DIR=str(CACHE), TRITON_ADMIN_KEY="k" * 16, **env)
 
 
 def model(kind: str, path: str | None = "/models/m") -> Located:

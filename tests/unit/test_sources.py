@@ -11,8 +11,7 @@ from unittest import mock
 import pytest
 
 from harness.upstream_files import upstream_path
-from trtllm_entrypoint.config.image_facts import ImageFacts
-from trtllm_entrypoint.config.settings import Settings
+from tests import factories
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.model import digest as model_digest
@@ -23,7 +22,7 @@ from trtllm_entrypoint.model.locate import ModelSource, classify_dir, identity
 
 hub_errors = pytest.importorskip("huggingface_hub.errors")
 
-FACTS = ImageFacts(
+FACTS = factories.image_facts(
     tag="25.05",
     tensorrt_llm="0.19.0",
     tensorrt=None,
@@ -37,7 +36,7 @@ TOKEN = "hf_do_not_leak_this_token"
 
 
 def make_settings(tmp_path, **env):
-    return Settings.from_env({"CACHE_DIR": str(tmp_path / "cache"), **env}, FACTS)
+    return factories.settings(FACTS, CACHE_DIR=str(tmp_path / "cache"), **env)
 
 
 def write(path: Path, text: str) -> Path:

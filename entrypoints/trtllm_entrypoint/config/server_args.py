@@ -48,7 +48,7 @@ def _flags(*names: str) -> tuple[Flag, ...]:
     return tuple(Flag(name) for name in names)
 
 
-# tritonserver 2.51.0's options, as its --help lists them (tests/unit/test_real_triton_flags.py compares).
+# tritonserver 2.51.0's options, as its --help lists them (tests/real/test_real_triton_flags.py compares).
 TRITONSERVER = (
     Flag("--help", value=False),
     *_flags("--id", "--exit-timeout-secs", "--log-verbose", "--log-info", "--log-warning", "--log-error"),

@@ -23,7 +23,7 @@ from harness import realtriton
 from harness.doubles import python_models_origin
 from harness.image import KEY, TEMPLATE_SETS, Image, prepared_argv, templates_for
 from harness.tiny_checkpoint import PROMPT, PROMPT_WORDS
-from tests.unit.test_real_triton_security import HEADER
+from tests.real.test_real_triton_security import HEADER
 from trtllm_entrypoint.repository import fill
 
 MAX_TOKENS = 4

@@ -23,7 +23,7 @@ import pytest
 from harness import realtriton
 from harness.image import Image, templates_for
 from harness.tiny_checkpoint import PROMPT_WORDS
-from tests.unit.test_real_triton_security import GENERATE, GRPC_HEADER, HEADER
+from tests.real.test_real_triton_security import GENERATE, GRPC_HEADER, HEADER
 from trtllm_entrypoint.config import server_args
 from trtllm_entrypoint.errors import UsageError
 

@@ -33,7 +33,7 @@ from benchmarks.report import Metric, Target
 from benchmarks.serving_stats import StreamRun, percentile
 from harness import realfront, realtriton
 from harness.tiny_checkpoint import PROMPT
-from trtllm_entrypoint import cpus
+from trtllm_entrypoint.config import cpus
 
 SMALL_CONCURRENCY = (1, 16, 64)
 LARGE_CONCURRENCY = (16, 64, 256)

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from harness.image import TEMPLATE_SETS, templates_for
-from trtllm_entrypoint import pbtxt
 from trtllm_entrypoint.openai import engine
+from trtllm_entrypoint.repository import pbtxt
 
 
 def declared_inputs(templates: str) -> frozenset[str]:

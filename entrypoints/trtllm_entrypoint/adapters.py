@@ -490,3 +490,46 @@ def set_key(adapters: Sequence[Adapter], storage: str, tensorrt_llm: str) -> str
 def served_adapters(adapters: Sequence[Adapter]) -> dict[str, int]:
     """What the front needs: adapter name -> task id."""
     return {a.name: a.task_id for a in adapters}
+
+
+# --- the converter's output --------------------------------------------------------------------------------------
+
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def npy_header(path: Path) -> tuple[str, tuple[int, ...]]:
+    """(dtype, shape) of a NumPy .npy file, read from its header with the standard library (versions 1 to 3)."""
+    with open(path, "rb") as handle:
+        head = handle.read(10)
+        if len(head) < 10 or not head.startswith(NPY_MAGIC) or head[6] not in (1, 2, 3):
+            raise ValueError(f"{path.name} is not a .npy file")
+        if head[6] == 1:
+            (length,) = struct.unpack("<H", head[8:10])
+        else:
+            (length,) = struct.unpack("<I", head[8:10] + handle.read(2))
+        text = handle.read(length).decode("latin1")
+    descr = re.search(r"'descr':\s*'([^']+)'", text)
+    shape = re.search(r"'shape':\s*\(([^)]*)\)", text)
+    if descr is None or shape is None:
+        raise ValueError(f"{path.name} has no dtype or shape in its header")
+    return descr.group(1), tuple(int(d) for d in shape.group(1).replace(",", " ").split())
+
+
+def layout_problem(folder: Path, adapter: Adapter) -> str | None:
+    """Why one task folder is not what the backend loads for `adapter`, or None: exactly the two files, the config
+    int32 [1, rows, 3] and the weights [1, rows, width] with one row per (layer, module) of the adapter."""
+    present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    if present != sorted(PREFETCH_FILES):
+        return f"{folder} holds {present or 'nothing'}, not {', '.join(PREFETCH_FILES)}"
+    try:
+        weights, config = (npy_header(folder / name) for name in PREFETCH_FILES)
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    if config[0] != "<i4" or len(config[1]) != 3 or config[1][0] != 1 or config[1][2] != 3:
+        return f"{folder.name}/model.lora_config.npy is {config[0]} {list(config[1])}, not int32 [1, rows, 3]"
+    if len(weights[1]) != 3 or weights[1][:2] != (1, adapter.rows) or config[1][1] != adapter.rows:
+        return (
+            f"{folder.name}: {weights[1]} weights and {config[1]} config rows for an adapter of {adapter.rows} "
+            "(layer, module) pairs: the converter dropped some"
+        )
+    return None

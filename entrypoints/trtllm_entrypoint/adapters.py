@@ -50,6 +50,25 @@ def bad_adapter(name: str, problem: str, hint: str) -> UsageError:
     return UsageError(f"{VARIABLE}: adapter {name!r} {problem}", hint)
 
 
+FEATURE = "lora_prefetch"  # capabilities.yaml: the backend loads adapters from lora_prefetch_dir
+
+
+def check_servable(workflow: str, features: Iterable[str], tag: str, first_tag: str | None) -> None:
+    """LORA_DIR where adapters cannot be served is refused at start (exit 2), before any download: only the C++
+    tensorrt_llm model with lora_prefetch_dir selects an adapter by its task id alone."""
+    if workflow == "engine" and FEATURE in set(features):
+        return
+    first = f"tag {first_tag} or later" if first_tag else "a newer tag"
+    if workflow != "engine":
+        why = f"WORKFLOW={workflow} takes no per-request adapter"
+    else:
+        why = f"image {tag}'s backend cannot load adapters at start (lora_prefetch_dir)"
+    raise UsageError(
+        f"{VARIABLE} cannot be served here: {why}; adapters need WORKFLOW=engine on {first}",
+        f"use {first} with WORKFLOW=engine, or unset {VARIABLE}",
+    )
+
+
 # --- the safetensors header --------------------------------------------------------------------------------------
 
 

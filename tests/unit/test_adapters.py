@@ -229,3 +229,15 @@ def test_the_prefetch_key_follows_content_names_and_converter(tmp_path):
     assert key != adapters.set_key([replace(a, digest="2")], "float16", "0.19.0")
     assert key != adapters.set_key([a], "bfloat16", "0.19.0")
     assert key != adapters.set_key([a], "float16", "0.20.0")
+
+
+def test_lora_dir_is_refused_where_adapters_cannot_be_served_naming_the_first_tag_that_can():
+    adapters.check_servable("engine", ["lora_prefetch", "engine_build"], "25.05", "25.05")
+    with pytest.raises(UsageError) as exc:
+        adapters.check_servable("engine", ["engine_build"], "25.01", "25.05")
+    assert "image 25.01's backend cannot load adapters" in one_line(exc) and "WORKFLOW=engine on tag 25.05" in str(
+        exc.value
+    )
+    with pytest.raises(UsageError) as exc:
+        adapters.check_servable("llmapi", ["lora_prefetch"], "26.07", "25.05")
+    assert "WORKFLOW=llmapi takes no per-request adapter" in one_line(exc)

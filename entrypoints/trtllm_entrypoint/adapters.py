@@ -454,6 +454,30 @@ def lora_build(adapters: Sequence[Adapter], plugin_dtype: str) -> LoraBuild:
     )
 
 
+def check_prebuilt(build_config: Mapping[str, Any], needed: LoraBuild, engine_dir: Path) -> None:
+    """A prebuilt engine (ENGINE_DIR) serves the adapters only when it was built with the LoRA plugin for their
+    modules and at least their rank (its config.json: plugin_config.lora_plugin, lora_config)."""
+    plugin = (build_config.get("plugin_config") or {}).get("lora_plugin")
+    lora = build_config.get("lora_config") or {}
+    modules = set(lora.get("lora_target_modules") or ())
+    rank = lora.get("max_lora_rank") if isinstance(lora.get("max_lora_rank"), int) else 0
+    hint = f"rebuild it with {' '.join(needed.argv())}, or unset ENGINE_DIR to have the engine built"
+    if not plugin or plugin == "disable":
+        raise UsageError(f"ENGINE_DIR={engine_dir} was built without the LoRA plugin: it cannot serve {VARIABLE}", hint)
+    missing = sorted(set(needed.target_modules) - modules)
+    if missing:
+        raise UsageError(
+            f"ENGINE_DIR={engine_dir} was built for LoRA on {', '.join(sorted(modules)) or 'no module'}; "
+            f"{VARIABLE}'s adapters also change {', '.join(missing)}",
+            hint,
+        )
+    if rank < needed.max_rank:
+        raise UsageError(
+            f"ENGINE_DIR={engine_dir} was built with --max_lora_rank {rank}; {VARIABLE} holds rank {needed.max_rank}",
+            hint,
+        )
+
+
 def storage_dtype(dtype: str, base_config: Mapping[str, Any]) -> str:
     """The converted weights' dtype: the engine's (DTYPE, or the checkpoint's own for `auto`)."""
     if dtype in STORAGE_BYTES:

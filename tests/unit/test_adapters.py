@@ -241,3 +241,24 @@ def test_lora_dir_is_refused_where_adapters_cannot_be_served_naming_the_first_ta
     with pytest.raises(UsageError) as exc:
         adapters.check_servable("llmapi", ["lora_prefetch"], "26.07", "25.05")
     assert "WORKFLOW=llmapi takes no per-request adapter" in one_line(exc)
+
+
+def test_a_prebuilt_engine_must_have_been_built_for_the_adapters(tmp_path):
+    needed = adapters.LoraBuild("float16", ("attn_q", "attn_v"), 8)
+    fits = {
+        "plugin_config": {"lora_plugin": "float16"},
+        "lora_config": {"lora_target_modules": ["attn_q", "attn_k", "attn_v"], "max_lora_rank": 16},
+    }
+    adapters.check_prebuilt(fits, needed, tmp_path)
+    cases = [
+        ({"plugin_config": {"lora_plugin": None}}, "was built without the LoRA plugin"),
+        ({**fits, "lora_config": {"lora_target_modules": ["attn_q"], "max_lora_rank": 16}}, "also change attn_v"),
+        (
+            {**fits, "lora_config": {"lora_target_modules": ["attn_q", "attn_v"], "max_lora_rank": 4}},
+            "--max_lora_rank 4",
+        ),
+    ]
+    for build_config, expected in cases:
+        with pytest.raises(UsageError) as exc:
+            adapters.check_prebuilt(build_config, needed, tmp_path)
+        assert expected in one_line(exc) and "--lora_plugin float16" in str(exc.value)

@@ -460,7 +460,8 @@ def check_prebuilt(build_config: Mapping[str, Any], needed: LoraBuild, engine_di
     plugin = (build_config.get("plugin_config") or {}).get("lora_plugin")
     lora = build_config.get("lora_config") or {}
     modules = set(lora.get("lora_target_modules") or ())
-    rank = lora.get("max_lora_rank") if isinstance(lora.get("max_lora_rank"), int) else 0
+    found = lora.get("max_lora_rank")
+    rank: int = found if isinstance(found, int) else 0
     hint = f"rebuild it with {' '.join(needed.argv())}, or unset ENGINE_DIR to have the engine built"
     if not plugin or plugin == "disable":
         raise UsageError(f"ENGINE_DIR={engine_dir} was built without the LoRA plugin: it cannot serve {VARIABLE}", hint)

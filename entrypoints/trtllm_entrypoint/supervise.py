@@ -9,14 +9,18 @@ code (tritonserver's when it is the one), so a restart policy restarts all of it
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from trtllm_entrypoint import contract
+from trtllm_entrypoint.openai.metrics import MULTIPROC_VARIABLE
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 POLL_S = 0.2
@@ -34,6 +38,18 @@ def front_environ(base: Mapping[str, str], key: str) -> dict[str, str]:
     return {**base, **extra, contract.FRONT_KEY_VARIABLE: key, "PYTHONUNBUFFERED": "1"}
 
 
+@contextlib.contextmanager
+def metrics_dir() -> Iterator[str]:
+    """Where the front's workers keep their metric values (prometheus_client's multiprocess mode), summed by whichever
+    worker answers a scrape: created empty for every start (a previous run's files would add its counts), private to
+    this UID (mode 0700), removed when the front stops."""
+    path = tempfile.mkdtemp(prefix="trtllm-front-metrics-")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def run(
     server_argv: Sequence[str],
     front_argv: Sequence[str],
@@ -42,6 +58,17 @@ def run(
     front_env: Mapping[str, str],
 ) -> int:
     """Start them all, wait until one ends or a stop signal comes, stop the rest; the exit code."""
+    with metrics_dir() as metrics:
+        return _run(server_argv, front_argv, workers, server_env, {**front_env, MULTIPROC_VARIABLE: metrics})
+
+
+def _run(
+    server_argv: Sequence[str],
+    front_argv: Sequence[str],
+    workers: int,
+    server_env: Mapping[str, str],
+    front_env: Mapping[str, str],
+) -> int:
     stopping: list[int] = []
     for sig in STOP_SIGNALS:
         signal.signal(sig, lambda number, _frame: stopping.append(number))

@@ -33,7 +33,7 @@ def imports(path: Path) -> list[tuple[str, bool]]:
 
 # The OpenAI front runs in processes of its own, with its libraries on a private path (contract.FRONT_DIR): every module
 # of openai/ but the plan the entrypoint hands it (openai_api/openai_front: the front before it moved into openai/).
-FRONT_LIBRARIES = {"aiohttp", "msgspec", "jinja2", "tokenizers", "transformers"}
+FRONT_LIBRARIES = {"aiohttp", "msgspec", "jinja2", "tokenizers", "transformers", "prometheus_client"}
 
 
 def container_modules() -> dict[str, Path]:

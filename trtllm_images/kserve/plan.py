@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry
 
 MODEL_FORMAT = "tensorrt-llm"  # our own format, so auto-selection never competes with kserve-tritonserver
+HTTP_PORT_NAME = "http1"  # KServe's name for the port it routes HTTP to (the OpenAI front's with --frontend openai)
 PROTOCOLS = ("v2", "grpc-v2")  # --frontend openai declares none: the OpenAI API is none of KServe's protocols
 MODELS_VOLUME = "models"
 ISVC_LABEL = "serving.kserve.io/inferenceservice"  # KServe puts it on every predictor pod
@@ -66,7 +67,8 @@ def make_kserve_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
             documents.append(_pvc(options))
         documents.append(_inference_service(options, entry.default_workflow))
         if options.autoscaled:  # the autoscaler's data; it needs the Prometheus Operator (docs/kserve.md)
-            documents.append(pod.pod_monitor(options, f"{options.name}-triton", {ISVC_LABEL: options.name}))
+            labels = {ISVC_LABEL: options.name}
+            documents.append(pod.pod_monitor(options, f"{options.name}-triton", labels, front_port=HTTP_PORT_NAME))
         if options.warm_job:
             documents.append(_warm_job(options, image))
     # An image given with --image is the user's own; only the default one must be an image build.py makes.
@@ -106,7 +108,7 @@ def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
             }
         ),
         # One port only: Knative rejects more, and KServe's Service sends port 80 to the first one.
-        "ports": [{"name": "http1", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        "ports": [{"name": HTTP_PORT_NAME, "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": pod.gpu_resources(o, o.gpus),
         **pod.serving_probes(o.frontend),
         "securityContext": pod.security_context(),
@@ -150,7 +152,7 @@ def _inference_service(o: KServeOptions, workflow: str) -> dict:
             "env": pod.model_env(o) + pod.admin_key_env(o),
             # Both ports, HTTP first: raw deployments expose every declared port, the first one as the Service's
             # port 80.
-            "ports": [{"name": "http1", "containerPort": HTTP_PORT, "protocol": "TCP"}]
+            "ports": [{"name": HTTP_PORT_NAME, "containerPort": HTTP_PORT, "protocol": "TCP"}]
             + ([] if o.frontend == "openai" else [{"name": "grpc-v2", "containerPort": GRPC_PORT, "protocol": "TCP"}])
             + [{"name": pod.METRICS_PORT_NAME, "containerPort": DEFAULT_METRICS_PORT, "protocol": "TCP"}],
             "resources": pod.gpu_resources(o, o.gpus),

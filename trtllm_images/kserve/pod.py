@@ -143,12 +143,15 @@ def cache_volume(o: KServeOptions) -> dict:
     return {"name": CACHE_VOLUME, "emptyDir": {}}
 
 
-def pod_monitor(o: KServeOptions, name: str, labels: dict[str, str]) -> dict:
-    """How Prometheus (through the Prometheus Operator) scrapes Triton's metrics port of the serving pods."""
-    endpoint = {"port": METRICS_PORT_NAME, "path": "/metrics", "interval": SCRAPE_INTERVAL}
+def pod_monitor(o: KServeOptions, name: str, labels: dict[str, str], front_port: str | None = None) -> dict:
+    """How Prometheus (through the Prometheus Operator) scrapes the serving pods: Triton's metrics port, and with
+    --frontend openai the front's own /metrics on `front_port` (its LLM metrics, docs/metrics.md)."""
+    endpoints = [{"port": METRICS_PORT_NAME, "path": "/metrics", "interval": SCRAPE_INTERVAL}]
+    if o.frontend == "openai" and front_port is not None:
+        endpoints.append({"port": front_port, "path": "/metrics", "interval": SCRAPE_INTERVAL})
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
         "metadata": meta(name, o.namespace),
-        "spec": {"selector": {"matchLabels": labels}, "podMetricsEndpoints": [endpoint]},
+        "spec": {"selector": {"matchLabels": labels}, "podMetricsEndpoints": endpoints},
     }

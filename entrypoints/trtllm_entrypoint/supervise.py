@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 
 from trtllm_entrypoint import contract
-from trtllm_entrypoint.openai.metrics import MULTIPROC_VARIABLE
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 POLL_S = 0.2
@@ -59,7 +58,7 @@ def run(
 ) -> int:
     """Start them all, wait until one ends or a stop signal comes, stop the rest; the exit code."""
     with metrics_dir() as metrics:
-        return _run(server_argv, front_argv, workers, server_env, {**front_env, MULTIPROC_VARIABLE: metrics})
+        return _run(server_argv, front_argv, workers, server_env, {**front_env, contract.FRONT_METRICS_VARIABLE: metrics})
 
 
 def _run(

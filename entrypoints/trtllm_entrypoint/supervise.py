@@ -58,7 +58,8 @@ def run(
 ) -> int:
     """Start them all, wait until one ends or a stop signal comes, stop the rest; the exit code."""
     with metrics_dir() as metrics:
-        return _run(server_argv, front_argv, workers, server_env, {**front_env, contract.FRONT_METRICS_VARIABLE: metrics})
+        front_env = {**front_env, contract.FRONT_METRICS_VARIABLE: metrics}
+        return _run(server_argv, front_argv, workers, server_env, front_env)
 
 
 def _run(

@@ -21,7 +21,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from trtllm_entrypoint import contract
-from trtllm_entrypoint.openai.metrics import MULTIPROC_VARIABLE
 from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.storage import paths
 
@@ -63,7 +62,8 @@ def run(
 ) -> int:
     """Start them all, wait until one ends or a stop signal comes, stop the rest; the exit code."""
     with metrics_dir() as metrics:
-        return _run(server_argv, front_argv, workers, server_env, {**front_env, MULTIPROC_VARIABLE: metrics})
+        front_env = {**front_env, contract.FRONT_METRICS_VARIABLE: metrics}
+        return _run(server_argv, front_argv, workers, server_env, front_env)
 
 
 def _run(

@@ -20,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-MULTIPROC_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+from trtllm_entrypoint import contract
+
+MULTIPROC_VARIABLE = contract.FRONT_METRICS_VARIABLE
 PREFIX = "vllm:"
 LABELS = ("model_name", "lora_name")
 # vLLM's buckets (vllm/v1/metrics/loggers.py): the same le= values keep histogram_quantile() comparable.

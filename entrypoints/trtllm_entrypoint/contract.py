@@ -6,6 +6,8 @@ import re
 
 # Where KServe's storage initializer, PVC or modelcar puts the model; always treated as read-only.
 KSERVE_MODEL_DIR = "/mnt/models"
+# Where `build.py kserve --adapters` mounts the LoRA adapters' claim (read-only), named in LORA_DIR.
+KSERVE_ADAPTERS_DIR = "/mnt/adapters"
 
 # Written by build.py into every image: the whole matrix as JSON, and the tag that describes the image.
 MATRIX_FILE = "/etc/trtllm-images/matrix.json"

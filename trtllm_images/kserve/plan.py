@@ -18,6 +18,7 @@ from trtllm_entrypoint import contract
 from trtllm_entrypoint.contract import DEFAULT_CACHE_DIR, DEFAULT_METRICS_PORT, KSERVE_MODEL_DIR, UID
 from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images.atomic import write_atomic
+from trtllm_images.capabilities import load_capabilities
 from trtllm_images.kserve import multinode, pod, scaling
 from trtllm_images.kserve.findings import CONTAINER, semantic_findings
 from trtllm_images.kserve.options import KServeOptions, to_flags
@@ -56,6 +57,12 @@ def make_kserve_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
         raise UsageError(
             f"--frontend openai: image {entry.tag} has no Triton OpenAI frontend",
             f"use --tag {first} or later" if first else "use --frontend triton",
+        )
+    if options.adapters and "lora_prefetch" not in load_capabilities().features_of(entry):
+        first = next((e.tag for e in matrix.supported() if "lora_prefetch" in load_capabilities().features_of(e)), None)
+        raise UsageError(
+            f"--adapters: image {entry.tag}'s backend cannot serve LoRA adapters (docs/lora.md)",
+            f"use --tag {first} or later" if first else "leave out --adapters",
         )
     image = options.image or default_image
     if options.nodes > 1:  # KServe's multi-node path is Ray's: a LeaderWorkerSet instead (docs/kserve.md)
@@ -156,7 +163,7 @@ def _inference_service(o: KServeOptions, workflow: str) -> dict:
             + ([] if o.frontend == "openai" else [{"name": "grpc-v2", "containerPort": GRPC_PORT, "protocol": "TCP"}])
             + [{"name": pod.METRICS_PORT_NAME, "containerPort": DEFAULT_METRICS_PORT, "protocol": "TCP"}],
             "resources": pod.gpu_resources(o, o.gpus),
-            "volumeMounts": [{"name": pod.CACHE_VOLUME, "mountPath": DEFAULT_CACHE_DIR}],
+            "volumeMounts": [{"name": pod.CACHE_VOLUME, "mountPath": DEFAULT_CACHE_DIR}, *pod.adapters_volume(o)[1]],
         }
     )
     predictor: dict[str, Any] = {"minReplicas": o.min_replicas, "maxReplicas": o.max_replicas}
@@ -174,7 +181,7 @@ def _inference_service(o: KServeOptions, workflow: str) -> dict:
             "securityContext": {"fsGroup": UID},
             **pod.pod_settings(o),
             "model": model,
-            "volumes": [pod.cache_volume(o)],
+            "volumes": [pod.cache_volume(o), *pod.adapters_volume(o)[0]],
         }
     )
     return {
@@ -231,6 +238,8 @@ def _warm_job(o: KServeOptions, image: str) -> dict:
             mount["subPath"] = sub_path
         mounts.append(mount)
         volumes.append({"name": MODELS_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+    volumes += pod.adapters_volume(o)[0]
+    mounts += pod.adapters_volume(o)[1]
     container = {
         "name": "prepare",
         "image": image,

@@ -68,7 +68,11 @@ class Prepared:
                 "health_url": health_url(self.plan.health_port, self.plan.health_path),
                 "front": None
                 if self.front is None or self.launch.front is None
-                else {"argv": self.front, "workers": self.launch.front.workers},
+                else {
+                    "argv": self.front,
+                    "workers": self.launch.front.workers,
+                    "plan": json.loads(self.launch.front.to_json()),  # what each worker reads from its environment
+                },
                 "plan": self.launch.describe(),
                 "ready": self.ready,
             },

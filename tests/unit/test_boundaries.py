@@ -32,8 +32,10 @@ def imports(path: Path) -> list[tuple[str, bool]]:
 
 
 # The OpenAI front runs in processes of its own, with its libraries on a private path (contract.FRONT_DIR): every module
-# of openai/ but the plan the entrypoint hands it (openai_api/openai_front: the front before it moved into openai/).
+# of openai/ but the plan the entrypoint hands it.
 FRONT_LIBRARIES = {"aiohttp", "msgspec", "jinja2", "tokenizers", "transformers", "prometheus_client"}
+# What the front takes from the rest of the container package: leaves only, which never import the front back.
+FRONT_USES = {"contract", "errors", "repository.pbtxt"}
 
 
 def container_modules() -> dict[str, Path]:
@@ -51,15 +53,13 @@ def wing(module: str) -> str:
         return "base"
     if "." in module or module in WINGS or module in FRONT_WINGS:
         return module.split(".")[0]
-    if module.startswith("openai_"):
-        return "openai"
     return "main" if module in ("main", "__main__") else "base"
 
 
 # Each wing imports only the wings below it (and itself): every arrow points down.
 WINGS = ["base", "storage", "config", "repository", "model", "engine", "launch", "inspection", "main"]
-# The front is a program of its own beside the serve pipeline: it reads the filled repository's config, nothing above.
-FRONT_WINGS = {"openai": {"base", "storage", "config", "repository", "openai"}}
+# The front is a program of its own beside the serve pipeline: it reads the filled repository's config (FRONT_USES).
+FRONT_WINGS = {"openai": {"base", "repository", "openai"}}
 
 
 def allowed_wings(own: str) -> set[str]:
@@ -97,6 +97,16 @@ def test_every_arrow_between_the_wings_points_down():
         if wing(used) not in allowed_wings(wing(module))
     ]
     assert offenders == []
+
+
+def test_the_front_takes_only_leaves_from_the_rest_of_the_package():
+    modules = container_modules()
+    for module, path in modules.items():
+        if is_front(module):
+            used = our_modules(path, "trtllm_entrypoint", set(modules))
+            assert {m for m in used if not is_front(m)} <= FRONT_USES | {"openai.plan"}, module
+    for leaf in sorted(FRONT_USES):
+        assert our_modules(modules[leaf], "trtllm_entrypoint", set(modules)) <= FRONT_USES, leaf
 
 
 def test_the_front_is_imported_only_through_its_plan():
@@ -213,7 +223,7 @@ def test_container_side_compiles_and_imports_on_python_3_10():
 # Only these read the environment: the settings parse it (through environment.py's typed reads, and credentials.py
 # masks every URL password it holds), the facts say what the image is, main hands the mapping on, and `health` (the
 # image's HEALTHCHECK, a process of its own) falls back to the ports it names without parsing every setting.
-# The front (openai/ but its plan) is a program of its own: its plan and the admin key come in its environment.
+# The OpenAI front's server is a program of its own: its plan and the admin key are handed to it in its environment.
 ENVIRONMENT_READERS = {
     "config.settings",
     "config.environment",
@@ -221,6 +231,7 @@ ENVIRONMENT_READERS = {
     "config.image_facts",
     "main",
     "launch.health",
+    "openai.server",
 }
 ENVIRONMENT_NAMES = {"env", "environ", "environment"}
 OS_ENVIRONMENT = {"environ", "environb", "getenv", "getenvb"}
@@ -286,7 +297,7 @@ def test_only_settings_facts_and_main_read_the_environment():
     found = [
         f"{module}:{line}"
         for module, path in container_modules().items()
-        if module not in ENVIRONMENT_READERS and not is_front(module)
+        if module not in ENVIRONMENT_READERS
         for line in environment_reads(path.read_text())
     ]
     assert found == [], (

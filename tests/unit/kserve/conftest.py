@@ -9,12 +9,12 @@ import yaml
 
 from harness.upstream_files import UpstreamMissing, upstream_path
 from harness.upstream_files import find as find_upstream
-from tests.unit.kserve.kserve_documents import SCALE_OUT_CRDS, _matrix
+from tests.unit.kserve.kserve_documents import SCALE_OUT_CRDS, load_matrix
 
 
 @pytest.fixture(scope="session")
 def the_matrix():
-    return _matrix()
+    return load_matrix()
 
 
 @pytest.fixture(scope="session")

@@ -59,12 +59,12 @@ DEPLOY_EXAMPLES = {
 
 
 @functools.cache
-def _matrix():
+def load_matrix():
     return matrix.load()
 
 
 def documents(options):
-    return kserve.make_kserve_plan(_matrix(), options).documents
+    return kserve.make_kserve_plan(load_matrix(), options).documents
 
 
 def unknown_fields(instance, schema, path="") -> list[str]:
@@ -220,9 +220,9 @@ def by_kind(docs, kind):
     return next(doc for doc in docs if doc["kind"] == kind)
 
 
-def _runtime_container(docs):
+def runtime_container(docs):
     return docs[0]["spec"]["containers"][0]
 
 
-def _isvc_model(docs):
+def isvc_model(docs):
     return by_kind(docs, "InferenceService")["spec"]["predictor"]["model"]

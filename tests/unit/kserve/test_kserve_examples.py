@@ -15,11 +15,11 @@ from harness.image_data import write_image_data
 from tests.unit.kserve.kserve_documents import (
     DEPLOY_EXAMPLES,
     REPO,
-    _isvc_model,
-    _matrix,
-    _runtime_container,
     documents,
     grid,
+    isvc_model,
+    load_matrix,
+    runtime_container,
 )
 from trtllm_entrypoint import contract
 from trtllm_images.kserve import plan as kserve
@@ -32,7 +32,7 @@ DEPLOY = REPO / "deploy"
 def test_deploy_files_are_current(entry, folder):
     """deploy/kserve and deploy/multinode are generated; a change in kserve.py must come with regenerated files."""
     options = DEPLOY_EXAMPLES[folder]
-    expected = kserve.render_files(kserve.make_kserve_plan(_matrix(), options))
+    expected = kserve.render_files(kserve.make_kserve_plan(load_matrix(), options))
     directory = DEPLOY / folder
     actual = {p.name: p.read_text(encoding="utf-8") for p in directory.glob("*.yaml")} if directory.is_dir() else {}
     refresh = (
@@ -109,10 +109,10 @@ def test_compose_config_refuses_a_broken_file(compose, tmp_path):
 
 def _pod_environments(docs):
     """The environment each pod's container gets: runtime env merged with the InferenceService's, or the Job's."""
-    runtime = {e["name"]: e.get("value") for e in _runtime_container(docs).get("env", []) if "value" in e}
+    runtime = {e["name"]: e.get("value") for e in runtime_container(docs).get("env", []) if "value" in e}
     for doc in docs:
         if doc["kind"] == "InferenceService":
-            model = {e["name"]: e["value"] for e in _isvc_model([doc]).get("env", []) if "value" in e}
+            model = {e["name"]: e["value"] for e in isvc_model([doc]).get("env", []) if "value" in e}
             yield "InferenceService", {**runtime, **model}
         elif doc["kind"] == "Job":
             (container,) = doc["spec"]["template"]["spec"]["containers"]
@@ -144,4 +144,4 @@ def test_the_entrypoint_accepts_every_generated_environment(options, entry, tmp_
 
 def refresh_deploy() -> None:
     for folder, options in DEPLOY_EXAMPLES.items():
-        kserve.write_files(DEPLOY / folder, kserve.render_files(kserve.make_kserve_plan(_matrix(), options)))
+        kserve.write_files(DEPLOY / folder, kserve.render_files(kserve.make_kserve_plan(load_matrix(), options)))

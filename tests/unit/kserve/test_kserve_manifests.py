@@ -17,10 +17,10 @@ from tests.unit.kserve.kserve_documents import (
     KNOBS,
     KNOBS_OPTIONS,
     MULTINODE_OPTIONS,
-    _isvc_model,
-    _matrix,
     by_kind,
     documents,
+    isvc_model,
+    load_matrix,
     validation_errors,
 )
 from trtllm_entrypoint.errors import UsageError
@@ -212,7 +212,7 @@ def test_printing_and_files_render_the_same_plan(the_matrix):
 
 
 def test_write_files_leaves_no_temp_files(tmp_path, entry):
-    files = kserve.render_files(kserve.make_kserve_plan(_matrix(), DEPLOY_OPTIONS))
+    files = kserve.render_files(kserve.make_kserve_plan(load_matrix(), DEPLOY_OPTIONS))
     written = kserve.write_files(tmp_path / "out", files)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(files) == sorted(p.name for p in written)
     assert all(p.read_text() == files[p.name] for p in written)
@@ -338,12 +338,12 @@ def test_every_pod_gets_the_cluster_settings(options, crd_validators):
             assert resources["limits"] == {"cpu": "16", "memory": "96Gi", "nvidia.com/gpu": gpus}
     for doc in docs:
         assert validation_errors(doc, crd_validators) == [], doc["kind"]
-    assert kserve_findings.semantic_findings(docs, _matrix()) == []
+    assert kserve_findings.semantic_findings(docs, load_matrix()) == []
 
 
 def test_resources_default_to_a_memory_limit_and_no_cpu_limit():
     """A namespace with a memory quota needs limits; a CPU limit would throttle tokenization, so none unless asked."""
-    model = _isvc_model(documents(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL)))
+    model = isvc_model(documents(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL)))
     assert model["resources"] == {
         "requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": "1"},
         "limits": {"memory": "32Gi", "nvidia.com/gpu": "1"},

@@ -16,7 +16,7 @@ from tests.unit.kserve.kserve_documents import (
     HUB_MODEL,
     KNOBS_OPTIONS,
     REPO,
-    _matrix,
+    load_matrix,
 )
 from trtllm_entrypoint.errors import UsageError
 from trtllm_images.kserve import options as kserve_options
@@ -173,7 +173,7 @@ def test_cli_reproduces_the_stamped_command(tmp_path, entry):
         args = shlex.split(kserve.command_line(options))[2:]  # drop "python build.py"
         result = CliRunner().invoke(cli, [*args, "--out", str(out)])
         assert result.exit_code == 0, result.output
-        expected = kserve.render_files(kserve.make_kserve_plan(_matrix(), options))
+        expected = kserve.render_files(kserve.make_kserve_plan(load_matrix(), options))
         assert {p.name: p.read_text() for p in out.iterdir()} == expected
 
 

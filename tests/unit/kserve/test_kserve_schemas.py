@@ -19,12 +19,12 @@ from tests.unit.kserve.kserve_documents import (
     HUB_MODEL,
     REPO,
     SCALE_OUT_CRDS,
-    _isvc_model,
-    _matrix,
-    _runtime_container,
     by_kind,
     documents,
     grid,
+    isvc_model,
+    load_matrix,
+    runtime_container,
     schema_errors,
     validation_errors,
 )
@@ -128,21 +128,21 @@ def _default_docs(entry):
 
 
 BREAKAGES = {
-    "container renamed": (lambda d: _runtime_container(d).update(name="main"), "no container named kserve-container"),
+    "container renamed": (lambda d: runtime_container(d).update(name="main"), "no container named kserve-container"),
     "unknown protocol": (lambda d: d[0]["spec"].update(protocolVersions=["v2", "v3"]), "protocolVersions ['v3']"),
-    "grpc port misnamed": (lambda d: _isvc_model(d)["ports"][1].update(name="rpc"), "gRPC port 9000 is named 'rpc'"),
-    "gpu count": (lambda d: _isvc_model(d)["resources"]["limits"].update({"nvidia.com/gpu": "2"}), "TP_SIZE*PP_SIZE"),
-    "literal token": (lambda d: _isvc_model(d)["env"].append({"name": "HF_TOKEN", "value": "x"}), "literal value"),
-    "token in args": (lambda d: _runtime_container(d).update(args=["--token=hf_" + "a" * 30]), "Hugging Face token"),
-    "no liveness": (lambda d: _runtime_container(d).pop("livenessProbe"), "no livenessProbe"),
+    "grpc port misnamed": (lambda d: isvc_model(d)["ports"][1].update(name="rpc"), "gRPC port 9000 is named 'rpc'"),
+    "gpu count": (lambda d: isvc_model(d)["resources"]["limits"].update({"nvidia.com/gpu": "2"}), "TP_SIZE*PP_SIZE"),
+    "literal token": (lambda d: isvc_model(d)["env"].append({"name": "HF_TOKEN", "value": "x"}), "literal value"),
+    "token in args": (lambda d: runtime_container(d).update(args=["--token=hf_" + "a" * 30]), "Hugging Face token"),
+    "no liveness": (lambda d: runtime_container(d).pop("livenessProbe"), "no livenessProbe"),
     "short startup": (
-        lambda d: _runtime_container(d)["startupProbe"].update(failureThreshold=10),
+        lambda d: runtime_container(d)["startupProbe"].update(failureThreshold=10),
         "startupProbe allows",
     ),
-    "unknown image": (lambda d: _runtime_container(d).update(image="trtllm-serve:99.01-trtllm-9"), "not one build.py"),
-    "v1 protocol": (lambda d: _isvc_model(d).pop("protocolVersion"), "protocolVersion 'v1' is not offered"),
-    "wrong runtime": (lambda d: _isvc_model(d).update(runtime="kserve-tritonserver"), "runtime 'kserve-tritonserver'"),
-    "wrong format": (lambda d: _isvc_model(d).update(modelFormat={"name": "onnx"}), "modelFormat"),
+    "unknown image": (lambda d: runtime_container(d).update(image="trtllm-serve:99.01-trtllm-9"), "not one build.py"),
+    "v1 protocol": (lambda d: isvc_model(d).pop("protocolVersion"), "protocolVersion 'v1' is not offered"),
+    "wrong runtime": (lambda d: isvc_model(d).update(runtime="kserve-tritonserver"), "runtime 'kserve-tritonserver'"),
+    "wrong format": (lambda d: isvc_model(d).update(modelFormat={"name": "onnx"}), "modelFormat"),
     "competes": (
         lambda d: d[0]["spec"]["supportedModelFormats"].append({"name": "triton", "version": "2", "autoSelect": True}),
         "competes",
@@ -171,7 +171,7 @@ def test_a_plan_breaking_kserve_rules_is_refused(monkeypatch):
         lambda: {"name": "devshm", "emptyDir": {}, "env": [{"name": "API_KEY", "value": "literal"}]},
     )
     with pytest.raises(Error, match="break KServe's rules: .*API_KEY has a literal value"):
-        kserve.make_kserve_plan(_matrix(), kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL))
+        kserve.make_kserve_plan(load_matrix(), kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL))
 
 
 def test_two_runtimes_with_the_same_format_priority_are_caught(entry):

@@ -7,22 +7,18 @@ request named (empty for the base model).
 
 The front runs as several processes sharing one port, and a scrape reaches one of them: every process writes its
 values into files of one directory (prometheus_client's multiprocess mode, PROMETHEUS_MULTIPROC_DIR, which the
-supervisor creates fresh and private for each start), and whichever process answers the scrape sums them all. The
-variable must be set before prometheus_client is first imported: the front's processes get it in their environment.
-Without it (one process, tests) the values stay in memory.
+supervisor creates fresh and private for each start), and whichever process answers the scrape sums them all.
+prometheus_client reads that variable when it is first imported: the front's processes get it in their environment,
+and server.py hands the same directory here. Without it (one process, tests) the values stay in memory.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtllm_entrypoint import contract
-
-MULTIPROC_VARIABLE = contract.FRONT_METRICS_VARIABLE
 PREFIX = "vllm:"
 LABELS = ("model_name", "lora_name")
 # vLLM's buckets (vllm/v1/metrics/loggers.py): the same le= values keep histogram_quantile() comparable.
@@ -53,12 +49,12 @@ def buckets_1_2_5(largest: int) -> tuple[int, ...]:
 class Metrics:
     """Every family the front reports, and the scrape's text. One per process."""
 
-    def __init__(self, max_model_len: int) -> None:
+    def __init__(self, max_model_len: int, multiproc_dir: str | None = None) -> None:
         # Imported here: the multiprocess switch is read at prometheus_client's first import.
         import prometheus_client as prom  # noqa: PLC0415
 
         self._prom = prom
-        self.multiproc_dir = os.environ.get(MULTIPROC_VARIABLE) or None
+        self.multiproc_dir = multiproc_dir or None
         # Families live in a registry of their own; in multiprocess mode a scrape reads the files instead.
         self.registry = prom.CollectorRegistry()
         labels = list(LABELS)

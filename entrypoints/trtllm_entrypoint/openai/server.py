@@ -210,8 +210,9 @@ def make_app(front: Front) -> web.Application:
     return app
 
 
-def build(plan: FrontPlan, key: str) -> Front:
-    """The worker's state from its plan: the served model's declared inputs, its tokenizer, the backend."""
+def build(plan: FrontPlan, key: str, metrics_dir: str | None = None) -> Front:
+    """The worker's state from its plan: the served model's declared inputs, its tokenizer, the backend, and its
+    metrics (`metrics_dir`: where every worker's values are summed; None: this process's alone)."""
     tokenizer = Path(plan.tokenizer)
     served_model = Model.from_config(plan.served_name, plan.workflow, Path(plan.config).read_text(), plan.config)
     # Triton closes inference to clients without the key when RESTRICTED_APIS has it; we carry it then.
@@ -222,7 +223,7 @@ def build(plan: FrontPlan, key: str) -> Front:
         template=chat_template.load(tokenizer),
         count_tokens=tokens.counter(tokenizer),
         max_seq_len=plan.max_seq_len,
-        metrics=Metrics(plan.max_seq_len),
+        metrics=Metrics(plan.max_seq_len, metrics_dir),
         adapters=dict(plan.adapters),
     )
     return Front(served, frozenset(plan.restricted), key)
@@ -245,7 +246,7 @@ def take_start(environ: MutableMapping[str, str]) -> tuple[FrontPlan, str]:
 def main() -> None:
     plan, key = take_start(os.environ)
     web.run_app(
-        make_app(build(plan, key)),
+        make_app(build(plan, key, os.environ.get(contract.FRONT_METRICS_VARIABLE))),
         host=plan.host,
         port=plan.port,
         reuse_port=True,

@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness.fake_triton import FakeTriton, Reply, words
 from harness.realtriton import free_port
-from trtllm_entrypoint import contract, supervise
-from trtllm_entrypoint.openai.metrics import MULTIPROC_VARIABLE
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.launch import supervise
 from trtllm_entrypoint.openai.plan import FrontPlan
 
 openai = pytest.importorskip("openai")
@@ -155,7 +155,7 @@ def test_several_workers_on_one_port_report_exact_totals(kit, tmp_path):
             **os.environ,
             "PYTHONPATH": os.pathsep.join(p for p in (str(ENTRYPOINTS), os.environ.get("PYTHONPATH", "")) if p),
             contract.FRONT_PLAN_VARIABLE: plan.to_json(),
-            MULTIPROC_VARIABLE: directory,
+            contract.FRONT_METRICS_VARIABLE: directory,
         }
         workers = [
             subprocess.Popen([sys.executable, "-m", "trtllm_entrypoint.openai"], env=env, stderr=subprocess.DEVNULL)

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from trtllm_entrypoint import contract
 from trtllm_entrypoint.openai import metrics
 
 
@@ -105,10 +106,10 @@ def test_several_choices_measure_the_gaps_within_each_choice():
 
 WORKER = textwrap.dedent(
     """
-    import sys
+    import os, sys
     from trtllm_entrypoint.openai import metrics
     index, count = int(sys.argv[1]), int(sys.argv[2])
-    m = metrics.Metrics(max_model_len=4096)
+    m = metrics.Metrics(4096, os.environ["PROMETHEUS_MULTIPROC_DIR"])
     for k in range(count):
         r = m.request("llama", "a" if k % 2 else "")
         for _ in range(index + 1):
@@ -121,7 +122,7 @@ WORKER = textwrap.dedent(
 
 @pytest.mark.process
 def test_every_process_that_shares_the_directory_is_summed_exactly(tmp_path):
-    env = {**os.environ, metrics.MULTIPROC_VARIABLE: str(tmp_path)}
+    env = {**os.environ, contract.FRONT_METRICS_VARIABLE: str(tmp_path)}
     for index in range(3):  # three workers, one after another: 5 requests each
         subprocess.run([sys.executable, "-c", WORKER, str(index), "5"], env=env, check=True, timeout=60)
     # a fourth answers the scrape, as any worker of the front may

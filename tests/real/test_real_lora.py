@@ -3,21 +3,31 @@
 double) and fills the tensorrt_llm model to load them; the stand-in engine (tests/doubles/tensorrtllm_backend_double)
 loads the prefetch folders with numpy at start, as the C++ backend does, and records each request's lora_task_id.
 Real: tritonserver, its config parser and ensemble scheduler (which must carry lora_task_id from the ensemble to
-tensorrt_llm), upstream's preprocessing/postprocessing model.py, the repository and command line the entrypoint wrote.
+tensorrt_llm), upstream's preprocessing/postprocessing model.py, the repository and command line the entrypoint wrote,
+our OpenAI front (two workers) asked by the official client, and Debian's Prometheus scraping the front and Triton's
+metrics port and evaluating the Grafana dashboard's queries.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from harness import realtriton
+import pytest
+
+from harness import realfront, realtriton
 from harness.image import KEY, Image, prepared_argv, templates_for
 from harness.tiny_adapter import tiny_lora
 from harness.tiny_checkpoint import PROMPT
+
+openai = pytest.importorskip("openai")
 
 
 def generate(server: realtriton.RunningServer, body: dict) -> tuple[int, dict]:
@@ -71,3 +81,109 @@ def _ids_from_text(stderr: str) -> dict[str, int]:
             fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
             found[fields["name"]] = int(fields["task_id"])
     return found
+
+
+def prometheus(work: Path, targets: list[str]) -> tuple[subprocess.Popen, str]:
+    """A real Prometheus (Debian's) scraping `targets` every second; its API URL once every target is up."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("Debian's `prometheus` is not installed (apt-get install prometheus; .ci/run installs it)")
+    config = work / "prometheus.yml"
+    job = {"job_name": "trtllm", "scrape_interval": "1s", "static_configs": [{"targets": targets}]}
+    config.write_text(json.dumps({"global": {"scrape_interval": "1s"}, "scrape_configs": [job]}))
+    port = realtriton.free_port()
+    argv = [binary, f"--config.file={config}", f"--storage.tsdb.path={work / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}"]  # fmt: skip
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            active = query_api(url, "/api/v1/targets")["activeTargets"]
+            if len(active) == len(targets) and all(t["health"] == "up" for t in active):
+                return process, url
+        except OSError:
+            pass
+        time.sleep(0.5)
+    process.terminate()
+    raise AssertionError("Prometheus never scraped every target")
+
+
+def query_api(url: str, path: str, **params: str) -> dict:
+    with urllib.request.urlopen(f"{url}{path}?{urllib.parse.urlencode(params)}", timeout=10) as reply:  # noqa: S310
+        body = json.loads(reply.read())
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+def by_label(url: str, query: str, label: str) -> dict[str, float]:
+    return {
+        r["metric"].get(label, ""): float(r["value"][1]) for r in query_api(url, "/api/v1/query", query=query)["result"]
+    }
+
+
+def test_the_openai_front_selects_adapters_by_name_and_prometheus_reads_their_metrics(tmp_path, real_triton):
+    img = Image(tmp_path, "25.05", templates_for("v0.19.0"))
+    loras = tmp_path / "loras"
+    tiny_lora(loras / "sql", rank=4, modules=("q_proj", "v_proj"))
+    tiny_lora(loras / "chat", rank=8, modules=("q_proj", "down_proj"), fill=1)
+    ports = {name: str(realtriton.free_port()) for name in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT", "OPENAI_PORT")}
+    result = img.run(
+        "prepare", FRONTEND="openai", WORKFLOW="engine", LORA_DIR=str(loras), TRITON_ADMIN_KEY=KEY,
+        OPENAI_WORKERS="2", **ports,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    ids, name = out["front"]["plan"]["adapters"], out["ready"]["served_model_name"]
+    records = tmp_path / "engine-records"
+    env = {**os.environ, "DOUBLE_RECORD_DIR": str(records)}
+    asked = ["sql", name, "chat", "sql"]
+    with realfront.start(real_triton, out, KEY, env=env, log_dir=tmp_path) as front:
+        api = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0, timeout=60)
+        cards = {m.id: m.model_extra.get("parent") for m in api.models.list().data}
+        usages = {}
+        for model in asked[:3]:
+            usages.setdefault(model, []).append(api.completions.create(model=model, prompt=PROMPT, max_tokens=3).usage)
+        chunks = list(api.completions.create(
+            model="sql", prompt=PROMPT, max_tokens=2, stream=True, stream_options={"include_usage": True}))  # fmt: skip
+        usages["sql"].append(chunks[-1].usage)
+        with pytest.raises(openai.NotFoundError) as unknown:
+            api.completions.create(model="sql-v2", prompt=PROMPT, max_tokens=2)
+        scraper, url = prometheus(tmp_path, [f"127.0.0.1:{ports['OPENAI_PORT']}", f"127.0.0.1:{ports['METRICS_PORT']}"])
+        try:
+            time.sleep(2)  # a scrape after the last request
+            generated = by_label(url, "sum by (lora_name) (vllm:generation_tokens_total)", "lora_name")
+            prompt = by_label(url, "sum by (lora_name) (vllm:prompt_tokens_total)", "lora_name")
+            dashboard = {
+                query: query_api(url, "/api/v1/query", query=query)["result"]
+                for query in dashboard_queries()
+                if "vllm:" in query
+            }
+            triton = by_label(url, "sum by (model) (nv_inference_request_success)", "model")
+        finally:
+            scraper.terminate()
+            scraper.wait(timeout=10)
+        assert front.stop() == 0, front.log()[-3000:]
+
+    assert cards == {name: None, "sql": name, "chat": name}
+    assert unknown.value.response.json()["error"]["code"] == "model_not_found"
+    # Upstream's ensemble carried each adapter's task id to the engine; the base model sent none.
+    assert engine_records(records) == [ids["sql"], None, ids["chat"], ids["sql"]]
+    # Prometheus read the front's counters, summed over both workers, equal to the usage each answer reported.
+    lora = {"sql": "sql", name: "", "chat": "chat"}
+    for model, reported in usages.items():
+        assert generated[lora[model]] == sum(u.completion_tokens for u in reported)
+        assert prompt[lora[model]] == sum(u.prompt_tokens for u in reported)
+    assert all(dashboard.values()), [q for q, r in dashboard.items() if not r]  # every front panel has data
+    assert triton.get(name) == 4 and triton.get("tensorrt_llm") == 4  # Triton's port beside it
+
+
+def dashboard_queries() -> list[str]:
+    dashboard = json.loads(
+        (Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "trtllm-images.json").read_text()
+    )
+    return [
+        target["expr"].replace("$__rate_interval", "1m").replace("$model_name", ".*")
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+    ]

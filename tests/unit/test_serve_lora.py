@@ -133,3 +133,14 @@ def test_the_task_ids_follow_the_adapters_not_the_start(img, tmp_path):
     assert front[0] == front[1]
     digest = adapters.task_id("sql", "0" * 64)
     assert front[0]["sql"] != digest  # derived from the real content digest, not a fixed number
+
+
+def test_check_lists_each_adapter_with_its_task_id_and_names_a_bad_one(img, tmp_path):
+    loras = tmp_path / "loras"
+    tiny_lora(loras / "sql")
+    served = json.loads(prepare(img, LORA_DIR=str(loras)).stdout)["front"]["plan"]["adapters"]
+    report = img.run("check", WORKFLOW="engine", LORA_DIR=str(loras))
+    assert json.loads(report.stdout)["adapters"]["task_ids"] == served  # what a start serves
+    tiny_lora(loras / "wide", scale=2)
+    refused = img.run("check", WORKFLOW="engine", LORA_DIR=str(loras))
+    assert refused.returncode == 1 and "adapter 'wide' is for another base model" in refused.stderr

@@ -88,6 +88,7 @@ class Metrics:
         )
         self.running = gauge("num_requests_running", "Requests whose first token has come and that are not done.")
         self.waiting = gauge("num_requests_waiting", "Requests sent to the model that have no token yet.")
+        self._series: dict[tuple[str, str], Series] = {}
 
     @property
     def content_type(self) -> str:
@@ -107,15 +108,32 @@ class Metrics:
         self, model_name: str, lora_name: str = "", clock: Callable[[], float] = time.monotonic
     ) -> RequestMetrics:
         """A request that has arrived (and counts as waiting until its first token)."""
-        return RequestMetrics(self, (model_name, lora_name), clock)
+        labels = (model_name, lora_name)
+        series = self._series.get(labels)
+        if series is None:  # labels() costs a lookup under a lock: once per model and adapter, not per token
+            series = self._series[labels] = Series(self, labels)
+        return RequestMetrics(series, clock)
+
+
+class Series:
+    """Every family's child for one served model and adapter."""
+
+    def __init__(self, m: Metrics, labels: tuple[str, str]) -> None:
+        self.ttft, self.itl, self.e2e = (h.labels(*labels) for h in (m.ttft, m.itl, m.e2e))
+        self.prompt_len, self.generation_len = m.prompt_len.labels(*labels), m.generation_len.labels(*labels)
+        self.prompt_tokens, self.generation_tokens = (
+            m.prompt_tokens.labels(*labels),
+            m.generation_tokens.labels(*labels),
+        )
+        self.running, self.waiting = m.running.labels(*labels), m.waiting.labels(*labels)
+        self.success = {reason: m.success.labels(*labels, reason) for reason in FINISH_REASONS}
 
 
 @dataclass
 class RequestMetrics:
     """One request's measurements from its arrival to its end; `finish` exactly once (also on errors)."""
 
-    metrics: Metrics
-    labels: tuple[str, str]
+    series: Series
     clock: Callable[[], float]
     started: float = 0.0
     first: bool = True
@@ -124,20 +142,20 @@ class RequestMetrics:
 
     def __post_init__(self) -> None:
         self.started = self.clock()
-        self.metrics.waiting.labels(*self.labels).inc()
+        self.series.waiting.inc()
 
     def token(self, choice: int = 0) -> None:
         """A token of one choice has come from the model."""
         now = self.clock()
-        m = self.metrics
+        s = self.series
         if self.first:
             self.first = False
-            m.ttft.labels(*self.labels).observe(now - self.started)
-            m.waiting.labels(*self.labels).dec()
-            m.running.labels(*self.labels).inc()
+            s.ttft.observe(now - self.started)
+            s.waiting.dec()
+            s.running.inc()
         previous = self.last_token.get(choice)
         if previous is not None:
-            m.itl.labels(*self.labels).observe(now - previous)
+            s.itl.observe(now - previous)
         self.last_token[choice] = now
 
     def finish(self, reasons: list[str], prompt_tokens: int, generation_tokens: int) -> None:
@@ -146,12 +164,12 @@ class RequestMetrics:
         if self.done:
             return
         self.done = True
-        m = self.metrics
-        m.e2e.labels(*self.labels).observe(self.clock() - self.started)
-        (m.waiting if self.first else m.running).labels(*self.labels).dec()
-        m.prompt_tokens.labels(*self.labels).inc(prompt_tokens)
-        m.generation_tokens.labels(*self.labels).inc(generation_tokens)
-        m.prompt_len.labels(*self.labels).observe(prompt_tokens)
-        m.generation_len.labels(*self.labels).observe(generation_tokens)
+        s = self.series
+        s.e2e.observe(self.clock() - self.started)
+        (s.waiting if self.first else s.running).dec()
+        s.prompt_tokens.inc(prompt_tokens)
+        s.generation_tokens.inc(generation_tokens)
+        s.prompt_len.observe(prompt_tokens)
+        s.generation_len.observe(generation_tokens)
         for reason in reasons:
-            m.success.labels(*self.labels, reason if reason in FINISH_REASONS else "abort").inc()
+            s.success.get(reason, s.success["abort"]).inc()

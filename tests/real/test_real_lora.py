@@ -24,10 +24,22 @@ import pytest
 
 from harness import realfront, realtriton
 from harness.image import KEY, Image, prepared_argv, templates_for
+from harness.realtriton import ENGINE_DOUBLE
 from harness.tiny_adapter import tiny_lora
 from harness.tiny_checkpoint import PROMPT
 
 openai = pytest.importorskip("openai")
+
+
+def private_backends(layout: realtriton.Layout, root: Path) -> str:
+    """`--backend-directory` of this test's own: Triton's Python backend as installed (3 MB) and this checkout's engine
+    double. The shared cache's double is whichever checkout installed one last; a server that loads another's
+    mid-test would not know LoRA."""
+    backends = root / "backends"
+    shutil.copytree(layout.backends / "python", backends / "python", symlinks=True)
+    (backends / "tensorrtllm").mkdir()
+    shutil.copyfile(ENGINE_DOUBLE, backends / "tensorrtllm" / "model.py")
+    return f"--backend-directory={backends}"
 
 
 def generate(server: realtriton.RunningServer, body: dict) -> tuple[int, dict]:
@@ -60,7 +72,8 @@ def test_the_native_api_selects_an_adapter_by_task_id_through_upstreams_ensemble
     argv = prepared_argv(img, KEY, LORA_DIR=str(loras))
     records = tmp_path / "engine-records"
     env = {**os.environ, "DOUBLE_RECORD_DIR": str(records)}
-    with realtriton.start(real_triton, argv, env=env, log_dir=tmp_path) as server:
+    backends = private_backends(real_triton, tmp_path)
+    with realtriton.start(real_triton, [*argv, backends], env=env, log_dir=tmp_path) as server:
         asked = [{"lora_task_id": ids["sql"]}, {}, {"lora_task_id": ids["chat"]}, {"lora_task_id": 12345}]
         answers = [generate(server, body) for body in asked]
         log = server.log()
@@ -138,6 +151,7 @@ def test_the_openai_front_selects_adapters_by_name_and_prometheus_reads_their_me
     records = tmp_path / "engine-records"
     env = {**os.environ, "DOUBLE_RECORD_DIR": str(records)}
     asked = ["sql", name, "chat", "sql"]
+    out["argv"].append(private_backends(real_triton, tmp_path))
     with realfront.start(real_triton, out, KEY, env=env, log_dir=tmp_path) as front:
         api = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0, timeout=60)
         cards = {m.id: m.model_extra.get("parent") for m in api.models.list().data}

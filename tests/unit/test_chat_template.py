@@ -220,6 +220,11 @@ TOKEN_LAYOUTS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
         {"eos_token": "</s>", "pad_token": "<unk>"},
     ),
     "nulls and the model's own tokens": ({"bos_token": "<s>", "pad_token": None, "image_token": "<unk>"}, None),
+    "named extra tokens": (
+        {"bos_token": "<s>", "image_token": "</s>", "extra_special_tokens": {"image_token": "<unk>", "a_token": "<s>"}},
+        None,
+    ),
+    "listed extra tokens are not named": ({"bos_token": "<s>", "extra_special_tokens": ["<unk>"]}, {"x_token": 5}),
 }
 
 

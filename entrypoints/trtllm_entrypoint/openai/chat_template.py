@@ -133,8 +133,8 @@ def special_tokens(config: Mapping[str, Any], tokens_map: Mapping[str, Any] | No
     if tokens_map is not None and "added_tokens_decoder" not in config:
         merged.update(tokens_map)  # the legacy file, read (and winning) only where the config lists no added tokens
     own = merged.get("extra_special_tokens")
-    if isinstance(own, dict):
-        merged = {**own, **merged}
+    if isinstance(own, dict):  # named extra tokens (transformers 5), which win over a top-level entry
+        merged = {**merged, **own}
     out: dict[str, str] = {}
     for name in SPECIAL_TOKENS:
         token = _token(merged.get(name))

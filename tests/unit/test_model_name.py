@@ -1,0 +1,48 @@
+"""The name OpenAI clients send: the model's own unless SERVED_MODEL_NAME says otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trtllm_entrypoint.model_name import own_name, served_name
+from trtllm_entrypoint.sources import ModelSource
+
+
+def local(path: str) -> ModelSource:
+    return ModelSource(kind="checkpoint", path=Path(path), repo_id=None, revision=None, read_only=False)
+
+
+def hub(repo_id: str, path: str | None = None) -> ModelSource:
+    return ModelSource(kind="hub", path=Path(path) if path else None, repo_id=repo_id, revision="main", read_only=False)
+
+
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        (hub("meta-llama/Llama-3.1-8B-Instruct"), "meta-llama/Llama-3.1-8B-Instruct"),
+        # downloaded: the id stays the name, not the snapshot's commit
+        (
+            hub("Qwen/Qwen3-0.6B", "/var/cache/trtllm/models/hub/models--Qwen--Qwen3-0.6B/snapshots/abc123"),
+            "Qwen/Qwen3-0.6B",
+        ),
+        (local("/models/Llama-3.1-8B-Instruct"), "Llama-3.1-8B-Instruct"),
+        (local("/data/llama-engine"), "llama-engine"),
+        # a hub cache mounted as is: the snapshot gives back the id
+        (
+            local("/root/.cache/huggingface/hub/models--TinyLlama--TinyLlama-1.1B-Chat-v1.0/snapshots/fe8a4ea"),
+            "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
+        ),
+        (local("/hub/models--gpt2/snapshots/607a30d"), "gpt2"),
+        (local("/hub/models--/snapshots/607a30d"), "607a30d"),  # not a cache layout
+    ],
+)
+def test_the_model_is_served_under_its_own_name(source, name):
+    assert own_name(source) == name
+    assert served_name(None, source) == name
+
+
+def test_served_model_name_overrides_it():
+    assert served_name("chat", hub("meta-llama/Llama-3.1-8B-Instruct")) == "chat"
+    assert served_name("my-isvc", local("/mnt/models")) == "my-isvc"  # KServe's runtime passes the service's name

@@ -6,12 +6,13 @@ first write or the first expensive step (download, engine build). Each failure i
 
 from __future__ import annotations
 
-import json
 import os
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtllm_entrypoint import engine_config, fill, model_files, publish, repository
+from trtllm_entrypoint import chat_templates, engine_config, fill, model_files, publish, repository, supervise
 from trtllm_entrypoint.environment import bad
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.sources import TOKENIZER_FILES
@@ -138,14 +139,14 @@ def check_tokenizer_files(path: Path) -> None:
 
 
 def has_chat_template(tokenizer: Path) -> bool:
-    """Whether transformers finds a chat template beside the tokenizer (tokenizer_config.json's, or its own file)."""
-    if any((tokenizer / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
-        return True
-    try:
-        config = json.loads((tokenizer / "tokenizer_config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(config, dict) and bool(config.get("chat_template"))
+    """Whether the front finds a chat template beside the tokenizer (chat_templates: as transformers looks)."""
+    return bool(chat_templates.discover(tokenizer).templates)
+
+
+def check_chat_template(tokenizer: Path, env: Mapping[str, str]) -> str:
+    """FRONTEND=openai: the model's chat templates compile in the front's environment, checked by the front's own code
+    with the front's Python and path (chat_templates.check_with); one line and exit 2 when they do not."""
+    return chat_templates.check_with(tokenizer, sys.executable or "python3", supervise.front_path_environ(env))
 
 
 def check_prebuilt_engine(settings: Settings, engine: BuiltEngine, installed: str) -> None:
@@ -165,8 +166,9 @@ def check_prebuilt_engine(settings: Settings, engine: BuiltEngine, installed: st
         raise
 
 
-def check(settings: Settings, facts: ImageFacts, located: Located) -> None:
-    """The one pass, before anything is written or downloaded."""
+def check(settings: Settings, facts: ImageFacts, located: Located) -> Path | None:
+    """The one pass, before anything is written or downloaded. Returns the tokenizer's directory where the model is
+    already on disk."""
     source = located.source
     check_overlaps(named_paths(settings, source, located.model_dir))
     check_repository_dir(settings.repository_dir)
@@ -176,4 +178,5 @@ def check(settings: Settings, facts: ImageFacts, located: Located) -> None:
         check_prebuilt_engine(settings, located.built, facts.tensorrt_llm)
     rebuilt_from_hub = source.kind == "engine" and settings.model_id and located.model_dir is None
     if source.path is not None and source.kind != "repository" and not rebuilt_from_hub:
-        tokenizer_dir(settings, source, model_dir=located.model_dir)
+        return tokenizer_dir(settings, source, model_dir=located.model_dir)
+    return None

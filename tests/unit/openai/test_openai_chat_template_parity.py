@@ -16,7 +16,7 @@ import transformers
 
 from trtllm_entrypoint.openai import chat_template as ct
 
-DATA = Path(__file__).parent.parent / "data" / "chat_templates"
+DATA = Path(__file__).parents[2] / "data" / "chat_templates"
 TOKENS: dict[str, dict[str, str]] = json.loads((DATA / "special_tokens.json").read_text())
 NAMES = sorted(TOKENS)
 

@@ -8,7 +8,9 @@ import shutil
 
 import pytest
 
+from harness.fake_hub import FakeHub
 from harness.image import Image, templates_for
+from harness.tiny_checkpoint import tiny_llama
 
 pytestmark = pytest.mark.process  # each test runs the entrypoint as its own process
 
@@ -68,3 +70,21 @@ def test_a_prebuilt_engine_with_a_broken_template_beside_it_is_refused(image):
     result = image.run("prepare", FRONTEND="openai", MODEL_ID=str(engine))
     assert result.returncode == 2, result.stderr
     assert f"{engine}/chat_template.jinja does not compile" in result.stderr
+
+
+def test_a_hub_model_with_a_broken_template_is_refused_before_its_engine_is_built(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    model = tiny_llama(tmp_path / "source")
+    files = {path.name: path.read_bytes() for path in sorted(model.iterdir())}
+    files["chat_template.jinja"] = BROKEN.encode()
+    hub = FakeHub("org/tiny-llama", files)
+    try:
+        image = Image(tmp_path / "image", "25.01", templates_for("v0.17.0"))
+        result = image.run(
+            "prepare", FRONTEND="openai", MODEL_ID="org/tiny-llama", HF_ENDPOINT=hub.url, HF_HUB_DISABLE_TELEMETRY="1"
+        )
+    finally:
+        hub.close()
+    assert result.returncode == 2, result.stderr
+    assert "chat_template.jinja does not compile" in result.stderr and "Traceback" not in result.stderr
+    assert image.builds() == 0 and not image.repo.exists()

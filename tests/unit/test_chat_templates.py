@@ -15,8 +15,8 @@ import pytest
 import tokenizers
 import transformers
 
-from trtllm_entrypoint import chat_templates as ct
 from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.model import chat_templates as ct
 
 
 def tokenizer(directory: Path, config: dict[str, Any] | None = None, files: dict[str, Any] | None = None) -> Path:
@@ -155,7 +155,7 @@ def test_a_template_file_that_is_not_text_or_not_a_file_is_refused(tmp_path):
 
 
 def front_env() -> dict[str, str]:
-    entrypoints = str(Path(ct.__file__).parents[1])
+    entrypoints = str(Path(ct.__file__).parents[2])
     return {**os.environ, "PYTHONPATH": os.pathsep.join([entrypoints, os.environ.get("PYTHONPATH", "")])}
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from trtllm_entrypoint.model_name import own_name, served_name
-from trtllm_entrypoint.sources import ModelSource
+from trtllm_entrypoint.model.locate import ModelSource
+from trtllm_entrypoint.model.name import own_name, served_name
 
 
 def local(path: str) -> ModelSource:

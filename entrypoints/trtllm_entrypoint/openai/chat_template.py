@@ -14,8 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtllm_entrypoint.chat_templates import DEFAULT, ChatTemplateError, Found, discover
 from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.model.chat_templates import DEFAULT, ChatTemplateError, Found, discover
 
 if TYPE_CHECKING:
     import jinja2

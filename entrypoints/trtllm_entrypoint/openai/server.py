@@ -34,7 +34,7 @@ from trtllm_entrypoint.openai.protocol import (
 )
 from trtllm_entrypoint.openai.sampling import Model
 
-ADMIN_HEADER = "admin-key"
+ADMIN_HEADER = contract.ADMIN_KEY_HEADER
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
 OWNER = "trtllm-images"

@@ -39,10 +39,21 @@ def hub(repo_id: str, path: str | None = None) -> ModelSource:
     ],
 )
 def test_the_model_is_served_under_its_own_name(source, name):
-    assert own_name(source) == name
-    assert served_name(None, source) == name
+    model_id = source.repo_id or str(source.path)
+    assert own_name(model_id, source) == name
+    assert served_name(None, model_id, source, None) == name
+
+
+def test_a_prebuilt_engine_takes_the_name_of_the_checkpoint_beside_it():
+    engine = ModelSource(kind="engine", path=Path("/engines/llama"), repo_id=None, revision=None, read_only=False)
+    assert own_name("/models/Llama-3.1-8B", engine, Path("/models/Llama-3.1-8B")) == "Llama-3.1-8B"
+    assert own_name("meta-llama/Llama-3.1-8B", engine, None) == "meta-llama/Llama-3.1-8B"  # MODEL_ID, a hub id
+    assert own_name(None, engine, None) == "llama"  # ENGINE_DIR alone
 
 
 def test_served_model_name_overrides_it():
-    assert served_name("chat", hub("meta-llama/Llama-3.1-8B-Instruct")) == "chat"
-    assert served_name("my-isvc", local("/mnt/models")) == "my-isvc"  # KServe's runtime passes the service's name
+    assert (
+        served_name("chat", "meta-llama/Llama-3.1-8B-Instruct", hub("meta-llama/Llama-3.1-8B-Instruct"), None) == "chat"
+    )
+    # KServe's runtime passes the InferenceService's name: /mnt/models says nothing
+    assert served_name("my-isvc", None, local("/mnt/models"), None) == "my-isvc"

@@ -20,6 +20,7 @@ from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.model import files as model_files
 from trtllm_entrypoint.model import hub_answer
+from trtllm_entrypoint.model.chat_templates import NAMED_DIR
 from trtllm_entrypoint.model.locate import TOKENIZER_FILES, ModelSource, classify_dir
 
 if TYPE_CHECKING:
@@ -42,7 +43,8 @@ def hub_allow_patterns(files: list[str]) -> list[str]:
     """The top-level files of a hub repo to download: configs, tokenizer, and one copy of the weights.
 
     safetensors win over *.bin; Mistral-style `consolidated*.safetensors` duplicates are skipped when sharded
-    safetensors exist. Subfolders (original/, onnx/ …) and other formats (*.pth, *.gguf, *.h5 …) are never taken.
+    safetensors exist. Subfolders (original/, onnx/ …) and other formats (*.pth, *.gguf, *.h5 …) are never taken, but
+    for the named chat templates (additional_chat_templates/*.jinja).
     Names are glob-escaped so that each pattern matches exactly its file.
     """
     top = [f for f in files if "/" not in f]
@@ -54,6 +56,8 @@ def hub_allow_patterns(files: list[str]) -> list[str]:
     else:
         weights = [f for f in top if f.endswith((".bin", ".bin.index.json")) and f != "training_args.bin"]
     metadata = [f for f in top if f in METADATA_FILES or any(fnmatch.fnmatchcase(f, g) for g in METADATA_GLOBS)]
+    # The one subfolder taken: the named chat templates transformers keeps beside chat_template.jinja.
+    metadata += [f for f in files if f.count("/") == 1 and f.startswith(f"{NAMED_DIR}/") and f.endswith(".jinja")]
     return sorted(glob.escape(f) for f in set(weights) | set(metadata))
 
 

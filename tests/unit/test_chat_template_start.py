@@ -72,7 +72,7 @@ def test_a_prebuilt_engine_with_a_broken_template_beside_it_is_refused(image):
     assert f"{engine}/chat_template.jinja does not compile" in result.stderr
 
 
-def test_a_hub_model_with_a_broken_template_is_refused_before_its_engine_is_built(tmp_path):
+def test_a_hub_model_with_a_broken_template_is_refused_before_its_weights_are_downloaded(tmp_path):
     pytest.importorskip("huggingface_hub")
     model = tiny_llama(tmp_path / "source")
     files = {path.name: path.read_bytes() for path in sorted(model.iterdir())}
@@ -88,3 +88,23 @@ def test_a_hub_model_with_a_broken_template_is_refused_before_its_engine_is_buil
     assert result.returncode == 2, result.stderr
     assert "chat_template.jinja does not compile" in result.stderr and "Traceback" not in result.stderr
     assert image.builds() == 0 and not image.repo.exists()
+    assert not list(image.cache.rglob("*.safetensors")), "the weights were not downloaded"
+    assert not [r for r in hub.requests if r.endswith(".safetensors")], hub.requests
+
+
+def test_a_hub_model_with_a_real_template_is_checked_once_and_served(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    model = tiny_llama(tmp_path / "source")
+    files = {path.name: path.read_bytes() for path in sorted(model.iterdir())}
+    files["chat_template.jinja"] = REAL.encode()
+    hub = FakeHub("org/tiny-llama", files)
+    try:
+        image = Image(tmp_path / "image", "25.01", templates_for("v0.17.0"))
+        result = image.run(
+            "prepare", FRONTEND="openai", MODEL_ID="org/tiny-llama", HF_ENDPOINT=hub.url, HF_HUB_DISABLE_TELEMETRY="1"
+        )
+    finally:
+        hub.close()
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("chat template default from") == 1, result.stderr
+    assert json.loads(result.stdout)["front"]["plan"]["served_name"] == "org/tiny-llama"

@@ -234,6 +234,8 @@ def decide(
         # directory; an engine the cache builds holds no tokenizer files.
         tokenizer = preflight.tokenizer_dir(settings, located.source, model_dir=located.model_dir)
         located = dataclasses.replace(located, tokenizer=tokenizer)
+        if located.source.repo_id is None:  # a hub model's was checked before its weights came (checked_model)
+            check_chat_template(settings, tokenizer, log)
     plan = serve_plan.decide_serve_plan(settings, located, typed_argv)
     for note in plan.notes:
         log.info(note)
@@ -278,13 +280,24 @@ def checked_model(settings: Settings, facts: ImageFacts, log: Log, located: Loca
     built = located.built.config if located.built is not None else None
     if built is not None:
         config = built.get("pretrained_config") or {}
-    found, flags = lora.read(settings, source, config, log, built.get("build_config") or {} if built else None)
+    build_config = built.get("build_config") or {} if built else None
+    found, flags = lora.read(settings, source, config, log, build_config, located.model_dir)
     located = dataclasses.replace(located, adapters=found, lora_flags=flags)
     preflight.check(settings, facts, located)
     if source.kind != "hub":
         return located
     with log.phase("download", model=source.repo_id):
-        return dataclasses.replace(located, source=hub.download(source, settings, log))
+        openai = settings.frontend == "openai"
+        check = functools.partial(check_chat_template, settings, log=log) if openai else None
+        fetched = hub.download(source, settings, log, check)
+        return dataclasses.replace(located, source=fetched)
+
+
+def check_chat_template(settings: Settings, tokenizer: Path, log: Log) -> None:
+    """With FRONTEND=openai, a chat template the front cannot compile stops the start here, not every worker later:
+    before any download for a local model, before the weights for a hub one."""
+    if settings.frontend == "openai":
+        log.info(preflight.check_chat_template(tokenizer, os.environ))
 
 
 def prepare(

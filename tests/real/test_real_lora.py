@@ -148,6 +148,7 @@ def test_the_openai_front_selects_adapters_by_name_and_prometheus_reads_their_me
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     ids, name = out["front"]["plan"]["adapters"], out["ready"]["served_model_name"]
+    entry = out["front"]["plan"]["entry_model"]  # Triton's name for the model the front asks
     records = tmp_path / "engine-records"
     env = {**os.environ, "DOUBLE_RECORD_DIR": str(records)}
     asked = ["sql", name, "chat", "sql"]
@@ -189,7 +190,7 @@ def test_the_openai_front_selects_adapters_by_name_and_prometheus_reads_their_me
         assert generated[lora[model]] == sum(u.completion_tokens for u in reported)
         assert prompt[lora[model]] == sum(u.prompt_tokens for u in reported)
     assert all(dashboard.values()), [q for q, r in dashboard.items() if not r]  # every front panel has data
-    assert triton.get(name) == 4 and triton.get("tensorrt_llm") == 4  # Triton's port beside it
+    assert triton.get(entry) == 4 and triton.get("tensorrt_llm") == 4  # Triton's port beside it
 
 
 def dashboard_queries() -> list[str]:

@@ -72,7 +72,7 @@ def served_adapters(settings: Settings, facts: ImageFacts, log: Log) -> dict[str
         lora.check_servable(settings, facts)
         source = locate.resolve(settings)
         config = hub.read_config(source, settings) if source.kind in ("hub", "checkpoint") else {}
-        found, flags = lora.read(settings, source, config, log)
+        found, flags = lora.read(settings, source, config, log, model_dir=locate.model_id_dir(settings))
     except UsageError as exc:
         return {"problem": exc.message}
     return {"task_ids": {a.name: a.task_id for a in found}, "engine_flags": list(flags)}

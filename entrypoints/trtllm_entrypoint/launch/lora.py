@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.engine import adapter_cache
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.model import adapters
+from trtllm_entrypoint.model import name as model_name
 from trtllm_entrypoint.model.adapters import Adapter
 from trtllm_entrypoint.model.digest import content_digest
 from trtllm_entrypoint.repository import fill
@@ -39,6 +41,7 @@ def read(
     base_config: Mapping[str, Any],
     log: Log,
     built_config: Mapping[str, Any] | None = None,
+    model_dir: Path | None = None,
 ) -> tuple[tuple[Adapter, ...], tuple[str, ...]]:
     """Every adapter of LORA_DIR, checked against the base (and a prebuilt engine's LoRA build, `built_config`: its
     config.json's build_config) and numbered, and the engine's LoRA flags (EngineSpec.lora_flags); none without."""
@@ -55,8 +58,9 @@ def read(
         adapter = adapters.read_adapter(path, name, settings.lora_max_rank)
         adapters.check_fits(adapter, base)
         found.append(dataclasses.replace(adapter, digest=content_digest(path, settings.cache.digests)))
-    served_name = fill.served_name(settings, settings.workflow)
-    adapters.check_names(found, [served_name, *contract.ENGINE_MODELS])
+    # Neither the front's name for the base model nor a Triton model's: clients would reach the wrong one.
+    front_name = model_name.served_name(settings.served_model_name, settings.model_id, source, model_dir)
+    adapters.check_names(found, [front_name, fill.served_name(settings, settings.workflow), *contract.ENGINE_MODELS])
     numbered = adapters.with_task_ids(found)
     build = adapters.lora_build(numbered, adapters.storage_dtype(settings.dtype, base_config))
     if built_config is not None and source.path is not None:

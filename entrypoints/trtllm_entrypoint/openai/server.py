@@ -22,8 +22,10 @@ import msgspec
 from aiohttp import web
 
 from trtllm_entrypoint import contract
+from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.openai import chat, chat_template, completions, serving, tokens
 from trtllm_entrypoint.openai.backend import Backend
+from trtllm_entrypoint.openai.chat_template import ChatTemplateError
 from trtllm_entrypoint.openai.metrics import Metrics
 from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.openai.protocol import (
@@ -245,8 +247,12 @@ def take_start(environ: MutableMapping[str, str]) -> tuple[FrontPlan, str]:
 
 def main() -> None:
     plan, key = take_start(os.environ)
+    try:
+        front = build(plan, key, os.environ.get(contract.FRONT_METRICS_VARIABLE))
+    except (ChatTemplateError, UsageError) as exc:  # the entrypoint checked it at start: a front started by hand
+        raise SystemExit(f"error: {exc}") from None
     web.run_app(
-        make_app(build(plan, key, os.environ.get(contract.FRONT_METRICS_VARIABLE))),
+        make_app(front),
         host=plan.host,
         port=plan.port,
         reuse_port=True,

@@ -98,6 +98,7 @@ def test_a_second_start_with_an_adapter_of_the_same_shape_reuses_the_engine(img,
          "adapter 'a' has a corrupt adapter_model.safetensors"),
         (lambda d: (tiny_lora(d / "Sql"), tiny_lora(d / "sql")), "have one name"),
         (lambda d: tiny_lora(d / "ensemble"), "adapter 'ensemble' has the name of 'ensemble'"),
+        (lambda d: tiny_lora(d / "Tiny"), "adapter 'Tiny' has the name of 'tiny'"),  # the front's name for the base
     ],
 )  # fmt: skip
 def test_bad_adapters_are_refused_with_one_line_before_anything_is_built(img, tmp_path, make, expected):

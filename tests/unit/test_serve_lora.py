@@ -14,6 +14,7 @@ import pytest
 from harness.image import Image, records, templates_for
 from harness.tiny_adapter import tiny_lora
 from trtllm_entrypoint.model import adapters
+from trtllm_entrypoint.model.digest import content_digest
 
 pytestmark = pytest.mark.process
 
@@ -53,7 +54,7 @@ def test_adapters_are_built_into_the_engine_converted_into_the_cache_and_loaded_
     assert sorted(c["argv"][c["argv"].index("--in-file") + 1] for c in converted) == sorted(
         str(loras / name) for name in ("sql", "chat")
     )
-    ids = out["launch"]["front"]["adapters"] if "launch" in out else out["plan"]["front"]["adapters"]
+    ids = out["front"]["plan"]["adapters"]  # what every worker of the front is told
     assert set(ids) == {"sql", "chat"} and all(1 <= i < 2**31 for i in ids.values())
     config = (img.repo / "tensorrt_llm" / "config.pbtxt").read_text()
     prefetch = img.cache / "adapters" / parameter(config, "lora_prefetch_dir").rsplit("/", 1)[-1]
@@ -130,10 +131,8 @@ def test_the_task_ids_follow_the_adapters_not_the_start(img, tmp_path):
     tiny_lora(tmp_path / "loras" / "sql")
     first = json.loads(prepare(img, LORA_DIR=str(tmp_path / "loras")).stdout)
     second = json.loads(prepare(img, LORA_DIR=str(tmp_path / "loras")).stdout)
-    front = [out.get("launch", out.get("plan"))["front"]["adapters"] for out in (first, second)]
-    assert front[0] == front[1]
-    digest = adapters.task_id("sql", "0" * 64)
-    assert front[0]["sql"] != digest  # derived from the real content digest, not a fixed number
+    front = [out["front"]["plan"]["adapters"] for out in (first, second)]
+    assert front[0] == front[1] == {"sql": adapters.task_id("sql", content_digest(tmp_path / "loras" / "sql", None))}
 
 
 def test_check_lists_each_adapter_with_its_task_id_and_names_a_bad_one(img, tmp_path):

@@ -162,6 +162,7 @@ def prepare(work: Path, workflow: str = "engine", workers: int | None = None) ->
         True,
         TRTLLM_ENGINE_DOUBLE_INLINE="1",
         FRONTEND="openai",
+        SERVED_MODEL_NAME="ensemble",  # one name for both APIs' requests (the front's would be the model's own)
         OPENAI_PORT=str(openai_port),
         **extra,
     )

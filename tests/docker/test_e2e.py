@@ -585,7 +585,7 @@ def test_frontend_openai_serves_the_official_client_healthy_and_stops_cleanly(
     assert wait_health_status(container, timeout_s=180) == "healthy", logs(container)[-3000:]
     api = openai.OpenAI(base_url=f"http://{address(container)}:9000/v1", api_key="unused", max_retries=0, timeout=60)
     listed = [model.id for model in api.models.list()]
-    name = listed[0]
+    name = model.name  # MODEL_ID=/models/tiny-sentencepiece: served under its directory's name
     completion = api.completions.create(model=name, prompt=PROMPT, max_tokens=4)
     with pytest.raises(openai.BadRequestError) as no_template:  # the tiny tokenizer has no chat_template
         api.chat.completions.create(model=name, messages=[{"role": "user", "content": PROMPT}], max_tokens=4)
@@ -603,7 +603,7 @@ def test_frontend_openai_serves_the_official_client_healthy_and_stops_cleanly(
     tokenizer = tokenizers.Tokenizer.from_file(str(model / "tokenizer.json"))
     answer = list(reversed(tokenizer.encode(PROMPT).ids))  # BOS included: the preprocessing model's ids
     generated = [answer[i % len(answer)] for i in range(max_tokens)]
-    assert len(listed) == 1 and completion.choices[0].text == tokenizer.decode(generated[:4]), completion
+    assert listed == [name] and completion.choices[0].text == tokenizer.decode(generated[:4]), completion
     assert completion.choices[0].finish_reason == "length" and completion.usage.completion_tokens == 4
     assert both, "Triton's own HTTP endpoint answers beside the front"
     assert no_template.value.status_code == 400 and "chat_template" in no_template.value.response.text

@@ -171,6 +171,8 @@ def _model_values(env: Env, facts: ImageFacts) -> dict[str, Any]:
         "engine_dir": engine_dir,
         "templates_dir": templates_dir,
         "repository_dir": env.path("REPOSITORY_DIR"),
+        "lora_dir": env.path("LORA_DIR"),
+        "lora_max_rank": env.integer("LORA_MAX_RANK"),
         "workflow": workflow.lower() if workflow else default_workflow,
         "tp_size": env.integer("TP_SIZE"),
         "pp_size": env.integer("PP_SIZE"),
@@ -221,9 +223,13 @@ def _decoupled(env: Env, frontend: str) -> bool:
 def _server_values(env: Env, facts: ImageFacts, command_line: CommandLine) -> dict[str, Any]:
     frontend = "triton" if command_line.typed_server else env.choice("FRONTEND")
     name = env.text("SERVED_MODEL_NAME")
-    if name is not None and not SERVED_NAME.fullmatch(name):
+    # The OpenAI front serves under a model's id too (`org/name`); Triton's entry model keeps its own name then.
+    if name is not None and not (SERVED_NAME.fullmatch(name) or (frontend == "openai" and contract.is_hub_id(name))):
+        also = f", or with FRONTEND=openai {contract.HUB_ID_RULE}" if frontend == "openai" else ""
         raise bad(
-            "SERVED_MODEL_NAME", name, "up to 128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            "SERVED_MODEL_NAME",
+            name,
+            f"up to 128 letters, digits, '.', '_' or '-', starting with a letter or digit{also}",
         )
     raw_args = env.text("TRITON_ARGS") or ""
     try:

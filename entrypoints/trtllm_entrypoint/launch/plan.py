@@ -26,6 +26,8 @@ from trtllm_entrypoint.engine.config import BuiltEngine
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.launch import argv as launch
 from trtllm_entrypoint.launch import security
+from trtllm_entrypoint.model import name as model_name
+from trtllm_entrypoint.model.adapters import Adapter
 from trtllm_entrypoint.model.locate import ModelSource
 from trtllm_entrypoint.model.support import Converter
 from trtllm_entrypoint.openai.plan import FrontPlan
@@ -49,6 +51,9 @@ class Located:
     # Where the pre/postprocessing models (and the OpenAI front) find the tokenizer: found and checked before any
     # build (preflight.tokenizer_dir); None for a complete repository, which brings its own.
     tokenizer: Path | None = None
+    # LORA_DIR's adapters, read and checked (launch/lora.py), and the engine flags they need.
+    adapters: tuple[Adapter, ...] = ()
+    lora_flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class ServePlan:
     converter: Converter | str | None = None  # as Located's: what a cached engine is built with
     model_dir: Path | None = None  # as Located's
     tokenizer: Path | None = None  # as Located's
+    adapters: tuple[Adapter, ...] = ()  # as Located's: what the model serves beside the base
 
     @property
     def workflow(self) -> str:
@@ -105,7 +111,7 @@ def decide_serve_plan(settings: Settings, located: Located, typed_argv: tuple[st
             )
         notes.append("the model is a prebuilt engine: using the engine workflow (this image's default is llmapi)")
         workflow = "engine"
-    settings = dataclasses.replace(settings, workflow=workflow)
+    settings = dataclasses.replace(settings, workflow=workflow, lora_flags=located.lora_flags)
     if settings.frontend == "openai" and model.kind == "repository":
         raise UsageError(
             f"FRONTEND=openai serves the repositories the entrypoint fills, not the complete one at {model.path}",
@@ -133,6 +139,7 @@ def decide_serve_plan(settings: Settings, located: Located, typed_argv: tuple[st
         converter=located.converter,
         model_dir=located.model_dir,
         tokenizer=located.tokenizer,
+        adapters=located.adapters,
     )
     return plan if engine != "prebuilt" or located.built is None else with_engine(plan, located.built)
 
@@ -212,24 +219,24 @@ def front_plan(plan: ServePlan, repository: Path) -> FrontPlan | None:
     s = plan.settings
     if s.frontend != "openai" or plan.tokenizer is None:
         return None
-    name = fill.served_name(s, plan.workflow)
     # The engine workflow's front asks the tensorrt_llm model itself with token ids, tokenizing and decoding as the
-    # pre/postprocessing models would (no Python stub on its path: docs/openai.md); the llmapi model takes text, and
-    # the repository names it as clients name the model.
-    asked = contract.IDS_MODEL.get(plan.workflow, name)
+    # pre/postprocessing models would (no Python stub on its path: docs/openai.md); the llmapi model takes text.
+    entry = contract.IDS_MODEL.get(plan.workflow, fill.served_name(s, plan.workflow))
     return FrontPlan(
         host="0.0.0.0",  # every address of the container, as tritonserver's own endpoints
         port=s.openai_port,
         workers=s.openai_workers,
         triton_url=f"http://127.0.0.1:{s.http_port}",
-        served_name=name,
-        entry_model=asked,
+        # What clients send: the model's own name (vLLM's and NIM's), or SERVED_MODEL_NAME.
+        served_name=model_name.served_name(s.served_model_name, s.model_id, plan.model, plan.model_dir),
+        entry_model=entry,  # the Triton model the front asks
         workflow=plan.workflow,
-        config=str(repository / asked / "config.pbtxt"),
+        config=str(repository / entry / "config.pbtxt"),
         tokenizer=str(plan.tokenizer),
         add_special_tokens=fill.BACKEND_DEFAULTS["add_special_tokens"] == "true",
         skip_special_tokens=fill.BACKEND_DEFAULTS["skip_special_tokens"] == "true",
         restricted=security.front_restricted(s),
         max_seq_len=s.max_seq_len,
         shutdown_timeout=float(s.exit_timeout_secs),
+        adapters={a.name: a.task_id for a in plan.adapters},
     )

@@ -23,6 +23,7 @@ ENGINE_INPUTS: dict[str, tuple[str, ...]] = {
     "seed": ("random_seed", "seed"),
     "min_tokens": ("min_length", "min_tokens"),
     "logprobs": ("return_log_probs",),
+    "lora_task_id": ("lora_task_id",),  # a LoRA adapter's task id, where lora_prefetch_dir loads the adapters
 }
 # Always sent where declared: the generated ids only (a stream never repeats the prompt; a whole answer would).
 FIXED_ENGINE_INPUTS: dict[str, object] = {"exclude_input_in_output": True}

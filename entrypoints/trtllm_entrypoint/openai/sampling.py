@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from trtllm_entrypoint.openai import engine
@@ -129,6 +129,15 @@ def choice_values(s: Sampling, choice: int) -> dict[str, object]:
     if s.logprobs:
         values["logprobs"] = True
     return values
+
+
+def with_adapter(model: Model, s: Sampling, task_id: int | None) -> Sampling:
+    """The sampling of a request that names a LoRA adapter: its task id goes to the model's `lora_task_id`."""
+    if task_id is None:
+        return s
+    if model.input_name("lora_task_id") is None:  # the entrypoint serves adapters only where it is declared
+        raise ApiError(400, f"model {model.name} ({model.workflow} workflow) takes no LoRA adapter", "model")
+    return replace(s, values={**s.values, "lora_task_id": task_id})
 
 
 def backend_body(model: Model, prompt: str, s: Sampling, choice: int) -> dict[str, object]:

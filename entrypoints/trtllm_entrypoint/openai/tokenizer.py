@@ -10,6 +10,7 @@ front's processes.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -75,8 +76,7 @@ def load(directory: Path, *, skip_special_tokens: bool = True, add_special_token
         encode=encode,
         codec=Codec(
             decode=decode,
-            # transformers' default since 4.45 is False; the configs that want it say so
-            cleanup=bool(config.get("clean_up_tokenization_spaces", False)),
+            cleanup=_cleans_up(config, str(model.get("type", ""))),
             byte_tokens=byte_tokens(fast.get_vocab()) if model.get("byte_fallback") else frozenset(),
             skipped=frozenset(
                 i for i, added in fast.get_added_tokens_decoder().items() if added.special and skip_special_tokens
@@ -87,12 +87,30 @@ def load(directory: Path, *, skip_special_tokens: bool = True, add_special_token
     )
 
 
+def _cleans_up(config: Mapping[str, Any], model_type: str) -> bool:
+    """Whether decoding applies clean_up_tokenization_spaces, as the transformers beside the front (the backend's)
+    decodes: as the config says (False when it is silent, transformers' default since 4.45), except that
+    transformers 5 ignores it for BPE models (it strips spaces before punctuation) unless forced."""
+    if not config.get("clean_up_tokenization_spaces", False):
+        return False
+    if model_type == "BPE" and _transformers_major() >= 5:
+        return bool(config.get("clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output", False))
+    return True
+
+
+def _transformers_major() -> int:
+    try:
+        return int(importlib.metadata.version("transformers").split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return 0
+
+
 def byte_tokens(vocab: Mapping[str, int]) -> frozenset[int]:
     return frozenset(i for token, i in vocab.items() if isinstance(token, str) and _BYTE_TOKEN.fullmatch(token))
 
 
 def _load_transformers(directory: Path, skip_special_tokens: bool, add_special_tokens: bool) -> Tokenizer:
-    import transformers  # type: ignore[import-not-found]  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
 
     slow = transformers.AutoTokenizer.from_pretrained(
         str(directory), legacy=False, padding_side="left", trust_remote_code=True

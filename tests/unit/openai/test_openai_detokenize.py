@@ -162,7 +162,9 @@ def test_loading_reads_end_and_pad_ids(tmp_path: Path) -> None:
     assert (llama.end_id, llama.pad_id) == (2, 2)  # no pad token: the eos token, as the preprocessing model
     assert llama.encode("The")[0] == 1 and llama.count("The") == 2  # BOS added, as add_special_tokens=True
     assert len(llama.codec.byte_tokens) == 256 and not qwen.codec.byte_tokens
-    assert tokenizer_module.load(fx.write_tokenizer(tmp_path / "l3", "llama3")).codec.cleanup
+    # as transformers decodes: the config's clean_up_tokenization_spaces, which transformers 5 ignores for BPE
+    cleans_up = tokenizer_module._transformers_major() < 5
+    assert tokenizer_module.load(fx.write_tokenizer(tmp_path / "l3", "llama3")).codec.cleanup is cleans_up
 
 
 def test_loading_refuses_a_tokenizer_without_an_eos_token(tmp_path: Path) -> None:
@@ -180,11 +182,17 @@ def test_the_whole_text_is_what_transformers_decodes(tmp_path: Path, skip: bool)
         directory = fx.write_tokenizer(tmp_path / shape, shape)
         theirs = transformers.AutoTokenizer.from_pretrained(str(directory), legacy=False, padding_side="left")
         ours = tokenizer_module.load(directory, skip_special_tokens=skip)
+        vocab = fx.tokenizer_of(shape).get_vocab_size()  # transformers 5 may add its class's own special tokens
         for _ in range(300):
-            ids = [rng.randrange(len(theirs)) for _ in range(rng.randint(1, 20))]
+            ids = [rng.randrange(vocab) for _ in range(rng.randint(1, 20))]
             assert ours.codec.text(ids) == theirs.decode(ids, skip_special_tokens=skip), (shape, ids)
             assert "".join(stream(ours.codec, ids)) == theirs.decode(ids, skip_special_tokens=skip), (shape, ids)
         for text in fx.TEXTS:
+            # transformers 5 builds Llama tokenizers' pre-tokenization from the class (legacy=False), not from a
+            # legacy tokenizer.json's normalizer: a prompt that starts with a space loses its extra `▁` there
+            # (transformers 4, which NGC images carry, encodes as tokenizer.json says, as we do).
+            if shape == "llama2" and text.startswith(" ") and int(transformers.__version__.split(".")[0]) >= 5:
+                continue
             assert ours.encode(text) == theirs.encode(text), (shape, text)
         pad = theirs.eos_token_id if theirs.pad_token_id is None else theirs.pad_token_id
         assert (ours.end_id, ours.pad_id) == (theirs.eos_token_id, pad)

@@ -171,6 +171,17 @@ def install_engine_double(home: Path) -> Path:
     return target
 
 
+def private_backends(layout: Layout, root: Path) -> str:
+    """`--backend-directory` of a test's own: Triton's Python backend as installed (3 MB) and this checkout's engine
+    double. The shared cache's double is whichever checkout installed one last, and a server that loads another's
+    mid-test would not do what this checkout's does."""
+    backends = root / "backends"
+    shutil.copytree(layout.backends / "python", backends / "python", symlinks=True)
+    (backends / "tensorrtllm").mkdir()
+    shutil.copyfile(ENGINE_DOUBLE, backends / "tensorrtllm" / "model.py")
+    return f"--backend-directory={backends}"
+
+
 def install_stub_venv(venv: Path, wheels: Path, python: str | None = None, torch: bool = True) -> Path:
     """A virtualenv of `python` (default: the running one) with STUB_REQUIREMENTS (torch only if `torch`) from the
     wheel cache (no network), and the `tensorrt` double (harness/doubles.py) that v0.12.0's preprocessing imports.

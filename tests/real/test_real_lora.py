@@ -24,22 +24,11 @@ import pytest
 
 from harness import realfront, realtriton
 from harness.image import KEY, Image, prepared_argv, templates_for
-from harness.realtriton import ENGINE_DOUBLE
+from harness.realtriton import private_backends
 from harness.tiny_adapter import tiny_lora
 from harness.tiny_checkpoint import PROMPT
 
 openai = pytest.importorskip("openai")
-
-
-def private_backends(layout: realtriton.Layout, root: Path) -> str:
-    """`--backend-directory` of this test's own: Triton's Python backend as installed (3 MB) and this checkout's engine
-    double. The shared cache's double is whichever checkout installed one last; a server that loads another's
-    mid-test would not know LoRA."""
-    backends = root / "backends"
-    shutil.copytree(layout.backends / "python", backends / "python", symlinks=True)
-    (backends / "tensorrtllm").mkdir()
-    shutil.copyfile(ENGINE_DOUBLE, backends / "tensorrtllm" / "model.py")
-    return f"--backend-directory={backends}"
 
 
 def generate(server: realtriton.RunningServer, body: dict) -> tuple[int, dict]:

@@ -20,6 +20,7 @@ import pytest
 from harness import realfront, realtriton
 from harness.image import Image, templates_for
 from harness.tiny_checkpoint import PROMPT, PROMPT_WORDS
+from trtllm_entrypoint import contract
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("aiohttp")
@@ -253,6 +254,7 @@ def test_answers_are_exactly_the_tokenizers_decoding_of_the_generated_ids(
     tokenizers = pytest.importorskip("tokenizers")
     img = Image(tmp_path, tag, templates_for(templates), tokenizer=shape)
     out = prepared(img)
+    out["argv"].append(realtriton.private_backends(real_triton, tmp_path))  # this checkout's engine double (echo)
     name = out["ready"]["served_model_name"]
     tokenizer = tokenizers.Tokenizer.from_file(str(img.model / "tokenizer.json"))
     results = []
@@ -268,7 +270,7 @@ def test_answers_are_exactly_the_tokenizers_decoding_of_the_generated_ids(
                 for c in api.completions.create(model=name, prompt=prompt, max_tokens=max_tokens, stream=True)
                 if c.choices
             ]
-            native = native_answer(front, workflow, name, prompt, max_tokens)
+            native = native_answer(front, workflow, contract.ENTRY_MODEL[workflow], prompt, max_tokens)
             results.append((prompt, ids, max_tokens, whole, chunks, native))
     for prompt, ids, max_tokens, whole, chunks, native in results:
         generated = [ids[i % len(ids)] for i in range(max_tokens)]

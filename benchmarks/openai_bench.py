@@ -249,17 +249,26 @@ def numbers(run: StreamRun, cpu: list[CpuUse]) -> dict:
     """`cpu` over the same windows as `run`: per token, the window's CPU over the tokens it streamed (closed loop,
     steady state: the requests started in a window stream about as many tokens as it holds)."""
     tokens = max(run.tokens_per_s * run.seconds, 1.0)
+
+    def p(values: list[float], q: float) -> float:  # a window with no finished request has none: NaN, not a crash
+        return percentile(values, q) * 1e3 if values else math.nan
+
     return {
         "tokens_per_s": run.tokens_per_s,
         "server_cpu_ms_per_token": sum(c.server_s for c in cpu) / tokens * 1e3,
         "client_cpu_ms_per_token": sum(c.client_s for c in cpu) / tokens * 1e3,
         "cpus_busy": sum(c.server_s + c.client_s for c in cpu) / run.seconds,
-        "itl_p50_ms": percentile(run.itl_s, 50) * 1e3,
-        "itl_p99_ms": percentile(run.itl_s, 99) * 1e3,
-        "ttft_p50_ms": percentile(run.ttft_s, 50) * 1e3,
+        "itl_p50_ms": p(run.itl_s, 50),
+        "itl_p99_ms": p(run.itl_s, 99),
+        "ttft_p50_ms": p(run.ttft_s, 50),
         "requests": len(run.sent_s),
         "errors": run.errors,
     }
+
+
+def _ratio(ours: float, theirs: float) -> float:
+    """NaN where the other API streamed nothing in its windows (every request failed): the table says so."""
+    return ours / theirs if theirs else math.nan
 
 
 def metrics(measured: dict) -> list[Metric]:
@@ -279,7 +288,7 @@ def metrics(measured: dict) -> list[Metric]:
         rows += [
             Metric(
                 f"{label}: tokens/s over generate_stream",
-                ours["tokens_per_s"] / native["tokens_per_s"],
+                _ratio(ours["tokens_per_s"], native["tokens_per_s"]),
                 "x",
                 Target(">=", ratio_native, "x") if top else None,
                 note=f"{ours['tokens_per_s']:.0f} vs {native['tokens_per_s']:.0f} tokens/s",
@@ -304,7 +313,7 @@ def metrics(measured: dict) -> list[Metric]:
             rows.append(
                 Metric(
                     f"{label}: tokens/s over the engine alone",
-                    ours["tokens_per_s"] / engine["tokens_per_s"],
+                    _ratio(ours["tokens_per_s"], engine["tokens_per_s"]),
                     "x",
                     Target(">=", ratio_engine, "x") if top and ratio_engine else None,
                     note=f"{ours['tokens_per_s']:.0f} vs {engine['tokens_per_s']:.0f} tokens/s",

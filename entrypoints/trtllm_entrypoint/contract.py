@@ -25,6 +25,9 @@ FRONT_DIR = "/opt/trtllm-images/front"
 FRONT_KEY_VARIABLE = "TRTLLM_FRONT_ADMIN_KEY"
 # The variable that hands the front's plan (openai/plan.py's FrontPlan, as JSON) to each of its processes.
 FRONT_PLAN_VARIABLE = "TRTLLM_FRONT_PLAN"
+# The variable that names the pipe (a file descriptor) each front process writes a byte to every second, so that the
+# supervisor notices a worker whose event loop is stuck (supervise.py, openai/liveness.py).
+FRONT_HEARTBEAT_VARIABLE = "TRTLLM_FRONT_HEARTBEAT_FD"
 # PID 1 of the images (ENTRYPOINT): passes signals to the server and reaps the ready-line watcher.
 TINI = "/opt/trtllm-images/bin/tini"
 

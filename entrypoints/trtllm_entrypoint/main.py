@@ -359,7 +359,12 @@ def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoRetur
     settings = prepared.launch.settings
     log.info("starting the OpenAI front", workers=settings.openai_workers, port=settings.openai_port)
     front_env = supervise.front_environ(env, settings.admin_key)
-    sys.exit(supervise.run(prepared.argv, prepared.front, settings.openai_workers, env, front_env))
+    grace = settings.exit_timeout_secs + supervise.KILL_MARGIN_S  # the children's drain, then SIGKILL
+    sys.exit(
+        supervise.run(
+            prepared.argv, prepared.front, settings.openai_workers, env, front_env, grace_s=grace, warn=log.warn
+        )
+    )
 
 
 def passthrough(args: list[str], env: dict[str, str]) -> int:

@@ -31,6 +31,7 @@ from aiohttp import web
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint import openai_api as api
+from trtllm_entrypoint.openai import liveness
 
 ADMIN_HEADER = "admin-key"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -429,8 +430,10 @@ def build(args: argparse.Namespace, key: str) -> Front:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     front = build(args, os.environ.pop(contract.FRONT_KEY_VARIABLE, ""))
+    app = make_app(front)
+    app.on_startup.append(liveness.on_startup)  # the supervisor replaces a worker whose loop stops beating
     web.run_app(
-        make_app(front),
+        app,
         host=args.host,
         port=args.port,
         reuse_port=True,

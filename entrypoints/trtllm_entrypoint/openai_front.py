@@ -31,7 +31,7 @@ from aiohttp import web
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint import openai_api as api
-from trtllm_entrypoint.openai import liveness
+from trtllm_entrypoint.openai import listen, liveness
 
 ADMIN_HEADER = "admin-key"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -434,9 +434,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     app.on_startup.append(liveness.on_startup)  # the supervisor replaces a worker whose loop stops beating
     web.run_app(
         app,
-        host=args.host,
-        port=args.port,
-        reuse_port=True,
+        sock=listen.listening_socket(args.host, args.port),  # dual-stack: no other UID can take the port's IPv6 side
         shutdown_timeout=args.shutdown_timeout,
         access_log=None,
         print=None,

@@ -375,8 +375,9 @@ class ChatTemplate:
     rendered by jinja2's sandbox with the variables Hugging Face templates read."""
 
     def __init__(self, source: str | None, special_tokens: Mapping[str, str]) -> None:
-        import jinja2  # noqa: PLC0415  (lazy: only the front's processes render templates)
-        import jinja2.sandbox  # noqa: PLC0415
+        from trtllm_entrypoint.openai import sandbox  # noqa: PLC0415  (the vendored jinja2, >= 3.1.6)
+
+        jinja2 = sandbox.jinja2()
 
         def raise_exception(message: str) -> None:
             raise jinja2.TemplateError(message)
@@ -399,9 +400,10 @@ class ChatTemplate:
         import jinja2  # noqa: PLC0415
 
         try:
-            return self.template.render(
+            rendered: str = self.template.render(
                 messages=messages, add_generation_prompt=add_generation_prompt, tools=None, **self.special_tokens
             )
+            return rendered
         except jinja2.TemplateError as exc:
             raise ApiError(400, f"the chat template refused the messages: {exc}", "messages") from None
 

@@ -19,6 +19,7 @@ import contextlib
 import hmac
 import json
 import os
+import sys
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from aiohttp import web
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint import openai_api as api
+from trtllm_entrypoint.errors import Error
 from trtllm_entrypoint.openai import listen, liveness
 
 ADMIN_HEADER = "admin-key"
@@ -429,7 +431,10 @@ def build(args: argparse.Namespace, key: str) -> Front:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    front = build(args, os.environ.pop(contract.FRONT_KEY_VARIABLE, ""))
+    try:
+        front = build(args, os.environ.pop(contract.FRONT_KEY_VARIABLE, ""))
+    except Error as exc:  # one line, as the entrypoint's own errors
+        sys.exit(f"error: {exc}")
     app = make_app(front)
     app.on_startup.append(liveness.on_startup)  # the supervisor replaces a worker whose loop stops beating
     web.run_app(

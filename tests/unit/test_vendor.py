@@ -11,6 +11,7 @@ import zipfile
 import pytest
 
 from trtllm_entrypoint.errors import Error
+from trtllm_entrypoint.openai import sandbox
 from trtllm_images import matrix, vendor
 
 
@@ -82,7 +83,7 @@ def test_unsafe_paths_in_the_lock_are_refused(tmp_path, take):
 def test_the_projects_lock_pins_every_artifact():
     artifacts = vendor.load()
     front = {"aiohttp", "aiohappyeyeballs", "aiosignal", "attrs", "frozenlist", "idna", "msgspec", "multidict"}
-    front |= {"propcache", "typing-extensions", "yarl"}
+    front |= {"propcache", "typing-extensions", "yarl", "jinja2", "markupsafe"}
     assert {a.name for a in artifacts} == {"protobuf", "tritonclient", "tini"} | front
     # The front's compiled libraries: one wheel each for every Python of the matrix's tags (and the stand-in's).
     pythons = {".".join(e.python.split(".")[:2]) for e in matrix.load().supported() if e.python}
@@ -90,3 +91,6 @@ def test_the_projects_lock_pins_every_artifact():
     for name in {a.name for a in compiled}:
         assert pythons <= {t.split("/")[1][2:] for a in compiled if a.name == name for t in a.take.values()}, name
     assert all(len(a.sha256) == 64 and a.url.endswith(a.file_name) for a in artifacts)
+    # The front renders untrusted chat templates: never with a jinja2 that has the sandbox escapes fixed in 3.1.6.
+    (jinja2,) = [a for a in artifacts if a.name == "jinja2"]
+    assert sandbox.version_of(jinja2.version) >= sandbox.MIN_JINJA2 and jinja2.take == {"jinja2/": "front/any/jinja2/"}

@@ -82,7 +82,11 @@ def seed_for(seed: int | None, choice: int, dtype: str) -> int:
 
 
 def check_room(
-    prompt_tokens: int, max_tokens: int | None, max_seq_len: int, field: str = "max_tokens", prompt_field: str = "prompt"
+    prompt_tokens: int,
+    max_tokens: int | None,
+    max_seq_len: int,
+    field: str = "max_tokens",
+    prompt_field: str = "prompt",
 ) -> int:
     """The answer's length: `max_tokens`, or all the room left when None. Refused when the prompt leaves no room or
     `max_tokens` is more than the room left (both numbers named)."""

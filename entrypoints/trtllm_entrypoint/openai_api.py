@@ -382,7 +382,7 @@ class ChatTemplate:
         def raise_exception(message: str) -> None:
             raise jinja2.TemplateError(message)
 
-        env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env = sandbox.environment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = raise_exception
         env.filters["tojson"] = lambda value, indent=None: msgspec.json.format(
             msgspec.json.encode(value), indent=indent or 0

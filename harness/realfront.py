@@ -30,7 +30,8 @@ from trtllm_entrypoint import supervise
 plan = json.loads(sys.argv[1])
 key = os.environ.pop({KEY_FOR_TEST!r})
 front_env = supervise.front_environ(os.environ, key)
-sys.exit(supervise.run(plan["server"], plan["front"], plan["workers"], dict(os.environ), front_env))
+grace = plan["exit_timeout"] + supervise.KILL_MARGIN_S  # as exec_server: the children's drain, then SIGKILL
+sys.exit(supervise.run(plan["server"], plan["front"], plan["workers"], dict(os.environ), front_env, grace_s=grace))
 """
 
 
@@ -67,7 +68,8 @@ def start(
     server_argv, http_port, _ = realtriton.server_argv(layout, server)
     front = prepared["front"]
     port = int(next(a for a in front["argv"] if a.startswith("--port=")).split("=", 1)[1])
-    plan = {"server": server_argv, "front": front["argv"], "workers": front["workers"]}
+    exit_timeout = float(next(a for a in front["argv"] if a.startswith("--shutdown-timeout=")).split("=", 1)[1])
+    plan = {"server": server_argv, "front": front["argv"], "workers": front["workers"], "exit_timeout": exit_timeout}
     environ = layout.environ(env)
     environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ENTRYPOINTS), environ.get("PYTHONPATH", "")) if p)
     environ[KEY_FOR_TEST] = key

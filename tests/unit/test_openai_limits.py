@@ -81,46 +81,37 @@ def test_a_client_that_reads_nothing_stops_the_generations_and_holds_a_bounded_q
     streams = Stream()
     produced = []
 
+    def producer(k: int):
+        async def chunks():
+            async for chunk in streams.tokens(k, 100_000, delay=0):
+                produced.append(chunk)
+                yield chunk
+
+        return chunks
+
     async def main() -> None:
-        relay = limits.Relay(size=8)
-
-        def producer(k: int):
-            async def chunks():
-                async for chunk in streams.tokens(k, 100_000, delay=0):
-                    produced.append(chunk)
-                    yield chunk
-
-            return chunks
-
-        async def stuck_client(_: bytes) -> None:
-            await asyncio.sleep(3600)
-
-        task = asyncio.ensure_future(relay.run([producer(k) for k in range(8)], stuck_client))
+        chunks = limits.interleave([producer(k) for k in range(8)], size=8)
+        assert await chunks.__anext__()  # the client read one chunk, then nothing more
         await asyncio.sleep(0.3)
-        assert len(produced) <= 8 + 8 + 1, f"{len(produced)} chunks made for a client that reads nothing"
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        assert len(produced) <= 1 + 8 + 8 + 1, f"{len(produced)} chunks made for a client that reads nothing"
+        await chunks.aclose()  # the client is gone
         assert streams.open == set()
 
     asyncio.run(main())
 
 
-def test_the_relay_passes_every_chunk_and_raises_the_first_failure_after_ending_the_rest():
+def test_interleaving_passes_every_chunk_and_raises_the_first_failure_after_ending_the_rest():
     streams = Stream()
 
+    async def collect(chunks) -> list[bytes]:
+        return [chunk async for chunk in chunks]
+
     async def main() -> None:
-        got: list[bytes] = []
-
-        async def client(chunk: bytes) -> None:
-            got.append(chunk)
-
-        await limits.Relay().run([lambda k=k: streams.tokens(k, 5) for k in range(3)], client)
+        got = await collect(limits.interleave([lambda k=k: streams.tokens(k, 5) for k in range(3)]))
         assert sorted(got) == sorted(f"{k}:{i}".encode() for k in range(3) for i in range(5))
+        failing = [lambda: streams.tokens(0, 10**6), lambda: streams.tokens(1, 5, fail_at=3)]
         with pytest.raises(ValueError, match="choice 1"):
-            await limits.Relay().run(
-                [lambda: streams.tokens(0, 10**6), lambda: streams.tokens(1, 5, fail_at=3)], client
-            )
+            await collect(limits.interleave(failing))
         assert streams.open == set()
 
     asyncio.run(main())

@@ -6,22 +6,21 @@
 - Together: a request's generations run as one group (`together`). When one fails, or the client leaves, or the
   handler is cancelled, the others are cancelled and awaited, which closes their backend streams: tritonserver stops a
   generate_stream only when its connection closes.
-- Backpressure: the chunks of several streamed choices pass through a bounded queue (`Relay`), so a generation waits
-  while the client does not read, and its backend stream waits in turn (aiohttp's client stops reading a socket whose
-  buffer is full). A write that makes no progress for WRITE_TIMEOUT_S ends the request (`write`).
+- Backpressure: the chunks of several streamed choices pass through a bounded queue (`interleave`), so a generation
+  waits while the client does not read, and its backend stream waits in turn (aiohttp's client stops reading a
+  socket whose buffer is full). A write that makes no progress for WRITE_TIMEOUT_S ends the request (`write`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar
 
 from trtllm_entrypoint.openai.rules import Refused
 
 T = TypeVar("T")
-Chunks = Callable[[], AsyncGenerator[bytes, None]]
 
 DEFAULT_MAX_GENERATIONS = 256
 BACKEND_CONNECTIONS = 1024  # per worker
@@ -85,39 +84,37 @@ async def write(response: Writer, data: bytes, timeout_s: float = WRITE_TIMEOUT_
         raise ClientGone(str(exc) or type(exc).__name__) from None
 
 
-class Relay:
-    """Several producers' chunks to one writer, in the order they come, through a bounded queue: a producer waits
-    while the queue is full. `run` ends when every producer has ended; the first producer's exception is raised
-    there, after the others were cancelled."""
+async def interleave(
+    producers: Sequence[Callable[[], AsyncGenerator[T, None]]], size: int = RELAY_CHUNKS
+) -> AsyncGenerator[T, None]:
+    """Several producers' items, in the order they come, through a bounded queue: a producer waits while the queue
+    is full (so its backend stream waits too). The first producer's exception is raised here; closing this
+    generator (or that exception) cancels every producer and waits until each has closed its stream."""
+    queue: asyncio.Queue[object] = asyncio.Queue(size)
+    end = object()
 
-    _END = object()
-
-    def __init__(self, size: int = RELAY_CHUNKS) -> None:
-        self.queue: asyncio.Queue[object] = asyncio.Queue(size)
-
-    async def run(self, producers: Sequence[Chunks], consume: Callable[[bytes], Awaitable[None]]) -> None:
-        async def pump(make: Chunks) -> None:
-            try:
-                async with contextlib.aclosing(make()) as chunks:  # closed, with its backend stream, when cancelled
-                    async for chunk in chunks:
-                        await self.queue.put(chunk)
-            except asyncio.CancelledError:
-                raise
-            except BaseException as exc:  # noqa: BLE001  (handed to the writer, which raises it)
-                await self.queue.put(exc)
-            else:
-                await self.queue.put(self._END)
-
-        tasks = [asyncio.ensure_future(pump(make)) for make in producers]
+    async def pump(make: Callable[[], AsyncGenerator[T, None]]) -> None:
         try:
-            ended = 0
-            while ended < len(tasks):
-                item = await self.queue.get()
-                if item is self._END:
-                    ended += 1
-                elif isinstance(item, BaseException):
-                    raise item
-                else:
-                    await consume(item)  # type: ignore[arg-type]
-        finally:
-            await cancel_all(tasks)
+            async with contextlib.aclosing(make()) as items:  # closed, with its backend stream, when cancelled
+                async for item in items:
+                    await queue.put(item)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001  (handed to the reader, which raises it)
+            await queue.put(exc)
+        else:
+            await queue.put(end)
+
+    tasks = [asyncio.ensure_future(pump(make)) for make in producers]
+    try:
+        ended = 0
+        while ended < len(tasks):
+            item = await queue.get()
+            if item is end:
+                ended += 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item  # type: ignore[misc]
+    finally:
+        await cancel_all(tasks)

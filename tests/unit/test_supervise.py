@@ -1,5 +1,5 @@
-"""FRONTEND=openai's one process tree (supervise.py), with stand-in children: whoever ends first ends the rest, and
-the exit code is tritonserver's (or the failed child's)."""
+"""The OpenAI front's one process tree (launch/supervise.py), with stand-in children: whoever ends first ends the
+rest, and the exit code is tritonserver's (or the failed child's)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from trtllm_entrypoint import contract, supervise
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.launch import supervise
+from trtllm_entrypoint.openai.plan import FrontPlan
 
 pytestmark = pytest.mark.process
 
 RUN = """
 import sys
-from trtllm_entrypoint import supervise
+from trtllm_entrypoint.launch import supervise
 supervise.STALL_S, supervise.START_S = {stall_s}, {start_s}
 sys.exit(supervise.run({server!r}, {front!r}, {workers}, {{}}, {{}}, grace_s={grace_s}))
 """
@@ -30,7 +32,7 @@ from trtllm_entrypoint.openai import liveness
 with open(sys.argv[1], "a") as starts:
     starts.write(f"{{os.getpid()}}\\n")
 async def main():
-    liveness.start(asyncio.get_running_loop(), liveness.heartbeat_fd(os.environ))
+    liveness.start(asyncio.get_running_loop(), liveness.heartbeat_fd(os.environ.get({var!r})))
     await asyncio.sleep({beats})
     time.sleep(600)
 asyncio.run(main())
@@ -79,6 +81,22 @@ def test_sigterm_reaches_every_child_and_the_exit_code_is_the_servers(tmp_path):
     assert tree.wait(timeout=20) == 0 and marker.exists()
 
 
+PLAN = FrontPlan(
+    host="0.0.0.0",
+    port=9000,
+    workers=2,
+    triton_url="http://127.0.0.1:8000",
+    served_name="m",
+    entry_model="m",
+    workflow="llmapi",
+    config="/repo/m/config.pbtxt",
+    tokenizer="/tok",
+    restricted=("inference",),
+    max_seq_len=2048,
+    shutdown_timeout=30.0,
+)
+
+
 def alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] not in "ZX"
@@ -88,7 +106,7 @@ def alive(pid: int) -> bool:
 
 def test_a_worker_whose_loop_is_stuck_is_killed_and_started_again_while_the_rest_serves_on(tmp_path):
     starts = tmp_path / "starts"
-    front = [sys.executable, "-c", STUCK_WORKER.format(beats=1), str(starts)]
+    front = [sys.executable, "-c", STUCK_WORKER.format(beats=1, var=contract.FRONT_HEARTBEAT_VARIABLE), str(starts)]
     tree = start(tmp_path, ["sleep", "60"], front, workers=1, stall_s=1.5)
     deadline = time.monotonic() + 20
     while len(starts.read_text().split() if starts.exists() else []) < 2:
@@ -133,7 +151,7 @@ def test_a_worker_stops_itself_when_the_supervisor_is_gone(tmp_path):
         "import asyncio, os\n"
         "from trtllm_entrypoint.openai import liveness\n"
         "async def main():\n"
-        "    liveness.start(asyncio.get_running_loop(), liveness.heartbeat_fd(os.environ))\n"
+        f"    liveness.start(asyncio.get_running_loop(), {write_end})\n"
         "    await asyncio.sleep(600)\n"
         "asyncio.run(main())\n"
     )
@@ -167,22 +185,24 @@ def test_the_fronts_environment_holds_no_secret_but_the_key_it_reads_and_drops()
         "AWS_SECRET_ACCESS_KEY": "aws-secret",
         "HTTPS_PROXY": "http://user:pass@proxy:3128",
         "MODEL_ID": "org/name",
-        contract.FRONT_PLAN_VARIABLE: "{}",
     }
-    env = supervise.front_environ(container, "the-key")
-    assert env["PATH"] == "/usr/bin" and env["LC_ALL"] == "C.UTF-8" and env[contract.FRONT_PLAN_VARIABLE] == "{}"
+    env = supervise.front_environ(container, "the-key", PLAN)
+    assert env["PATH"] == "/usr/bin" and env["LC_ALL"] == "C.UTF-8"
+    assert FrontPlan.from_json(env[contract.FRONT_PLAN_VARIABLE]) == PLAN
     assert env[contract.FRONT_KEY_VARIABLE] == "the-key" and env["HF_HUB_OFFLINE"] == "1"
     leaked = [v for v in ("hf_secret", "admin-secret", "aws-secret", "pass", "/run/secrets") if v in str(env)]
     assert not leaked and "MODEL_ID" not in env
 
 
-def test_the_fronts_environment_carries_the_key_and_its_own_libraries_only_when_present(tmp_path, monkeypatch):
-    env = supervise.front_environ({"PYTHONPATH": "/given", "LANG": "b"}, "the-key")
+def test_the_fronts_environment_carries_its_plan_the_key_and_its_own_libraries_only_when_present(tmp_path, monkeypatch):
+    env = supervise.front_environ({"PYTHONPATH": "/given", "LANG": "b"}, "the-key", PLAN)
     assert env[contract.FRONT_KEY_VARIABLE] == "the-key" and env["LANG"] == "b"
+    assert FrontPlan.from_json(env[contract.FRONT_PLAN_VARIABLE]) == PLAN
+    assert "the-key" not in env[contract.FRONT_PLAN_VARIABLE]
     assert env["PYTHONPATH"].split(os.pathsep)[-1] == "/given"  # the vendored libraries come first, where present
     monkeypatch.setattr(contract, "FRONT_DIR", str(tmp_path))
     (tmp_path / "any").mkdir()
     python = f"py{sys.version_info.major}.{sys.version_info.minor}"
-    assert supervise.front_environ({}, "k")["PYTHONPATH"] == os.pathsep.join(
+    assert supervise.front_environ({}, "k", PLAN)["PYTHONPATH"] == os.pathsep.join(
         [str(tmp_path / python), str(tmp_path / "any")]
     )

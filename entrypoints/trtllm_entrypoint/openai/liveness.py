@@ -1,7 +1,7 @@
-"""A worker's sign of life for the supervisor (supervise.py): its event loop writes one byte every BEAT_S to the pipe
-named by contract.FRONT_HEARTBEAT_VARIABLE. A loop that is stuck (CPU-bound work, a deadlock, SIGSTOP) stops beating,
-and the supervisor replaces the worker. When the supervisor is gone (the pipe is broken), the worker stops itself
-rather than serve on as an orphan. Standard library only.
+"""A worker's sign of life for the supervisor (launch/supervise.py): its event loop writes one byte every BEAT_S
+to the pipe named by contract.FRONT_HEARTBEAT_VARIABLE (openai/server.py reads it). A loop that is stuck (CPU-bound
+work, a deadlock, SIGSTOP) stops beating, and the supervisor replaces the worker. When the supervisor is gone (the
+pipe is broken), the worker stops itself rather than serve on as an orphan. Standard library only.
 """
 
 from __future__ import annotations
@@ -9,22 +9,23 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Mapping
-
-from trtllm_entrypoint import contract
+from collections.abc import Awaitable, Callable
 
 BEAT_S = 1.0
 
 
-def heartbeat_fd(environ: Mapping[str, str]) -> int | None:
-    value = environ.get(contract.FRONT_HEARTBEAT_VARIABLE, "")
-    return int(value) if value.isdigit() else None
+def heartbeat_fd(value: str | None) -> int | None:
+    """The pipe's descriptor from contract.FRONT_HEARTBEAT_VARIABLE's value (None: no supervisor)."""
+    return int(value) if value and value.isdigit() else None
 
 
-async def on_startup(_app: object) -> None:
-    """For aiohttp's Application.on_startup: beat from the serving loop, on the pipe the supervisor gave."""
-    start(asyncio.get_running_loop(), heartbeat_fd(os.environ))
-    os.environ.pop(contract.FRONT_HEARTBEAT_VARIABLE, None)
+def beating(fd: int | None) -> Callable[[object], Awaitable[None]]:
+    """For aiohttp's Application.on_startup: beat on `fd` from the serving loop."""
+
+    async def on_startup(_app: object) -> None:
+        start(asyncio.get_running_loop(), fd)
+
+    return on_startup
 
 
 def start(loop: asyncio.AbstractEventLoop, fd: int | None) -> None:

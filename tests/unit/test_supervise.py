@@ -94,6 +94,7 @@ PLAN = FrontPlan(
     restricted=("inference",),
     max_seq_len=2048,
     shutdown_timeout=30.0,
+    max_generations=256,
 )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from trtllm_entrypoint.openai import sandbox
+from trtllm_entrypoint.openai import cpu, sandbox
 from trtllm_entrypoint.openai.protocol import ApiError
 
 
@@ -37,13 +37,19 @@ class ChatTemplate:
                 "messages",
             )
         jinja2 = sandbox.jinja2()
-        try:
-            rendered: str = self.template.render(
-                messages=messages, add_generation_prompt=add_generation_prompt, tools=None, **self.special_tokens
+        template = self.template
+        context = {"messages": messages, "add_generation_prompt": add_generation_prompt, "tools": None}
+        try:  # bounded in time and size: the template comes with the model, untrusted (cpu.py)
+            return cpu.bounded(
+                lambda: template.generate(**context, **self.special_tokens), cpu.RENDER_TIMEOUT_S, cpu.MAX_RENDER_CHARS
             )
-            return rendered
         except jinja2.TemplateError as exc:
             raise ApiError(400, f"the chat template refused the messages: {exc}", "messages") from None
+        except cpu.RenderTimeout:
+            message = f"the chat template ran over {cpu.RENDER_TIMEOUT_S:g} s on these messages"
+            raise ApiError(400, message, "messages") from None
+        except (cpu.RenderTooLong, sandbox.TooBig) as exc:
+            raise ApiError(400, f"the chat template's output is too large: {exc}", "messages") from None
 
 
 def template_source(config: Mapping[str, Any], beside: str | None) -> str | None:

@@ -25,6 +25,7 @@ T = TypeVar("T")
 
 THREADS = 2  # per worker: CPU work queues here rather than multiplying
 RENDER_TIMEOUT_S = 2.0
+MAX_RENDER_CHARS = 32 << 20  # twice the largest body: a template adds little to the messages it renders
 # Tokenizers see text in pieces of this many characters at first, doubling while the prefix still fits.
 FIRST_WINDOW = 1 << 16
 

@@ -4,8 +4,8 @@ reasons and usage. What differs between the endpoints is only their Shape (compl
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import secrets
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable
@@ -14,8 +14,10 @@ from typing import Protocol
 
 import msgspec
 
+from trtllm_entrypoint.openai import limits, rules, special_tokens
 from trtllm_entrypoint.openai.backend import Backend, first_float
 from trtllm_entrypoint.openai.chat_template import ChatTemplate
+from trtllm_entrypoint.openai.cpu import Pool, count_within
 from trtllm_entrypoint.openai.protocol import ApiError, FinishReason, Usage
 from trtllm_entrypoint.openai.sampling import Model, Sampling, backend_body
 from trtllm_entrypoint.openai.stops import StopScanner
@@ -31,6 +33,10 @@ class Served:
     template: ChatTemplate
     count_tokens: Callable[[str], int]
     max_seq_len: int  # the served model's (MAX_SEQ_LEN, or the engine's own): a chat answer's default room
+    decode: Callable[[list[int]], str] | None = None  # a prompt given as token ids, as text
+    special: special_tokens.Guard = field(default_factory=lambda: special_tokens.Guard(()))
+    max_generations: int = limits.DEFAULT_MAX_GENERATIONS  # OPENAI_MAX_GENERATIONS
+    cpu: Pool = field(default_factory=Pool)  # rendering and tokenizing, off the event loop
 
 
 @dataclass
@@ -83,6 +89,7 @@ class Work:
     shape: Shape
     stream: bool
     include_usage: bool
+    prompt_tokens: int = 0  # counted with the request's checks, off the loop
 
 
 def refuse_unsupported(checks: Iterable[tuple[bool, str, str]]) -> None:
@@ -90,6 +97,31 @@ def refuse_unsupported(checks: Iterable[tuple[bool, str, str]]) -> None:
     for asked, message, param in checks:
         if asked:
             raise ApiError(400, f"{message} is not supported (see docs/openai.md)", param)
+
+
+def refused(exc: rules.Refused) -> ApiError:
+    return ApiError(400, exc.message, exc.field)
+
+
+def prompt_tokens(served: Served, prompt: str) -> int:
+    """The prompt's tokens; for a prompt far over the context, a count over it that stopped early (cpu.count_within).
+    Call it off the loop (the server runs each request's checks on served.cpu)."""
+    return count_within(served.count_tokens, prompt, served.max_seq_len)
+
+
+def answer_room(served: Served, tokens: int, max_tokens: int | None, field: str, prompt_field: str) -> int:
+    """`max_tokens`, or all the room left when None; a 400 naming both numbers when it is more than the room left."""
+    try:
+        return rules.check_room(tokens, max_tokens, served.max_seq_len, field, prompt_field)
+    except rules.Refused as exc:
+        raise refused(exc) from None
+
+
+def check_fanout(served: Served, prompts: int, n: int) -> None:
+    try:
+        limits.check_fanout(prompts, n, served.max_generations)
+    except rules.Refused as exc:
+        raise refused(exc) from None
 
 
 async def generate(served: Served, s: Sampling, choice: Choice) -> AsyncGenerator[tuple[str, float | None], None]:
@@ -122,8 +154,7 @@ def _head(served: Served, work: Work) -> Head:
 
 
 def _usage(served: Served, work: Work) -> Usage:
-    prompts = dict.fromkeys(choice.prompt for choice in work.choices)  # n choices of one prompt count it once
-    return Usage.of(sum(served.count_tokens(p) for p in prompts), sum(c.tokens for c in work.choices))
+    return Usage.of(work.prompt_tokens, sum(c.tokens for c in work.choices))
 
 
 async def whole(served: Served, work: Work) -> msgspec.Struct:
@@ -134,7 +165,7 @@ async def whole(served: Served, work: Work) -> msgspec.Struct:
         async for _ in generate(served, work.sampling, choice):
             pass
 
-    await asyncio.gather(*(drain(choice) for choice in work.choices))
+    await limits.together([drain(choice) for choice in work.choices])  # one fails or the client leaves: all end
     reasons = [(c, c.finish_reason(work.sampling.max_tokens)) for c in work.choices]
     return work.shape.whole(head, reasons, _usage(served, work))
 
@@ -164,30 +195,9 @@ async def _chunks_of(served: Served, work: Work, head: Head, choice: Choice) -> 
 
 
 async def _interleaved(served: Served, work: Work, head: Head) -> AsyncGenerator[msgspec.Struct, None]:
-    """Several choices streamed at once, each chunk as it comes."""
-    queue: asyncio.Queue[msgspec.Struct | BaseException | None] = asyncio.Queue()
-
-    async def run(choice: Choice) -> None:
-        try:
-            async with contextlib.aclosing(_chunks_of(served, work, head, choice)) as chunks:
-                async for chunk in chunks:
-                    queue.put_nowait(chunk)
-        except BaseException as exc:  # noqa: BLE001  (handed to the reader, which raises it)
-            queue.put_nowait(exc)
-        finally:
-            queue.put_nowait(None)
-
-    tasks = [asyncio.ensure_future(run(choice)) for choice in work.choices]
-    try:
-        done = 0
-        while done < len(tasks):
-            item = await queue.get()
-            if item is None:
-                done += 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield item
-    finally:
-        for task in tasks:
-            task.cancel()
+    """Several choices streamed at once, each chunk as it comes, through a bounded queue (limits.interleave): a
+    client that does not read holds its generations back; closing this ends them all."""
+    makers = [functools.partial(_chunks_of, served, work, head, choice) for choice in work.choices]
+    async with contextlib.aclosing(limits.interleave(makers)) as chunks:
+        async for chunk in chunks:
+            yield chunk

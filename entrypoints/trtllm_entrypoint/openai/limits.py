@@ -75,22 +75,22 @@ class Writer(Protocol):
     async def write(self, data: bytes) -> None: ...  # aiohttp's StreamResponse
 
 
-async def write(response: Writer, data: bytes, timeout_s: float = WRITE_TIMEOUT_S) -> None:
-    """Write `data`, waiting while the client's socket is full, at most `timeout_s`: ClientGone then, or when the
-    connection is gone."""
+async def write(response: Writer, data: bytes, timeout_s: float | None = None) -> None:
+    """Write `data`, waiting while the client's socket is full, at most `timeout_s` (WRITE_TIMEOUT_S): ClientGone
+    then, or when the connection is gone."""
     try:
-        await asyncio.wait_for(response.write(data), timeout_s)
+        await asyncio.wait_for(response.write(data), WRITE_TIMEOUT_S if timeout_s is None else timeout_s)
     except (asyncio.TimeoutError, ConnectionError) as exc:
         raise ClientGone(str(exc) or type(exc).__name__) from None
 
 
 async def interleave(
-    producers: Sequence[Callable[[], AsyncGenerator[T, None]]], size: int = RELAY_CHUNKS
+    producers: Sequence[Callable[[], AsyncGenerator[T, None]]], size: int | None = None
 ) -> AsyncGenerator[T, None]:
     """Several producers' items, in the order they come, through a bounded queue: a producer waits while the queue
     is full (so its backend stream waits too). The first producer's exception is raised here; closing this
     generator (or that exception) cancels every producer and waits until each has closed its stream."""
-    queue: asyncio.Queue[object] = asyncio.Queue(size)
+    queue: asyncio.Queue[object] = asyncio.Queue(RELAY_CHUNKS if size is None else size)
     end = object()
 
     async def pump(make: Callable[[], AsyncGenerator[T, None]]) -> None:

@@ -69,18 +69,24 @@ FRONT_KEPT_PREFIXES = ("LC_",)
 FRONT_FIXED = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def front_environ(base: Mapping[str, str], key: str, plan: FrontPlan) -> dict[str, str]:
-    """The front's environment: what it needs of the container's (FRONT_KEPT), the vendored libraries first on its
-    path (the pure ones and the compiled set of this Python, the one that runs the front), its plan as one JSON
-    value, and the admin key (read and dropped from its environment at start: never on a command line)."""
+def front_path_environ(base: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a process of the front (a worker, or the start's template check): what it needs of the
+    container's (FRONT_KEPT: no secret), and the front's vendored libraries first on the path (the pure ones and the
+    compiled set of this Python, the one that runs the front)."""
     compiled = os.path.join(contract.FRONT_DIR, f"py{sys.version_info.major}.{sys.version_info.minor}")
     pure = os.path.join(contract.FRONT_DIR, "any")
     own = [compiled, pure] if os.path.isdir(pure) else []
     path = [*own, base.get("PYTHONPATH", "")]
     kept = {k: v for k, v in base.items() if k in FRONT_KEPT or k.startswith(FRONT_KEPT_PREFIXES)}
     extra = {"PYTHONPATH": os.pathsep.join(p for p in path if p)} if any(path) else {}
+    return {**kept, **extra, **FRONT_FIXED}
+
+
+def front_environ(base: Mapping[str, str], key: str, plan: FrontPlan) -> dict[str, str]:
+    """A worker's environment: front_path_environ's, its plan and the admin key (both read and dropped from its
+    environment at start; the key never on a command line)."""
     own_values = {contract.FRONT_PLAN_VARIABLE: plan.to_json(), contract.FRONT_KEY_VARIABLE: key}
-    return {**kept, **extra, **FRONT_FIXED, **own_values}
+    return {**front_path_environ(base), **own_values}
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trtllm_entrypoint.openai.chat_template import ChatTemplateError
 from trtllm_entrypoint.openai.protocol import (
     ApiError,
     ChatChoice,
@@ -76,7 +77,10 @@ def work(served: Served, request: ChatRequest) -> Work:
             f"{where} holds {token!r}, one of the model's special tokens: they come only from the chat template",
             where.split("[")[0],
         )
-    prompt = served.template.render(messages)
+    try:
+        prompt = served.template.render(messages)
+    except ChatTemplateError as exc:  # the template's own refusal, or no template: the messages cannot be served
+        raise ApiError(400, str(exc), "messages") from None
     tokens = prompt_tokens(served, prompt)
     field = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
     given = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens

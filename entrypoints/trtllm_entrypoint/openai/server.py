@@ -35,6 +35,7 @@ from trtllm_entrypoint.openai import (
     tokens,
 )
 from trtllm_entrypoint.openai.backend import Backend, log_detail
+from trtllm_entrypoint.openai.chat_template import ChatTemplateError
 from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.openai.protocol import (
     ApiError,
@@ -269,7 +270,7 @@ def main() -> None:
     logging.basicConfig(format="openai front %(process)d: %(levelname)s: %(message)s", level=logging.INFO)
     try:
         app = make_app(build(plan, key))
-    except Error as exc:  # one line, as the entrypoint's own errors
+    except (ChatTemplateError, Error) as exc:  # one line (the entrypoint checked the template at start)
         raise SystemExit(f"error: {exc}") from None
     app.on_startup.append(liveness.beating(beats))  # the supervisor replaces a worker whose loop stops beating
     web.run_app(

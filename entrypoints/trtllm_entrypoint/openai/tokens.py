@@ -15,7 +15,7 @@ def counter(tokenizer_dir: Path) -> Callable[[str], int]:
         fast = tokenizers.Tokenizer.from_file(str(path))
         # encode_batch releases the GIL while it works (encode holds it): the loop streams on meanwhile (cpu.py)
         return lambda text: len(fast.encode_batch([text], add_special_tokens=True)[0].ids)
-    import transformers  # type: ignore[import-not-found]  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
 
     slow = transformers.AutoTokenizer.from_pretrained(str(tokenizer_dir))
     return lambda text: len(slow.encode(text))

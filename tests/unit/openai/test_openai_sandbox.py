@@ -47,10 +47,10 @@ def front_kit(tmp_path_factory):
 
 RENDER = """
 import jinja2, markupsafe
-from trtllm_entrypoint.openai.chat_template import ChatTemplate
+from trtllm_entrypoint.openai.chat_template import DEFAULT, ChatTemplate, Found
 print(jinja2.__version__, jinja2.__file__, markupsafe.__file__)
-print(ChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}", {}).render(
-    [{"role": "user", "content": "hi"}], add_generation_prompt=False))
+found = Found({DEFAULT: "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"}, "test", {})
+print(ChatTemplate(found).render([{"role": "user", "content": "hi"}], add_generation_prompt=False))
 """
 
 

@@ -51,8 +51,8 @@ def server_pid(front: realfront.RunningFront) -> int:
     return next(p for p in children(front.process.pid) if "tritonserver" in cmdline(p))
 
 
-def complete(front: realfront.RunningFront, timeout: float = 30) -> int:
-    body = json.dumps({"model": "ensemble", "prompt": PROMPT, "max_tokens": 2}).encode()
+def complete(front: realfront.RunningFront, name: str, timeout: float = 30) -> int:
+    body = json.dumps({"model": name, "prompt": PROMPT, "max_tokens": 2}).encode()
     request = urllib.request.Request(
         f"{front.url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
     )
@@ -85,7 +85,9 @@ def test_a_stuck_worker_is_replaced_within_30_s_and_the_front_serves_on(tmp_path
             assert time.monotonic() < deadline, "no worker replaced the stuck one"
             time.sleep(0.2)
         time.sleep(5)  # the new worker has loaded and binds the port
-        statuses = [complete(front) for _ in range(8)]  # the kernel spreads connections over both workers
+        statuses = [
+            complete(front, out["ready"]["served_model_name"]) for _ in range(8)
+        ]  # the kernel spreads connections over both workers
         log = front.log()
     assert noticed < 30 and statuses == [200] * 8
     assert f"worker {stuck} gave no sign of life" in log
@@ -113,7 +115,7 @@ def test_the_workers_environment_holds_no_secret(tmp_path, real_triton):
     env = {**os.environ, **secrets, "TRITON_ADMIN_KEY": KEY}
     with realfront.start(real_triton, out, KEY, env=env, log_dir=tmp_path) as front:
         environs = [environ_of(pid) for pid in workers(front)]
-        served = complete(front)
+        served = complete(front, out["ready"]["served_model_name"])
     assert environs and served == 200
     for env in environs:
         assert not {"HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "TRITON_ADMIN_KEY"} & set(env), sorted(env)
@@ -203,7 +205,7 @@ def test_a_user_started_front_is_honest_bounded_and_stops_what_nobody_reads(tmp_
                 time.sleep(0.1)
         front.wait_ready(180)
         triton = front.triton_http_port
-        body = {"model": "ensemble", "prompt": PROMPT, "max_tokens": 20000}
+        body = {"model": out["ready"]["served_model_name"], "prompt": PROMPT, "max_tokens": 20000}
         # A client waits 5 s for a whole answer of 40 s, then gives up. While it waits, the worker reads the
         # generation (the measure is not blind); 3 s after it left, the worker reads nothing more of it.
         client = threading.Thread(target=raw_post, args=(port, "/v1/completions", json.dumps(body).encode(), 5))
@@ -220,7 +222,7 @@ def test_a_user_started_front_is_honest_bounded_and_stops_what_nobody_reads(tmp_
         answers = {
             "fanout": raw_post(port, "/v1/completions", json.dumps({**body, "prompt": ["x"] * 1024, "n": 16}).encode()),
             "max_tokens": raw_post(port, "/v1/completions", json.dumps({**body, "max_tokens": 2**32 + 3}).encode()),
-            "not utf-8": raw_post(port, "/v1/completions", b'{"model": "ensemble", "prompt": "\xff"}'),
+            "not utf-8": raw_post(port, "/v1/completions", b'{"model": "m", "prompt": "\xff"}'),
             "seed -1": raw_post(port, "/v1/completions", json.dumps({**body, "max_tokens": 2, "seed": -1}).encode()),
         }
         log = front.log()

@@ -17,17 +17,22 @@ Two things are bounded, so that the container never hangs half-alive:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.openai.plan import FrontPlan
+from trtllm_entrypoint.storage import paths
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 POLL_S = 0.2
@@ -138,6 +143,18 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
+@contextlib.contextmanager
+def metrics_dir() -> Iterator[str]:
+    """Where the front's workers keep their metric values (prometheus_client's multiprocess mode), summed by whichever
+    worker answers a scrape: in this start's private state directory (storage/paths.py), created empty (a previous
+    run's files would add its counts), mode 0700, removed when the front stops."""
+    path = Path(tempfile.mkdtemp(prefix="front-metrics-", dir=paths.state_dir()))
+    try:
+        yield str(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def run(
     server_argv: Sequence[str],
     front_argv: Sequence[str],
@@ -149,6 +166,20 @@ def run(
     warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> int:
     """Start them all, wait until one ends or a stop signal comes, stop the rest; the exit code."""
+    with metrics_dir() as metrics:
+        front_env = {**front_env, contract.FRONT_METRICS_VARIABLE: metrics}
+        return _run(server_argv, front_argv, workers, server_env, front_env, grace_s, warn)
+
+
+def _run(
+    server_argv: Sequence[str],
+    front_argv: Sequence[str],
+    workers: int,
+    server_env: Mapping[str, str],
+    front_env: Mapping[str, str],
+    grace_s: float,
+    warn: Callable[[str], None],
+) -> int:
     stopping: list[int] = []
     for sig in STOP_SIGNALS:
         signal.signal(sig, lambda number, _frame: stopping.append(number))

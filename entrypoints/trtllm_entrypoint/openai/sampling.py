@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from trtllm_entrypoint.openai import rules
@@ -35,6 +35,7 @@ INPUT_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "repetition_penalty": ("repetition_penalty",),
         "length_penalty": ("length_penalty",),
         "ignore_eos": ("ignore_eos",),
+        "lora_task_id": ("lora_task_id",),  # ensemble and BLS from v0.15.0; served only where lora_prefetch_dir loads it
     },
     "llmapi": {
         "prompt": ("text_input",),
@@ -180,6 +181,15 @@ def sampling(
         logprobs=logprobs,
         seed=request.seed,
     )
+
+
+def with_adapter(model: Model, s: Sampling, task_id: int | None) -> Sampling:
+    """The sampling of a request that names a LoRA adapter: its task id goes to the model's `lora_task_id`."""
+    if task_id is None:
+        return s
+    if model.input_name("lora_task_id") is None:  # the entrypoint serves adapters only where it is declared
+        raise ApiError(400, f"model {model.name} ({model.workflow} workflow) takes no LoRA adapter", "model")
+    return replace(s, values={**s.values, "lora_task_id": task_id})
 
 
 def backend_body(model: Model, prompt: str, s: Sampling, choice: int) -> dict[str, object]:

@@ -4,12 +4,14 @@ routes, the admin key's check, OpenAI's error shape for every failure, and the s
 (contract.FRONT_PLAN_VARIABLE) and the admin key (contract.FRONT_KEY_VARIABLE) from the environment and drops both.
 
 Routes and the RESTRICTED_APIS group that closes them: inference (completions, chat), metadata (/v1/models);
-/health/ready and /health/live stay open, as Triton's health routes do.
+/health/ready, /health/live and /metrics stay open, as Triton's health routes and metrics port do (counts and
+timings, never a prompt or an answer).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hmac
 import logging
 import os
@@ -36,6 +38,7 @@ from trtllm_entrypoint.openai import (
 )
 from trtllm_entrypoint.openai.backend import Backend, log_detail
 from trtllm_entrypoint.openai.chat_template import ChatTemplateError
+from trtllm_entrypoint.openai.metrics import Metrics
 from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.openai.protocol import (
     ApiError,
@@ -46,7 +49,7 @@ from trtllm_entrypoint.openai.protocol import (
     Request,
     decode,
 )
-from trtllm_entrypoint.openai.sampling import Model
+from trtllm_entrypoint.openai.sampling import Model, with_adapter
 
 ADMIN_HEADER = contract.ADMIN_KEY_HEADER
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -83,14 +86,18 @@ class Front:
                 401, f"RESTRICTED_APIS closes {group}: send the admin key as the API key", code="invalid_api_key"
             )
 
-    def check_model(self, name: str) -> None:
-        if name != self.model.name:
+    def check_model(self, name: str) -> serving.Target:
+        """The base model or the LoRA adapter a request names; anything else is OpenAI's 404."""
+        target = self.served.target(name)
+        if target is None:
+            adapters = f" and its adapters {', '.join(sorted(self.served.adapters))}" if self.served.adapters else ""
             raise ApiError(
                 404,
-                f"the model {name!r} does not exist; this server serves {self.model.name!r}",
+                f"the model {name!r} does not exist; this server serves {self.model.name!r}{adapters}",
                 "model",
                 "model_not_found",
             )
+        return target
 
 
 FRONT = web.AppKey("front", Front)
@@ -133,8 +140,11 @@ async def openai_errors(
         return _json(ApiError(500, f"internal error (ref {ref})", code="internal_error").body(), 500)
 
 
-def _card(model: Model) -> ModelCard:
-    return ModelCard(model.name, model.created, OWNER)
+def _card(model: Model, target: serving.Target) -> ModelCard:
+    """vLLM's card: an adapter names the base model as its parent."""
+    return ModelCard(
+        target.name, model.created, OWNER, root=model.name, parent=model.name if target.lora_name else None
+    )
 
 
 async def _open(request: web.Request, group: str) -> Front:
@@ -148,13 +158,19 @@ async def _open(request: web.Request, group: str) -> Front:
 
 async def models(request: web.Request) -> web.Response:
     front = await _open(request, "metadata")
-    return _json(ModelList([_card(front.model)]))
+    names = [front.model.name, *sorted(front.served.adapters)]
+    return _json(ModelList([_card(front.model, front.check_model(name)) for name in names]))
 
 
 async def model(request: web.Request) -> web.Response:
     front = await _open(request, "metadata")
-    front.check_model(request.match_info["name"])
-    return _json(_card(front.model))
+    return _json(_card(front.model, front.check_model(request.match_info["name"])))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus' text: every worker's values summed (metrics.py)."""
+    measured = request.app[FRONT].served.metrics
+    return web.Response(body=measured.exposition(), headers={"Content-Type": measured.content_type})
 
 
 async def ready(request: web.Request) -> web.Response:
@@ -167,24 +183,34 @@ async def live(_: web.Request) -> web.Response:
     return web.Response(text="live")
 
 
-async def _read(request: web.Request, kind: type[Request]) -> tuple[Front, Request]:
-    """The front and the request's body as `kind`, once the key (where asked for) and the model name are right."""
+async def _read(request: web.Request, kind: type[Request]) -> tuple[Front, Request, serving.Target]:
+    """The front, the request's body as `kind` and the model it names, once the key (where asked for) and the model
+    name are right, and the model is ready."""
     front = await _open(request, "inference")
     req = decode(await request.read(), kind)
-    front.check_model(req.model)
-    return front, req
+    return front, req, front.check_model(req.model)
+
+
+def _targeted(served: serving.Served, work: serving.Work, target: serving.Target) -> serving.Work:
+    """The work for the model the request named (an adapter's task id in its sampling), measured from here on."""
+    return dataclasses.replace(
+        work,
+        sampling=with_adapter(served.model, work.sampling, target.task_id),
+        target=target,
+        measure=served.metrics.request(served.model.name, target.lora_name),
+    )
 
 
 async def completions_route(request: web.Request) -> web.StreamResponse:
-    front, req = await _read(request, CompletionRequest)
+    front, req, target = await _read(request, CompletionRequest)
     work = await front.served.cpu.run(completions.work, front.served, req)  # decoding, counting: off the loop
-    return await answer(request, front.served, work)
+    return await answer(request, front.served, _targeted(front.served, work, target))
 
 
 async def chat_route(request: web.Request) -> web.StreamResponse:
-    front, req = await _read(request, ChatRequest)
+    front, req, target = await _read(request, ChatRequest)
     work = await front.served.cpu.run(chat.work, front.served, req)  # rendering, counting: off the loop
-    return await answer(request, front.served, work)
+    return await answer(request, front.served, _targeted(front.served, work, target))
 
 
 async def answer(request: web.Request, served: serving.Served, work: serving.Work) -> web.StreamResponse:
@@ -228,11 +254,13 @@ def make_app(front: Front) -> web.Application:
     app.router.add_post("/v1/chat/completions", chat_route)
     app.router.add_get("/health/ready", ready)
     app.router.add_get("/health/live", live)
+    app.router.add_get("/metrics", metrics)
     return app
 
 
-def build(plan: FrontPlan, key: str) -> Front:
-    """The worker's state from its plan: the served model's declared inputs, its tokenizer, the backend."""
+def build(plan: FrontPlan, key: str, metrics_dir: str | None = None) -> Front:
+    """The worker's state from its plan: the served model's declared inputs, its tokenizer, the backend, and its
+    metrics (`metrics_dir`: where every worker's values are summed; None: this process's alone)."""
     tokenizer = Path(plan.tokenizer)
     served_model = Model.from_config(plan.served_name, plan.workflow, Path(plan.config).read_text(), plan.config)
     # Triton closes inference to clients without the key when RESTRICTED_APIS has it; we carry it then.
@@ -246,6 +274,8 @@ def build(plan: FrontPlan, key: str) -> Front:
         decode=tokens.decoder(tokenizer),
         special=special_tokens.Guard(special_tokens.of_tokenizer(tokenizer)),
         max_generations=plan.max_generations,
+        metrics=Metrics(plan.max_seq_len, metrics_dir),
+        adapters=dict(plan.adapters),
     )
     return Front(served, frozenset(plan.restricted), key)
 
@@ -269,7 +299,7 @@ def main() -> None:
     beats = liveness.heartbeat_fd(os.environ.pop(contract.FRONT_HEARTBEAT_VARIABLE, None))
     logging.basicConfig(format="openai front %(process)d: %(levelname)s: %(message)s", level=logging.INFO)
     try:
-        app = make_app(build(plan, key))
+        app = make_app(build(plan, key, os.environ.get(contract.FRONT_METRICS_VARIABLE)))
     except (ChatTemplateError, Error) as exc:  # one line (the entrypoint checked the template at start)
         raise SystemExit(f"error: {exc}") from None
     app.on_startup.append(liveness.beating(beats))  # the supervisor replaces a worker whose loop stops beating

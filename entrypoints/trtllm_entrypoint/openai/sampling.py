@@ -35,7 +35,8 @@ INPUT_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "repetition_penalty": ("repetition_penalty",),
         "length_penalty": ("length_penalty",),
         "ignore_eos": ("ignore_eos",),
-        "lora_task_id": ("lora_task_id",),  # ensemble and BLS from v0.15.0; served only where lora_prefetch_dir loads it
+        # ensemble and BLS from v0.15.0; served only where lora_prefetch_dir loads it
+        "lora_task_id": ("lora_task_id",),
     },
     "llmapi": {
         "prompt": ("text_input",),

@@ -238,5 +238,6 @@ def front_plan(plan: ServePlan, repository: Path) -> FrontPlan | None:
         restricted=security.front_restricted(s),
         max_seq_len=s.max_seq_len,
         shutdown_timeout=float(s.exit_timeout_secs),
+        max_generations=s.openai_max_generations,
         adapters={a.name: a.task_id for a in plan.adapters},
     )

@@ -12,14 +12,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# OpenAI (or extension) parameter -> the tensorrt_llm model's input names for it, newest last.
+# OpenAI (or extension) parameter -> the tensorrt_llm model's input names for it, the first declared wins
+# (sampling.py reads this table as the engine workflow's INPUT_NAMES; new inputs are new rows).
 ENGINE_INPUTS: dict[str, tuple[str, ...]] = {
+    "prompt": ("input_ids",),
+    "max_tokens": ("request_output_len",),
+    "stream": ("streaming",),
     "temperature": ("temperature",),
     "top_p": ("runtime_top_p",),
     "top_k": ("runtime_top_k",),
     "presence_penalty": ("presence_penalty",),
     "frequency_penalty": ("frequency_penalty",),
     "repetition_penalty": ("repetition_penalty",),
+    "length_penalty": ("len_penalty",),
     "seed": ("random_seed", "seed"),
     "min_tokens": ("min_length", "min_tokens"),
     "logprobs": ("return_log_probs",),
@@ -36,32 +41,16 @@ def input_name(declared: frozenset[str], param: str) -> str | None:
     return next((name for name in ENGINE_INPUTS.get(param, ()) if name in declared), None)
 
 
-def engine_body(
-    declared: frozenset[str],
-    prompt_ids: Sequence[int],
-    max_tokens: int,
-    values: Mapping[str, object],
-    *,
-    end_id: int,
-    pad_id: int,
+def ids_body(
+    declared: frozenset[str], body: dict[str, object], prompt_ids: Sequence[int], *, end_id: int, pad_id: int
 ) -> dict[str, object]:
-    """The JSON body of one streamed generate request to the tensorrt_llm model; `values` holds parameters the
-    caller checked against `input_name` (a missing one raises KeyError: a caller's bug, not the client's)."""
-    body: dict[str, object] = {
-        "input_ids": list(prompt_ids),
-        "input_lengths": len(prompt_ids),
-        "request_output_len": max_tokens,
-        "streaming": True,
-    }
-    for name, value in (("end_id", end_id), ("pad_id", pad_id), *FIXED_ENGINE_INPUTS.items()):
+    """`body` (sampling.backend_body's, whose prompt is the ids' place) with the prompt's ids, their length, and the
+    end and pad ids the preprocessing model would send (where declared)."""
+    out = {**body, "input_ids": list(prompt_ids), "input_lengths": len(prompt_ids)}
+    for name, value in (("end_id", end_id), ("pad_id", pad_id)):
         if name in declared:
-            body[name] = value
-    for param, value in values.items():
-        found = input_name(declared, param)
-        if found is None:
-            raise KeyError(f"{param}: the model declares none of {ENGINE_INPUTS.get(param)}")
-        body[found] = value
-    return body
+            out[name] = value
+    return out
 
 
 def _flat(value: object) -> list[Any]:

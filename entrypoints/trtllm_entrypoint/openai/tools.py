@@ -506,12 +506,14 @@ class StreamParser:
         self._raw, self._mode = "", "text"
 
     def _not_calls(self, events: list[Event]) -> bool:
-        """What looked like a call is not: its text goes out as content (a call already sent stays as it was)."""
-        events.append(Text((self._raw if self._current is None else "") + self._buffer))
-        self._buffer = ""
+        """What looked like a call is not: the run's text so far goes out as content (a call already sent stays as
+        it was), and what follows is read as text again (it may hold further calls)."""
+        if self._current is None:
+            self._content(events, self._raw)
+        self._raw = ""
         self._call_done()
         self._mode = "text"
-        return False
+        return True
 
 
 @dataclass

@@ -170,6 +170,7 @@ def test_an_answer_cut_short_keeps_the_call_it_started():
         ("<|tool_call|>", "granite", "granite"),
         ("<tool_call>\n<function=get_weather>", "qwen3_moe", None),  # Qwen3-Coder's XML form: no parser here
         ("<|channel|>analysis", "gpt_oss", None),
+        ("{{ '<tool_call>' + tc.name }}<arg_key>", "glm4_moe", None),  # GLM 4.5/4.6
         ("{{ messages }}", "qwen2", "hermes"),  # nothing in the template: config.json's model_type
         ("{{ messages }}", "gpt2", None),
         (None, None, None),

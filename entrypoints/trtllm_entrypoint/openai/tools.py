@@ -66,6 +66,7 @@ REQUIRED = Family("required", (), at_start=True)
 # None: the template has calls of a format no parser here reads (its tools are refused rather than misread).
 TEMPLATE_SIGNS: tuple[tuple[str, str | None], ...] = (
     ("<function=", None),  # Qwen3-Coder's XML parameters inside <tool_call>
+    ("<arg_key>", None),  # GLM 4.5/4.6: name and <arg_key>/<arg_value> pairs inside <tool_call>
     ("<|channel|>", None),  # gpt-oss (harmony)
     ("tool▁calls▁begin", None),  # DeepSeek V3/R1
     ("<tool_call>", "hermes"),

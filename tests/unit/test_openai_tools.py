@@ -13,7 +13,13 @@ from trtllm_entrypoint.openai import tools
 openai = pytest.importorskip("openai")
 from openai.lib.streaming.chat import ChatCompletionStreamState  # noqa: E402
 
-TOOLS = frozenset({"get_weather", "get_time"})
+FUNCTIONS = [
+    {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}},
+    },  # noqa: E501
+    {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
+]
 PARIS = ("get_weather", {"city": "Paris", "days": 3})
 CLOCK = ("get_time", {})
 
@@ -91,6 +97,21 @@ ANSWERS = [
     ("mistral", 'get_weather{"city": "Paris", "days": 3}', None, [PARIS]),
     ("mistral", "[1] Paris, then get_weather is a name", "[1] Paris, then get_weather is a name", []),
     ("mistral", "getting there", "getting there", []),
+    # Qwen3-Coder: XML parameters, typed by the tool's schema
+    (
+        "qwen3_coder",
+        "I will check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n"
+        "</function>\n</tool_call>",
+        "I will check.\n",
+        [PARIS, CLOCK],
+    ),  # fmt: skip
+    (
+        "qwen3_coder",
+        "<tool_call>\n<function=rm_rf>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=rm_rf>\n</function>\n</tool_call>",
+        [],
+    ),  # fmt: skip
     # Granite 3.x
     ("granite", '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]', None, [PARIS]),
 ]
@@ -101,7 +122,7 @@ def calls_of(parsed: tools.Parsed) -> list[tuple[str, dict]]:
 
 
 def streamed(family: str, text: str, size: int) -> list[tools.Event]:
-    parser = tools.StreamParser(tools.FAMILIES[family], TOOLS)
+    parser = tools.reader(tools.FAMILIES[family], FUNCTIONS)
     events = []
     for i in range(0, len(text), size):
         events += parser.feed(text[i : i + size])
@@ -110,7 +131,7 @@ def streamed(family: str, text: str, size: int) -> list[tools.Event]:
 
 @pytest.mark.parametrize("family,text,content,calls", ANSWERS)
 def test_whole_and_streamed_answers_give_the_same_calls_and_content(family, text, content, calls):
-    whole = tools.parse(tools.FAMILIES[family], TOOLS, text)
+    whole = tools.parse(tools.FAMILIES[family], FUNCTIONS, text)
     assert whole.content == content
     assert calls_of(whole) == calls
     for size in (1, 3, 7, len(text)):  # a character at a time, and model-token-sized pieces
@@ -144,19 +165,19 @@ def test_the_official_client_assembles_the_streamed_deltas_into_tool_calls(famil
 
 
 def test_mistral_call_ids_are_the_nine_letters_and_digits_its_templates_demand():
-    parsed = tools.parse(tools.FAMILIES["mistral"], TOOLS, '[TOOL_CALLS][{"name": "get_time", "arguments": {}}]')
+    parsed = tools.parse(tools.FAMILIES["mistral"], FUNCTIONS, '[TOOL_CALLS][{"name": "get_time", "arguments": {}}]')
     assert len(parsed.calls[0].id) == 9 and parsed.calls[0].id.isalnum()
     hermes = tools.parse(
-        tools.FAMILIES["hermes"], TOOLS, '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
+        tools.FAMILIES["hermes"], FUNCTIONS, '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
     )
     assert hermes.calls[0].id.startswith("call_")
 
 
 def test_an_answer_cut_short_keeps_the_call_it_started():
     """max_tokens cut the arguments: the call and what came of its arguments stay (finish_reason says length)."""
-    parsed = tools.parse(tools.FAMILIES["hermes"], TOOLS, '<tool_call>\n{"name": "get_weather", "arguments": {"ci')
+    parsed = tools.parse(tools.FAMILIES["hermes"], FUNCTIONS, '<tool_call>\n{"name": "get_weather", "arguments": {"ci')
     assert [c.name for c in parsed.calls] == ["get_weather"] and parsed.calls[0].arguments == '{"ci'
-    held = tools.parse(tools.FAMILIES["hermes"], TOOLS, "<tool_call>\n{")  # no name yet: it was text after all
+    held = tools.parse(tools.FAMILIES["hermes"], FUNCTIONS, "<tool_call>\n{")  # no name yet: it was text after all
     assert held.content == "<tool_call>\n{" and not held.calls
 
 
@@ -168,7 +189,7 @@ def test_an_answer_cut_short_keeps_the_call_it_started():
         ("<|start_header_id|>ipython<|end_header_id|><|python_tag|>", "llama", "llama3_json"),
         ("<|start_header_id|>{% if tools %}parameters{% endif %}", "llama", "llama3_json"),
         ("<|tool_call|>", "granite", "granite"),
-        ("<tool_call>\n<function=get_weather>", "qwen3_moe", None),  # Qwen3-Coder's XML form: no parser here
+        ("<tool_call>\n<function=get_weather>", "qwen3_moe", "qwen3_coder"),  # Qwen3-Coder's XML form
         ("<|channel|>analysis", "gpt_oss", None),
         ("{{ '<tool_call>' + tc.name }}<arg_key>", "glm4_moe", None),  # GLM 4.5/4.6
         ("{{ messages }}", "qwen2", "hermes"),  # nothing in the template: config.json's model_type
@@ -185,7 +206,7 @@ def test_a_guided_required_choice_reads_the_list_of_calls_the_guide_makes_any_mo
         '[{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}, {"name": "get_time", "parameters": {}}]'
     )
     for size in (1, 5, len(text)):
-        parser = tools.StreamParser(tools.REQUIRED, TOOLS)
+        parser = tools.reader(tools.REQUIRED, FUNCTIONS)
         events = [e for i in range(0, len(text), size) for e in parser.feed(text[i : i + size])] + parser.finish()
         parsed = tools.assemble(events)
         assert (parsed.content, calls_of(parsed)) == (None, [PARIS, CLOCK])

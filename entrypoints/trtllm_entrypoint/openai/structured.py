@@ -70,7 +70,7 @@ def renders_tools(renders: Callable[[list[dict[str, Any]]], str]) -> bool:
         return False
 
 
-Parser = tools.StreamParser | tools.NamedCall
+Parser = tools.StreamParser | tools.XmlCallParser | tools.NamedCall
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,6 @@ def plan(
     if not offered:
         return Structure(None, format_guide, None)
     functions = [guided.function_of(tool, f"tools[{i}]") for i, tool in enumerate(offered)]
-    names = frozenset(f["name"] for f in functions)
     choice = tool_choice if tool_choice is not None else "auto"
     named = guided.chosen_name(choice)
     if choice == "none":
@@ -116,14 +115,14 @@ def plan(
         if named is not None:
             return Structure(offered, guide, lambda: tools.NamedCall(family, named))
         return Structure(
-            offered, guide, lambda: tools.StreamParser(tools.REQUIRED, names), parallel_tool_calls is not False
+            offered, guide, lambda: tools.reader(tools.REQUIRED, functions), parallel_tool_calls is not False
         )
     family = support.family
     if family is None:
         raise GuideError(f"tools are not supported for this model: {support.no_family}", "tools")
     if named is not None:  # best effort without guided decoding: only that tool is read back as a call
-        names = frozenset({named})
-    return Structure(offered, format_guide, lambda: tools.StreamParser(family, names), parallel_tool_calls is not False)
+        functions = [f for f in functions if f["name"] == named]
+    return Structure(offered, format_guide, lambda: tools.reader(family, functions), parallel_tool_calls is not False)
 
 
 def _need_guides(support: Support, guide: Guide | None) -> None:

@@ -104,3 +104,24 @@ def test_support_takes_the_variable_over_the_template_and_needs_a_template_that_
     assert ignored.family is None and "renders no tools" in ignored.no_family
     unknown = structured.support("{{ messages }}", "gpt2", "auto", renders, "")
     assert unknown.family is None and structured.VARIABLE in unknown.no_family
+
+
+def test_a_reader_gives_openai_deltas_and_the_whole_message_with_finish_reason_tool_calls():
+    text = 'Sure.<tool_call>{"name": "get_time", "arguments": {}}</tool_call><tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'  # noqa: E501
+    plan = structured.plan(GUIDED, [WEATHER, CLOCK], None, None)
+    streamed = structured.Reader.of(plan, whole=False)
+    assert streamed is not None
+    deltas = [d for piece in text for d in streamed.feed(piece)] + streamed.finish()
+    assert "".join(d.get("content", "") for d in deltas) == "Sure."
+    assert [d["tool_calls"][0]["function"]["name"] for d in deltas if "id" in d.get("tool_calls", [{}])[0]] == [
+        "get_time",
+        "get_weather",
+    ]  # noqa: E501
+    assert streamed.finish_reason("stop") == "tool_calls" and streamed.finish_reason("length") == "length"
+    whole = structured.Reader.of(structured.plan(GUIDED, [WEATHER, CLOCK], None, None, parallel_tool_calls=False), True)
+    assert whole is not None
+    whole.feed(text)
+    whole.finish()
+    message = whole.message()
+    assert message["content"] == "Sure." and [c["function"]["name"] for c in message["tool_calls"]] == ["get_time"]
+    assert structured.Reader.of(structured.plan(GUIDED, None, None, None), True) is None  # plain text: no reader

@@ -130,3 +130,44 @@ def _need_guides(support: Support, guide: Guide | None) -> None:
         raise GuideError(
             f"response_format needs guided decoding, which this server has not: {support.guided_off}", "response_format"
         )
+
+
+@dataclass
+class Reader:
+    """One choice's answer read as it comes: OpenAI's chat deltas for a stream, or the whole message at the end."""
+
+    parser: Parser
+    parallel: bool = True
+    events: list[tools.Event] | None = None  # kept for a whole answer
+    calls: int = 0
+
+    @classmethod
+    def of(cls, structure: Structure, whole: bool) -> Reader | None:
+        if structure.reader is None:
+            return None
+        return cls(structure.reader(), structure.parallel, [] if whole else None)
+
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        return self._deltas(self.parser.feed(text))
+
+    def finish(self) -> list[dict[str, Any]]:
+        return self._deltas(self.parser.finish())
+
+    def _deltas(self, events: list[tools.Event]) -> list[dict[str, Any]]:
+        kept = [e for e in events if self.parallel or isinstance(e, tools.Text) or e.index == 0]
+        self.calls += sum(isinstance(e, tools.CallStart) for e in kept)
+        if self.events is not None:
+            self.events.extend(kept)
+        return [{"content": e.text} if isinstance(e, tools.Text) else {"tool_calls": [tools.delta(e)]} for e in kept]
+
+    def message(self) -> dict[str, Any]:
+        """The whole answer as a chat message (feed and finish first)."""
+        parsed = tools.assemble(self.events or [])
+        message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+        if parsed.calls:
+            message["tool_calls"] = [call.to_openai() for call in parsed.calls]
+        return message
+
+    def finish_reason(self, reason: str) -> str:
+        """`tool_calls` when the model called (and was not cut short), else the text's reason."""
+        return "tool_calls" if self.calls and reason != "length" else reason

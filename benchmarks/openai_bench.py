@@ -362,7 +362,7 @@ def process_roles(pgid: int) -> dict[int, str]:
         elif any(a.endswith(b"tritonserver") for a in args[:1]):
             roles[int(proc.name)] = "tritonserver"
         else:
-            roles[int(proc.name)] = "front worker" if b"trtllm_entrypoint.openai_front" in args else "supervisor"
+            roles[int(proc.name)] = "front worker" if b"trtllm_entrypoint.openai" in args else "supervisor"
     return roles
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from trtllm_entrypoint import contract, security, server_args
 from trtllm_entrypoint.errors import EntrypointError, UsageError
+from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.server_args import SHM_PREFIX
 
 if TYPE_CHECKING:
@@ -88,25 +89,28 @@ def tritonserver_argv(
     return argv
 
 
-def front_argv(
-    settings: Settings, repository: Path, tokenizer: Path, workflow: str, served_name: str, python: str
-) -> list[str]:
-    """One process of the OpenAI front (openai_front.py; the supervisor starts OPENAI_WORKERS of them). It asks
+def front_plan(settings: Settings, repository: Path, tokenizer: Path, workflow: str, served_name: str) -> FrontPlan:
+    """What every worker of the OpenAI front gets (in its environment: supervise.front_environ). It asks
     tritonserver's own HTTP endpoint on this host; the admin key reaches it in its environment, never here."""
-    return [
-        python,
-        "-m",
-        "trtllm_entrypoint.openai_front",
-        f"--port={settings.openai_port}",
-        f"--triton-url=http://127.0.0.1:{settings.http_port}",
-        f"--model-name={served_name}",
-        f"--workflow={workflow}",
-        f"--config={repository / served_name / 'config.pbtxt'}",
-        f"--tokenizer={tokenizer}",
-        f"--restricted={','.join(security.front_restricted(settings))}",
-        f"--max-seq-len={settings.max_seq_len}",
-        f"--shutdown-timeout={settings.exit_timeout_secs}",
-    ]
+    return FrontPlan(
+        host="0.0.0.0",  # noqa: S104  (the container's port)
+        port=settings.openai_port,
+        workers=settings.openai_workers,
+        triton_url=f"http://127.0.0.1:{settings.http_port}",
+        served_name=served_name,
+        entry_model=served_name,
+        workflow=workflow,
+        config=str(repository / served_name / "config.pbtxt"),
+        tokenizer=str(tokenizer),
+        restricted=security.front_restricted(settings),
+        max_seq_len=settings.max_seq_len,
+        shutdown_timeout=settings.exit_timeout_secs,
+    )
+
+
+def front_argv(python: str) -> list[str]:
+    """One process of the OpenAI front (openai/; the supervisor starts the plan's workers of them)."""
+    return [python, "-m", "trtllm_entrypoint.openai"]
 
 
 def server_argv(

@@ -42,6 +42,7 @@ from trtllm_entrypoint.group import group_from_env
 from trtllm_entrypoint.health import health, health_url, record_health_url
 from trtllm_entrypoint.image_facts import ImageFacts, installation, load_facts
 from trtllm_entrypoint.log import Log, capture_stderr, release_stderr, retarget_stderr
+from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.paths import under_model_dir
 from trtllm_entrypoint.serve_plan import LaunchPlan, Located, ServePlan
 from trtllm_entrypoint.settings import CommandLine, Settings, all_apis_open, side_door_variables
@@ -61,6 +62,7 @@ class Prepared:
     argv: list[str]
     ready: dict[str, object]  # the fields of the line logged once the server answers readiness
     front: list[str] | None = None  # FRONTEND=openai: one process of the OpenAI front (supervise.py runs them)
+    front_plan: FrontPlan | None = None  # what each of them reads from its environment
 
     @property
     def plan(self) -> ServePlan:
@@ -74,8 +76,12 @@ class Prepared:
                 "engine_dir": str(self.launch.engine_dir) if self.launch.engine_dir else None,
                 "health_url": health_url(self.plan.health_port, self.plan.health_path),
                 "front": None
-                if self.front is None
-                else {"argv": self.front, "workers": self.launch.settings.openai_workers},
+                if self.front is None or self.front_plan is None
+                else {
+                    "argv": self.front,
+                    "workers": self.front_plan.workers,
+                    "plan": json.loads(self.front_plan.to_json()),
+                },
                 "plan": self.launch.describe(),
                 "ready": self.ready,
             },
@@ -335,7 +341,8 @@ def prepare(
 
 def finish(resolved: LaunchPlan, log: Log) -> Prepared:
     argv = serve_plan.launch_argv(resolved)
-    front = serve_plan.front_argv(resolved, sys.executable or "python3")
+    front_plan = serve_plan.front_plan(resolved)
+    front = None if front_plan is None else launch.front_argv(sys.executable or "python3")
     for warning in security.start_warnings(resolved.settings, resolved.facts):
         log.warn(warning)
     tokenizer = resolved.tokenizer
@@ -345,7 +352,7 @@ def finish(resolved: LaunchPlan, log: Log) -> Prepared:
             "the tokenizer has no chat_template: /v1/completions serves, /v1/chat/completions answers 400",
             tokenizer=tokenizer,
         )
-    return Prepared(launch=resolved, argv=argv, ready=ready.summary(resolved), front=front)
+    return Prepared(launch=resolved, argv=argv, ready=ready.summary(resolved), front=front, front_plan=front_plan)
 
 
 def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoReturn:
@@ -354,12 +361,12 @@ def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoRetur
     log.info("starting the server", program=Path(prepared.argv[0]).name, repository=prepared.launch.repository)
     log.debug("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
     ready.spawn_watcher(url, log, prepared.ready)
-    if prepared.front is None:
+    if prepared.front is None or prepared.front_plan is None:
         launch.exec_argv(prepared.argv, env)
-    settings = prepared.launch.settings
-    log.info("starting the OpenAI front", workers=settings.openai_workers, port=settings.openai_port)
-    front_env = supervise.front_environ(env, settings.admin_key)
-    sys.exit(supervise.run(prepared.argv, prepared.front, settings.openai_workers, env, front_env))
+    plan = prepared.front_plan
+    log.info("starting the OpenAI front", workers=plan.workers, port=plan.port)
+    front_env = supervise.front_environ(env, prepared.launch.settings.admin_key, plan)
+    sys.exit(supervise.run(prepared.argv, prepared.front, plan.workers, env, front_env))
 
 
 def passthrough(args: list[str], env: dict[str, str]) -> int:

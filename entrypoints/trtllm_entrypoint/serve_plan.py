@@ -22,6 +22,7 @@ from trtllm_entrypoint.engine_config import BuiltEngine
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.image_facts import ImageFacts
 from trtllm_entrypoint.models import Converter
+from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.settings import EngineSpec, Settings
 from trtllm_entrypoint.sources import ModelSource
 
@@ -184,12 +185,12 @@ def launch_argv(launch_plan: LaunchPlan) -> list[str]:
     return argv
 
 
-def front_argv(launch_plan: LaunchPlan, python: str) -> list[str] | None:
-    """The command of one OpenAI front process (FRONTEND=openai), else None."""
+def front_plan(launch_plan: LaunchPlan) -> FrontPlan | None:
+    """The OpenAI front's plan (FRONTEND=openai), else None."""
     p = launch_plan
     if p.settings.frontend != "openai":
         return None
     if p.tokenizer is None:  # a filled repository always has one (preflight.tokenizer_dir)
         raise UsageError("FRONTEND=openai needs the model's tokenizer, and none was found", "set MODEL_ID")
     name = fill.served_name(p.settings, p.plan.workflow)
-    return launch.front_argv(p.settings, p.repository, p.tokenizer, p.plan.workflow, name, python)
+    return launch.front_plan(p.settings, p.repository, p.tokenizer, p.plan.workflow, name)

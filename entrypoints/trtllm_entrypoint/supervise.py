@@ -17,21 +17,23 @@ import time
 from collections.abc import Mapping, Sequence
 
 from trtllm_entrypoint import contract
+from trtllm_entrypoint.openai.plan import FrontPlan
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 POLL_S = 0.2
 
 
-def front_environ(base: Mapping[str, str], key: str) -> dict[str, str]:
+def front_environ(base: Mapping[str, str], key: str, plan: FrontPlan) -> dict[str, str]:
     """The front's environment: the container's, the vendored libraries first on its path (the pure ones and the
-    compiled set of this Python, the one that runs the front), and the admin key (read and dropped from its
-    environment at start: never on a command line)."""
+    compiled set of this Python, the one that runs the front), its plan and the admin key (both read and dropped
+    from its environment at start; the key never on a command line)."""
     compiled = os.path.join(contract.FRONT_DIR, f"py{sys.version_info.major}.{sys.version_info.minor}")
     pure = os.path.join(contract.FRONT_DIR, "any")
     own = [compiled, pure] if os.path.isdir(pure) else []
     path = [*own, base.get("PYTHONPATH", "")]
     extra = {"PYTHONPATH": os.pathsep.join(p for p in path if p)} if any(path) else {}
-    return {**base, **extra, contract.FRONT_KEY_VARIABLE: key, "PYTHONUNBUFFERED": "1"}
+    own_values = {contract.FRONT_PLAN_VARIABLE: plan.to_json(), contract.FRONT_KEY_VARIABLE: key}
+    return {**base, **extra, **own_values, "PYTHONUNBUFFERED": "1"}
 
 
 def run(

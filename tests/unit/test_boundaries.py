@@ -31,28 +31,45 @@ def imports(path: Path) -> list[tuple[str, bool]]:
     return found
 
 
-# The OpenAI front runs in processes of its own, with its libraries on a private path (contract.FRONT_DIR).
-FRONT_MODULES = {"openai_api.py": "openai_api", "openai_front.py": "openai_front"}
+# The OpenAI front (openai/) runs in processes of its own, with its libraries on a private path (contract.FRONT_DIR).
+FRONT = CONTAINER / "openai"
 FRONT_LIBRARIES = {"aiohttp", "msgspec", "jinja2", "tokenizers", "transformers"}
+# What the front takes from the rest of the container package: leaves only, which never import the front back.
+FRONT_USES = {"contract", "errors", "pbtxt"}
+# The one module of the front that the entrypoint imports: standard library only.
+FRONT_INTERFACE = "plan"
 
 
 def test_container_side_imports_only_the_standard_library_at_import_time():
     for path in sorted(CONTAINER.glob("*.py")):
-        if path.name in FRONT_MODULES:
-            assert {m for m, _ in imports(path)} - {"trtllm_entrypoint", "__future__"} - set(
-                sys.stdlib_module_names
-            ) <= FRONT_LIBRARIES, path.name
-            continue
         for module, at_import in imports(path):
             if module in ("trtllm_entrypoint", "__future__") or module in sys.stdlib_module_names:
                 continue
             assert module in LAZY_ONLY and not at_import, f"{path.name} imports {module}"
 
 
-def test_only_the_front_imports_the_front():
+def test_the_front_imports_only_its_libraries_and_the_containers_leaves():
+    ours = {"trtllm_entrypoint", "__future__"}
+    for path in sorted(FRONT.glob("*.py")):
+        libraries = {m for m, _ in imports(path)} - ours - set(sys.stdlib_module_names)
+        allowed = set() if path.stem in (FRONT_INTERFACE, "__init__") else FRONT_LIBRARIES
+        assert libraries <= allowed, f"openai/{path.name} imports {sorted(libraries - allowed)}"
+        assert our_imports(path, "trtllm_entrypoint") <= FRONT_USES | {"openai"}, path.name
+    assert our_imports(FRONT / f"{FRONT_INTERFACE}.py", "trtllm_entrypoint") == set()
+    for leaf in sorted(FRONT_USES):
+        assert our_imports(CONTAINER / f"{leaf}.py", "trtllm_entrypoint") <= FRONT_USES, leaf
+
+
+def test_the_entrypoint_imports_only_the_fronts_plan():
     for path in sorted(CONTAINER.glob("*.py")):
-        if path.name not in FRONT_MODULES:
-            assert not our_imports(path, "trtllm_entrypoint") & set(FRONT_MODULES.values()), path.name
+        assert "openai" not in our_imports(path, "trtllm_entrypoint") or (
+            our_imports(path, "trtllm_entrypoint.openai") == {FRONT_INTERFACE}
+        ), f"{path.name} imports the OpenAI front beyond openai.{FRONT_INTERFACE}"
+
+
+def test_the_front_has_no_import_circle():
+    graph = {path.stem: runtime_imports(path, "trtllm_entrypoint.openai") - {path.stem} for path in FRONT.glob("*.py")}
+    assert import_cycle(graph) is None, f"import circle: {' -> '.join(import_cycle(graph) or [])}"
 
 
 # The container's modules that hold facts the host needs too; each imports no other module of ours but these.
@@ -71,9 +88,13 @@ def our_imports_of(tree: ast.AST, package: str) -> set[str]:
             if node.module == package:
                 found |= {alias.name for alias in node.names}
             elif node.module.startswith(package + "."):
-                found.add(node.module.split(".")[1])
+                found.add(node.module[len(package) + 1 :].split(".")[0])
         elif isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[1] for alias in node.names if alias.name.startswith(package + ".")}
+            found |= {
+                alias.name[len(package) + 1 :].split(".")[0]
+                for alias in node.names
+                if alias.name.startswith(package + ".")
+            }
     return found
 
 
@@ -144,7 +165,7 @@ def test_container_side_compiles_and_imports_on_python_3_10():
     # Every module compiles under 3.10's grammar (in memory) and the orchestrator imports with all it pulls in.
     script = (
         "import pathlib, sys, trtllm_entrypoint.main\n"
-        "for f in pathlib.Path(sys.argv[1]).glob('*.py'): compile(f.read_text(), str(f), 'exec')"
+        "for f in pathlib.Path(sys.argv[1]).rglob('*.py'): compile(f.read_text(), str(f), 'exec')"
     )
     result = subprocess.run(
         [interpreter, "-B", "-c", script, str(CONTAINER)], cwd=REPO / "entrypoints", capture_output=True, text=True
@@ -155,7 +176,7 @@ def test_container_side_compiles_and_imports_on_python_3_10():
 # Only these read the environment: the settings parse it (through environment.py's typed reads, and credentials.py
 # masks every URL password it holds), the facts say what the image is, main hands the mapping on, and `health` (the
 # image's HEALTHCHECK, a process of its own) falls back to the ports it names without parsing every setting.
-# openai_front.py is a program of its own: the admin key is handed to it in its environment.
+# The OpenAI front's server is a program of its own: its plan and the admin key are handed to it in its environment.
 ENVIRONMENT_READERS = {
     "settings.py",
     "environment.py",
@@ -163,7 +184,7 @@ ENVIRONMENT_READERS = {
     "image_facts.py",
     "main.py",
     "health.py",
-    "openai_front.py",
+    "openai/server.py",
 }
 ENVIRONMENT_NAMES = {"env", "environ", "environment"}
 OS_ENVIRONMENT = {"environ", "environb", "getenv", "getenvb"}
@@ -227,9 +248,9 @@ def test_the_detector_finds_each_way_of_reading_the_environment():
 
 def test_only_settings_facts_and_main_read_the_environment():
     found = [
-        f"{path.name}:{line}"
-        for path in sorted(CONTAINER.glob("*.py"))
-        if path.name not in ENVIRONMENT_READERS
+        f"{path.relative_to(CONTAINER).as_posix()}:{line}"
+        for path in sorted(CONTAINER.rglob("*.py"))
+        if path.relative_to(CONTAINER).as_posix() not in ENVIRONMENT_READERS
         for line in environment_reads(path.read_text())
     ]
     assert found == [], (

@@ -44,7 +44,7 @@ def launch_words(env: dict[str, str]) -> tuple[Settings, list[str]]:
     settings = Settings.from_env(env, OPENAI_FACTS)
     argv = launch.server_argv(settings, OPENAI_FACTS, Path("/repo"), settings.world_size, uid=1)
     if settings.frontend == "openai":
-        argv += launch.front_argv(settings, Path("/repo"), Path("/tok"), "engine", "ensemble", "python3")
+        argv += launch.front_argv("python3")
     return settings, argv
 
 
@@ -61,8 +61,11 @@ def test_no_launch_word_is_a_secret_or_reads_as_an_option_it_is_not(env, key):
                 assert word.startswith("--") and "=" in word and word.endswith(f"admin-key={settings.admin_key}")
             elif word.startswith("-"):
                 assert word.startswith("--") or word in ("-n", "-x", "-m"), shlex.join(argv)
-        front = argv[argv.index("trtllm_entrypoint.openai_front") :] if "trtllm_entrypoint.openai_front" in argv else []
+        front = argv[argv.index("trtllm_entrypoint.openai") :] if "trtllm_entrypoint.openai" in argv else []
         assert not any(settings.admin_key in word for word in front)
+        if settings.frontend == "openai":  # nor in the front's plan, which its environment carries beside the key
+            plan = launch.front_plan(settings, Path("/repo"), Path("/tok"), "engine", "ensemble")
+            assert settings.admin_key not in plan.to_json()
 
 
 @pytest.fixture

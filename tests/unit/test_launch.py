@@ -120,12 +120,14 @@ def test_openai_runs_tritonserver_as_triton_mode_does_plus_the_front(tag, workfl
     argv = launch.server_argv(settings, facts, repo, 1, uid=1000)
     assert argv == launch.server_argv(triton, facts, repo, 1, uid=1000)  # the same tritonserver, restrictions too
     assert any(a.startswith("--http-restricted-api=inference:") for a in argv)
-    front = launch.front_argv(settings, repo, Path("/tok"), workflow, "served", "/py")
-    assert front[:3] == ["/py", "-m", "trtllm_entrypoint.openai_front"]
-    assert f"--config={repo / 'served' / 'config.pbtxt'}" in front and "--restricted=inference" in front
-    assert f"--triton-url=http://127.0.0.1:{settings.http_port}" in front and f"--workflow={workflow}" in front
-    assert f"--max-seq-len={settings.max_seq_len}" in front  # a chat answer's default room
-    assert not any("k" * 20 in arg for arg in front)  # the key reaches the front in its environment only
+    assert launch.front_argv("/py") == ["/py", "-m", "trtllm_entrypoint.openai"]
+    plan = launch.front_plan(settings, repo, Path("/tok"), workflow, "served")
+    assert (plan.config, plan.restricted) == (str(repo / "served" / "config.pbtxt"), ("inference",))
+    assert (plan.triton_url, plan.workflow) == (f"http://127.0.0.1:{settings.http_port}", workflow)
+    assert (plan.served_name, plan.entry_model, plan.tokenizer) == ("served", "served", "/tok")
+    assert (plan.host, plan.port, plan.workers) == ("0.0.0.0", settings.openai_port, settings.openai_workers)
+    assert (plan.max_seq_len, plan.shutdown_timeout) == (settings.max_seq_len, settings.exit_timeout_secs)
+    assert "k" * 20 not in plan.to_json()  # the key reaches the front in its own variable only
     assert settings.decoupled  # streaming follows from the front
     if workflow == "engine":  # several GPUs: the ranks under mpirun, as in Triton mode; the front stays one command
         assert launch.server_argv(settings, facts, repo, 2, uid=1000)[0] == "mpirun"

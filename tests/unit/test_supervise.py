@@ -13,8 +13,14 @@ from pathlib import Path
 import pytest
 
 from trtllm_entrypoint import contract, supervise
+from trtllm_entrypoint.openai.plan import FrontPlan
 
 pytestmark = pytest.mark.process
+PLAN = FrontPlan(
+    host="0.0.0.0", port=9000, workers=2, triton_url="http://127.0.0.1:8000", served_name="ensemble",
+    entry_model="ensemble", workflow="engine", config="/repo/ensemble/config.pbtxt", tokenizer="/tok",
+    restricted=("inference",), max_seq_len=256, shutdown_timeout=30.0,
+)  # fmt: skip
 
 RUN = """
 import sys
@@ -57,12 +63,13 @@ def test_sigterm_reaches_every_child_and_the_exit_code_is_the_servers(tmp_path):
 
 
 def test_the_fronts_environment_carries_the_key_and_its_own_libraries_only_when_present(tmp_path, monkeypatch):
-    env = supervise.front_environ({"PYTHONPATH": "/given", "A": "b"}, "the-key")
+    env = supervise.front_environ({"PYTHONPATH": "/given", "A": "b"}, "the-key", PLAN)
     assert env[contract.FRONT_KEY_VARIABLE] == "the-key" and env["A"] == "b"
+    assert FrontPlan.from_json(env[contract.FRONT_PLAN_VARIABLE]) == PLAN
     assert env["PYTHONPATH"].split(os.pathsep)[-1] == "/given"  # the vendored libraries come first, where present
     monkeypatch.setattr(contract, "FRONT_DIR", str(tmp_path))
     (tmp_path / "any").mkdir()
     python = f"py{sys.version_info.major}.{sys.version_info.minor}"
-    assert supervise.front_environ({}, "k")["PYTHONPATH"] == os.pathsep.join(
+    assert supervise.front_environ({}, "k", PLAN)["PYTHONPATH"] == os.pathsep.join(
         [str(tmp_path / python), str(tmp_path / "any")]
     )

@@ -132,7 +132,7 @@ def test_the_real_entrypoints_project_builds(tmp_path):
         names = set(archive.namelist())
     assert "trtllm_entrypoint/contract.py" in names
     assert {
-        p.relative_to(ENTRYPOINTS_DIR).as_posix() for p in (ENTRYPOINTS_DIR / "trtllm_entrypoint").glob("*.py")
+        p.relative_to(ENTRYPOINTS_DIR).as_posix() for p in (ENTRYPOINTS_DIR / "trtllm_entrypoint").rglob("*.py")
     } <= names
 
 

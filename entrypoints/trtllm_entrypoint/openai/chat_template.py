@@ -26,10 +26,16 @@ class ChatTemplate:
         env.filters["tojson"] = lambda value, indent=None: msgspec.json.format(
             msgspec.json.encode(value), indent=indent or 0
         ).decode()
+        self.source = source
         self.template = env.from_string(source) if source else None
         self.special_tokens = dict(special_tokens)
 
-    def render(self, messages: list[dict[str, object]], add_generation_prompt: bool = True) -> str:
+    def render(
+        self,
+        messages: list[dict[str, object]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
         if self.template is None:
             raise ApiError(
                 400,
@@ -40,7 +46,7 @@ class ChatTemplate:
 
         try:
             return self.template.render(
-                messages=messages, add_generation_prompt=add_generation_prompt, tools=None, **self.special_tokens
+                messages=messages, add_generation_prompt=add_generation_prompt, tools=tools, **self.special_tokens
             )
         except jinja2.TemplateError as exc:
             raise ApiError(400, f"the chat template refused the messages: {exc}", "messages") from None

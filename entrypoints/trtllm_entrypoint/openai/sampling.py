@@ -4,6 +4,7 @@ streamed generate request per choice."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -93,6 +94,10 @@ class Sampling:
     values: Mapping[str, object]  # param -> value, only the ones set
     stops: tuple[str, ...]
     logprobs: bool
+    inputs: Mapping[str, object] = field(default_factory=dict)  # more declared inputs, by name (the guide)
+
+    def with_inputs(self, inputs: Mapping[str, object]) -> Sampling:
+        return dataclasses.replace(self, inputs={**self.inputs, **inputs})
 
 
 def room_left(prompt_tokens: int, max_seq_len: int) -> int:
@@ -145,4 +150,5 @@ def backend_body(model: Model, prompt: str, s: Sampling, choice: int) -> dict[st
     stop = model.input_name("stop")
     if s.stops and stop:  # the backend stops generating there too; the front still cuts the text exactly
         body[stop] = list(s.stops)
+    body.update(s.inputs)
     return body

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from trtllm_entrypoint import contract
-from trtllm_entrypoint.openai import chat, chat_template, completions, serving, tokens
+from trtllm_entrypoint.openai import chat, chat_template, completions, serving, structured, tokens
 from trtllm_entrypoint.openai.backend import Backend
 from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.openai.protocol import (
@@ -189,14 +191,31 @@ def build(plan: FrontPlan, key: str) -> Front:
     served_model = Model.from_config(plan.served_name, plan.workflow, Path(plan.config).read_text(), plan.config)
     # Triton closes inference to clients without the key when RESTRICTED_APIS has it; we carry it then.
     upstream = {ADMIN_HEADER: key} if "inference" in plan.restricted and key else {}
+    template = chat_template.load(tokenizer)
     served = serving.Served(
         model=served_model,
         backend=Backend(plan.triton_url, plan.entry_model, upstream),
-        template=chat_template.load(tokenizer),
+        template=template,
         count_tokens=tokens.counter(tokenizer),
         max_seq_len=plan.max_seq_len,
+        support=tool_support(plan, template, tokenizer),
     )
     return Front(served, frozenset(plan.restricted), key)
+
+
+def tool_support(plan: FrontPlan, template: chat_template.ChatTemplate, tokenizer: Path) -> structured.Support:
+    """Which tool-call family this worker reads (TOOL_CALL_PARSER, else the template's), checked against what the
+    template renders when handed a tool; and whether guided decoding is on (the entrypoint's word)."""
+    try:
+        model_type = json.loads((tokenizer / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        model_type = None
+
+    def renders(offered: list[dict[str, Any]]) -> str:
+        return template.render([{"role": "user", "content": "hi"}], tools=offered)
+
+    source = template.source if template.template is not None else None
+    return structured.support(source, model_type, plan.tool_parser, renders if source else None, plan.guided_off)
 
 
 def take_start(environ: MutableMapping[str, str]) -> tuple[FrontPlan, str]:

@@ -19,6 +19,7 @@ from trtllm_entrypoint.openai.chat_template import ChatTemplate
 from trtllm_entrypoint.openai.protocol import ApiError, FinishReason, Usage
 from trtllm_entrypoint.openai.sampling import Model, Sampling, backend_body
 from trtllm_entrypoint.openai.stops import StopScanner
+from trtllm_entrypoint.openai.structured import Support
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Served:
     template: ChatTemplate
     count_tokens: Callable[[str], int]
     max_seq_len: int  # the served model's (MAX_SEQ_LEN, or the engine's own): a chat answer's default room
+    support: Support = Support(None, "no tool-call parser was set up for this worker", "")  # tools and guides
 
 
 @dataclass
@@ -65,7 +67,7 @@ class Shape(Protocol):
 
     def opening(self, head: Head, choices: list[Choice]) -> msgspec.Struct | None: ...
 
-    def piece(self, head: Head, choice: Choice, text: str, logprob: float | None) -> msgspec.Struct: ...
+    def piece(self, head: Head, choice: Choice, text: str, logprob: float | None) -> msgspec.Struct | None: ...
 
     def last(self, head: Head, choice: Choice, reason: FinishReason) -> msgspec.Struct: ...
 
@@ -159,7 +161,9 @@ async def stream(served: Served, work: Work) -> AsyncGenerator[msgspec.Struct, N
 async def _chunks_of(served: Served, work: Work, head: Head, choice: Choice) -> AsyncGenerator[msgspec.Struct, None]:
     async with contextlib.aclosing(generate(served, work.sampling, choice)) as pieces:
         async for text, logprob in pieces:
-            yield work.shape.piece(head, choice, text, logprob)
+            chunk = work.shape.piece(head, choice, text, logprob)
+            if chunk is not None:  # None: held (what may be a tool call is read before it is sent)
+                yield chunk
     yield work.shape.last(head, choice, choice.finish_reason(work.sampling.max_tokens))
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from trtllm_entrypoint.openai import guided, tools
 from trtllm_entrypoint.openai.guided import Guide, GuideError
@@ -168,6 +168,6 @@ class Reader:
             message["tool_calls"] = [call.to_openai() for call in parsed.calls]
         return message
 
-    def finish_reason(self, reason: str) -> str:
+    def finish_reason(self, reason: Literal["stop", "length", "tool_calls"]) -> Literal["stop", "length", "tool_calls"]:
         """`tool_calls` when the model called (and was not cut short), else the text's reason."""
         return "tool_calls" if self.calls and reason != "length" else reason

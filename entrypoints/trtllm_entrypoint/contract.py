@@ -59,6 +59,10 @@ ENGINE_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_ll
 ENTRY_MODEL = {"engine": "ensemble", "llmapi": "tensorrt_llm"}
 INNER_MODELS = {"engine": tuple(m for m in ENGINE_MODELS if m != ENTRY_MODEL["engine"]), "llmapi": ()}
 
+# TOOL_CALL_PARSER: `auto` (the family the chat template shows) or a tool-call family the OpenAI front reads
+# (openai/tools.py's FAMILIES, which a test keeps equal to these names).
+TOOL_CALL_PARSERS = ("auto", "hermes", "llama3_json", "mistral", "granite", "qwen3_coder")
+
 # Multi-node groups (LeaderWorkerSet): each worker pod runs sshd on this port with the group's key mounted here
 # (a Secret with `id_ed25519` and `id_ed25519.pub`); the leader's mpirun starts the other ranks through it.
 MPI_SSH_DIR = "/etc/trtllm-images/mpi-ssh"

@@ -110,3 +110,19 @@ def ensure(root: Path, tokenizer_dir: Path) -> Path:
     tmp.write_text(json.dumps(info, ensure_ascii=False), encoding="utf-8")
     os.replace(tmp, dest)
     return dest
+
+
+FEATURE = "guided_decoding"  # capabilities.yaml: the backend's models take a guide per request
+
+
+def guided_off(features: tuple[str, ...], workflow: str, tag: str, first_tag: str | None, problem: str | None) -> str:
+    """Why the served model takes no guided decoding guide, as the front's 400 says it ("" when it does): the
+    workflow, the tag's capability, or the tokenizer-info file that could not be made (`problem`)."""
+    way_out = f"the first tag that serves it is {first_tag}" if first_tag else "no tag of this matrix serves it"
+    if workflow != "engine":
+        return f"the {workflow} workflow's model takes no per-request guide; serve with WORKFLOW=engine ({way_out})"
+    if FEATURE not in features:
+        return f"tag {tag}'s backend models declare no guided decoding inputs; {way_out}"
+    if problem:
+        return f"the backend needs the model's tokenizer info for it, and {problem}"
+    return ""

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from trtllm_entrypoint import contract
 from trtllm_entrypoint.openai import tools
 
 openai = pytest.importorskip("openai")
@@ -218,3 +219,7 @@ def test_a_guided_named_choice_is_that_call_with_the_answer_as_its_arguments():
     assert isinstance(events[0], tools.CallStart) and events[0].name == "get_weather"
     assert calls_of(tools.assemble(events)) == [PARIS]
     assert calls_of(tools.assemble(tools.NamedCall(None, "get_time").finish())) == [CLOCK]
+
+
+def test_the_variables_values_are_the_families_the_front_reads():
+    assert contract.TOOL_CALL_PARSERS == (tools.AUTO, *tools.FAMILIES)

@@ -85,3 +85,27 @@ def test_ensure_writes_the_file_once_under_the_tokenizers_digest_and_repairs_a_d
     path.write_text('{"encoded_vo')  # killed mid-write by something else
     assert json.loads(xgrammar_info.ensure(tmp_path / "cache", model).read_text())["stop_token_ids"]
     assert [p.name for p in path.parent.iterdir()] == [xgrammar_info.FILE_NAME]
+
+
+@pytest.mark.parametrize(
+    "features,workflow,problem,words",
+    [
+        (("guided_decoding",), "engine", None, None),
+        (
+            (),
+            "engine",
+            None,
+            "tag 25.01's backend models declare no guided decoding inputs; the first tag that serves it is 25.05",
+        ),  # noqa: E501
+        (("guided_decoding",), "llmapi", None, "WORKFLOW=engine (the first tag that serves it is 25.05)"),
+        (
+            ("guided_decoding",),
+            "engine",
+            "it has no tokenizer.json",
+            "tokenizer info for it, and it has no tokenizer.json",
+        ),  # noqa: E501
+    ],
+)
+def test_why_guided_decoding_is_off_names_the_way_out(features, workflow, problem, words):
+    said = xgrammar_info.guided_off(features, workflow, "25.01", "25.05", problem)
+    assert said == "" if words is None else words in said

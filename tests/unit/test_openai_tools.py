@@ -222,4 +222,4 @@ def test_a_guided_named_choice_is_that_call_with_the_answer_as_its_arguments():
 
 
 def test_the_variables_values_are_the_families_the_front_reads():
-    assert contract.TOOL_CALL_PARSERS == (tools.AUTO, *tools.FAMILIES)
+    assert (tools.AUTO, *tools.FAMILIES) == contract.TOOL_CALL_PARSERS

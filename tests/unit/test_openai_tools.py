@@ -5,6 +5,7 @@ together by the official `openai` client's own stream assembly (what `client.cha
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -223,3 +224,28 @@ def test_a_guided_named_choice_is_that_call_with_the_answer_as_its_arguments():
 
 def test_the_variables_values_are_the_families_the_front_reads():
     assert (tools.AUTO, *tools.FAMILIES) == contract.TOOL_CALL_PARSERS
+
+
+@pytest.mark.parametrize("family,text,content,calls", ANSWERS)
+def test_any_split_of_the_stream_reads_the_same(family, text, content, calls):
+    """Tokens split text anywhere (inside markers, keys, escapes): 50 random splits each read the same."""
+    rng = random.Random(text)
+    for _ in range(50):
+        cuts = sorted(rng.sample(range(1, len(text)), k=min(len(text) - 1, rng.randint(1, 12))))
+        parser = tools.reader(tools.FAMILIES[family], FUNCTIONS)
+        events = []
+        for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True):
+            events += parser.feed(text[start:end])
+        again = tools.assemble(events + parser.finish())
+        assert (again.content, calls_of(again)) == (content, calls), cuts
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["<tool_call>" + "[" * 5000, "<tool_call>{\"name\": \"" + "\\\\" * 3000, "[TOOL_CALLS]" + "{" * 4000 + "}" * 3999,
+     "\x00<tool_call>\ud800{}</tool_call>", "<tool_call>" * 2000, '{"name": "get_time", "arguments": {}}' * 500],
+)  # fmt: skip
+def test_hostile_answers_end_as_text_or_calls_without_error(text):
+    for family in tools.FAMILIES.values():
+        parsed = tools.parse(family, FUNCTIONS, text)
+        assert isinstance(parsed.content, str) or parsed.calls

@@ -25,7 +25,7 @@ from benchmarks.report import Metric, Target
 from benchmarks.serving_stats import StreamRun, percentile
 from harness import realfront, realtriton
 from harness.tiny_checkpoint import PROMPT
-from trtllm_entrypoint import cpus
+from trtllm_entrypoint.config import cpus
 
 CONCURRENCY = (1, 16, 64)
 # Where the targets apply: c=16 on small machines (2 CPUs), c=64 from 16 usable CPUs (the lent 16-core machine).

@@ -26,7 +26,7 @@ KEY_FOR_TEST = "TRTLLM_TEST_ADMIN_KEY"
 # What `serve` does after its exec-less start: the supervisor, with the front's environment made by the entrypoint.
 SUPERVISOR = f"""
 import json, os, sys
-from trtllm_entrypoint import supervise
+from trtllm_entrypoint.launch import supervise
 from trtllm_entrypoint.openai.plan import FrontPlan
 plan = json.loads(sys.argv[1])
 key = os.environ.pop({KEY_FOR_TEST!r})

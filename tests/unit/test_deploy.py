@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from trtllm_entrypoint import contract, variables
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.config import variables
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()

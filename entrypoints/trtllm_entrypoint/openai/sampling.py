@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from trtllm_entrypoint import pbtxt
 from trtllm_entrypoint.openai.protocol import ApiError, SamplingRequest, Stop
+from trtllm_entrypoint.repository import pbtxt
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's own default for completions (chat's is the rest of the context: room_left)
 MAX_STOPS = 4  # as OpenAI

@@ -36,7 +36,7 @@ from trtllm_entrypoint.openai.protocol import (
 )
 from trtllm_entrypoint.openai.sampling import Model
 
-ADMIN_HEADER = "admin-key"
+ADMIN_HEADER = contract.ADMIN_KEY_HEADER
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
 OWNER = "trtllm-images"
@@ -226,7 +226,10 @@ def take_start(environ: MutableMapping[str, str]) -> tuple[FrontPlan, str]:
         raise SystemExit(
             f"{contract.FRONT_PLAN_VARIABLE} is not set: the entrypoint starts the OpenAI front with its plan"
         )
-    return FrontPlan.from_json(text), key
+    try:
+        return FrontPlan.from_json(text), key
+    except (ValueError, TypeError) as exc:  # written by the entrypoint of another version, or by hand
+        raise SystemExit(f"{contract.FRONT_PLAN_VARIABLE} is not a front plan of this version: {exc}") from None
 
 
 def main() -> None:

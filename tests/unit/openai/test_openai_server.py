@@ -146,8 +146,10 @@ def test_the_start_takes_the_plan_and_the_key_from_the_environment_and_drops_bot
     assert server.take_start(environ) == (kit.plan, "k") and environ == {"OTHER": "x"}
     with pytest.raises(SystemExit, match=f"{contract.FRONT_PLAN_VARIABLE} is not set"):
         server.take_start({contract.FRONT_KEY_VARIABLE: "k"})
-    with pytest.raises(ValueError, match="front plan fields differ"):
+    with pytest.raises(SystemExit, match="not a front plan of this version: front plan fields differ"):
         server.take_start({contract.FRONT_PLAN_VARIABLE: '{"host": "x"}'})
+    with pytest.raises(SystemExit, match="not a front plan of this version"):
+        server.take_start({contract.FRONT_PLAN_VARIABLE: "not json"})
 
 
 @pytest.mark.process

@@ -321,8 +321,10 @@ def prepare(
     if plan.taken:
         log.info("serving the limits the engine was built with", **plan.taken)
     with log.phase("fill"):
-        repo = serve_files.write_repository(plan, facts, log, engine_dir)
+        tokenizer_info, guided_off = serve_files.guided_decoding(plan, facts, log)
+        repo = serve_files.write_repository(plan, facts, log, engine_dir, tokenizer_info)
     resolved = LaunchPlan(
+        guided_off=guided_off,
         plan=plan,
         facts=facts,
         repository=repo,

@@ -9,7 +9,9 @@ import json
 
 import pytest
 
-from trtllm_entrypoint import xgrammar_info
+from harness.image import templates_for
+from tests.factories import image_facts, settings
+from trtllm_entrypoint.repository import fill, xgrammar_info
 
 tokenizers = pytest.importorskip("tokenizers")
 CORPUS = ["The quick brown fox jumps over the lazy dog.", "Paris is the capital of France; 3 days, 20°C.", "été"] * 20
@@ -109,3 +111,20 @@ def test_ensure_writes_the_file_once_under_the_tokenizers_digest_and_repairs_a_d
 def test_why_guided_decoding_is_off_names_the_way_out(features, workflow, problem, words):
     said = xgrammar_info.guided_off(features, workflow, "25.01", "25.05", problem)
     assert said == "" if words is None else words in said
+
+
+@pytest.mark.parametrize("templates,filled", [("v0.17.0", False), ("v0.19.0", True), ("triton_backend", True)])
+def test_the_fill_turns_guided_decoding_on_only_where_the_templates_have_its_parameters(tmp_path, templates, filled):
+    """With the file, the tensorrt_llm model gets guided_decoding_backend=xgrammar and its path; templates before
+    v0.19.0 have neither placeholder and fill as before; without the file both stay unset (the backend: off)."""
+    facts, info = image_facts(), tmp_path / "info.json"
+    root = templates_for(templates)
+    s = settings(facts, TEMPLATES_DIR=str(root), WORKFLOW="engine")
+    for given in (info, None):
+        values = fill.fill_values(s, facts, tmp_path / "engine", tmp_path / "tokenizer", given)
+        plan = fill.plan_fill(root, values, settings=s, model_path=tmp_path)
+        config = next(m for m in plan.models if m.source.endswith("tensorrt_llm")).files["config.pbtxt"]
+        on = 'string_value: "xgrammar"' in config and f'string_value: "{info}"' in config
+        assert on == (filled and given is not None), (templates, given)
+        if filled and given is None:
+            assert plan.effective["guided_decoding_backend"] == fill.UNSET

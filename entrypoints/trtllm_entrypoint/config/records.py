@@ -96,6 +96,7 @@ class ServerSettings:
     openai_port: int
     frontend: Frontend
     openai_workers: int  # processes of the OpenAI front (FRONTEND=openai), sharing OPENAI_PORT
+    tool_call_parser: str = "auto"  # TOOL_CALL_PARSER: how the front reads tool calls (contract.TOOL_CALL_PARSERS)
     served_model_name: str | None
     log_format: LogFormat
     log_level: LogLevel = "info"  # LOG_LEVEL: debug adds the full tables and command lines

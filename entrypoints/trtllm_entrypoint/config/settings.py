@@ -241,6 +241,7 @@ def _server_values(env: Env, facts: ImageFacts, command_line: CommandLine) -> di
         **ports,
         "frontend": frontend,
         "served_model_name": name,
+        "tool_call_parser": env.choice("TOOL_CALL_PARSER"),
         "log_format": env.choice("LOG_FORMAT"),
         "log_level": env.choice("LOG_LEVEL"),
         "progress_secs": env.integer("PROGRESS_INTERVAL_SECS"),

@@ -373,6 +373,18 @@ TABLE: tuple[Variable, ...] = (
         shown_allowed="up to 128 letters, digits, `.`, `_`, `-`, starting with a letter or digit",
     ),
     Variable(
+        "TOOL_CALL_PARSER",
+        SERVER,
+        "choice",
+        "How the OpenAI front (`FRONTEND=openai`) reads tool calls out of the model's answers. `auto`: the format "
+        "the chat template shows (its call markers), else config.json's `model_type`; or a family: `hermes` (Qwen "
+        "2.5/3, Hermes, Granite 4), `llama3_json` (Llama 3.1-3.3), `mistral`, `granite` (Granite 3.x), "
+        "`qwen3_coder`. A model with no known format, or whose template renders no tools, answers `tools` with a 400 "
+        "naming this variable; see [Tools and structured output](openai.md#tools-and-structured-output).",
+        default="auto",
+        choices=contract.TOOL_CALL_PARSERS,
+    ),
+    Variable(
         "TEMPLATES_DIR",
         SERVER,
         "path",

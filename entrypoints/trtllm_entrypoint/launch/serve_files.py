@@ -15,7 +15,7 @@ from trtllm_entrypoint.launch.plan import ServePlan
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.model import locate
 from trtllm_entrypoint.model import support as models
-from trtllm_entrypoint.repository import fill
+from trtllm_entrypoint.repository import fill, xgrammar_info
 from trtllm_entrypoint.repository import write as repository
 from trtllm_entrypoint.storage import trust
 
@@ -54,12 +54,32 @@ def ensure_engine(
     return engine_dir
 
 
-def write_repository(serve: ServePlan, facts: ImageFacts, log: Log, engine_dir: Path | None) -> Path:
-    """The plan's repository, filled: REPOSITORY_DIR as named, or below the cache's repositories by its content."""
+def guided_decoding(serve: ServePlan, facts: ImageFacts, log: Log) -> tuple[Path | None, str]:
+    """Guided decoding where the served models take a guide per request (the engine workflow, from the capability
+    on): the tokenizer-info file the C++ backend needs, made once into the cache; and why it is off otherwise (the
+    OpenAI front's 400 says it). A tokenizer that gives no file turns it off with a warning, never stops the start."""
+    first = facts.first_tag_with.get(xgrammar_info.FEATURE)
+    problem = None
+    info = None
+    if serve.workflow == "engine" and xgrammar_info.FEATURE in facts.features and serve.tokenizer is not None:
+        try:
+            info = xgrammar_info.ensure(serve.settings.cache.tokenizer_info, serve.tokenizer)
+        except (xgrammar_info.NoTokenizerInfo, OSError) as exc:
+            problem = str(exc)
+            log.warn("guided decoding is off: no tokenizer info for the backend", reason=problem)
+    off = xgrammar_info.guided_off(facts.features, serve.workflow, facts.tag, first, problem)
+    return info, off
+
+
+def write_repository(
+    serve: ServePlan, facts: ImageFacts, log: Log, engine_dir: Path | None, tokenizer_info: Path | None = None
+) -> Path:
+    """The plan's repository, filled: REPOSITORY_DIR as named, or below the cache's repositories by its content.
+    `tokenizer_info`: guided decoding's file (guided_decoding), filled into the tensorrt_llm model."""
     settings = serve.settings
     if serve.tokenizer is None:
         raise EntrypointError("a repository to fill needs the tokenizer the plan found", "report this as a bug")
-    values = fill.fill_values(settings, facts, engine_dir, serve.tokenizer)
+    values = fill.fill_values(settings, facts, engine_dir, serve.tokenizer, tokenizer_info)
     plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=serve.model.path)
     log.info(
         "template parameters you set (LOG_LEVEL=debug or `trtllm-entrypoint check` lists every one)",

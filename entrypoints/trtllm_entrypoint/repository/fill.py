@@ -188,8 +188,16 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-def fill_values(settings: Settings, facts: ImageFacts, engine_dir: Path | None, tokenizer_dir: Path) -> dict[str, str]:
-    """The value of every placeholder we fill, as text of the right type for where the templates put it."""
+def fill_values(
+    settings: Settings,
+    facts: ImageFacts,
+    engine_dir: Path | None,
+    tokenizer_dir: Path,
+    tokenizer_info: Path | None = None,
+) -> dict[str, str]:
+    """The value of every placeholder we fill, as text of the right type for where the templates put it.
+    `tokenizer_info`: the file that turns guided decoding on (repository/xgrammar_info.py); without it the guided
+    decoding parameters stay unset, which the backend reads as off."""
     values = {
         # structural: protobuf fields
         "triton_max_batch_size": str(settings.max_batch_size),
@@ -218,6 +226,9 @@ def fill_values(settings: Settings, facts: ImageFacts, engine_dir: Path | None, 
     }
     if engine_dir is not None:  # left out, a template that needs it fails in plan_fill with the name
         values["engine_dir"] = str(engine_dir)
+    if tokenizer_info is not None:  # only templates that have the placeholders get them (v0.19.0 on)
+        values["guided_decoding_backend"] = "xgrammar"
+        values["xgrammar_tokenizer_info_path"] = str(tokenizer_info)
     return values
 
 

@@ -64,6 +64,7 @@ def guided_decoding(serve: ServePlan, facts: ImageFacts, log: Log) -> tuple[Path
     if serve.workflow == "engine" and xgrammar_info.FEATURE in facts.features and serve.tokenizer is not None:
         try:
             info = xgrammar_info.ensure(serve.settings.cache.tokenizer_info, serve.tokenizer)
+            log.info("guided decoding is on (xgrammar)", tokenizer_info=str(info))
         except (xgrammar_info.NoTokenizerInfo, OSError) as exc:
             problem = str(exc)
             log.warn("guided decoding is off: no tokenizer info for the backend", reason=problem)

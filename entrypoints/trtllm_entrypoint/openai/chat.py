@@ -95,7 +95,7 @@ def work(served: Served, request: ChatRequest) -> Work:
         limit = room_left(served.count_tokens(prompt), served.max_seq_len)
     s = sampling(request, served.model, limit, logprobs=request.logprobs)
     if wanted.guide is not None:
-        s = s.with_inputs(wanted.guide.inputs())
+        s = s.with_inputs(wanted.guide.inputs(), wanted.guide.param)
     choices = [Choice(k, prompt) for k in range(request.n)]
     return Work(s, choices, ChatShape(request.logprobs, wanted), request.stream, request.include_usage)
 

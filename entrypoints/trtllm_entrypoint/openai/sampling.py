@@ -95,9 +95,10 @@ class Sampling:
     stops: tuple[str, ...]
     logprobs: bool
     inputs: Mapping[str, object] = field(default_factory=dict)  # more declared inputs, by name (the guide)
+    inputs_param: str | None = None  # the request's field that asked for them: what a backend refusal names
 
-    def with_inputs(self, inputs: Mapping[str, object]) -> Sampling:
-        return dataclasses.replace(self, inputs={**self.inputs, **inputs})
+    def with_inputs(self, inputs: Mapping[str, object], param: str) -> Sampling:
+        return dataclasses.replace(self, inputs={**self.inputs, **inputs}, inputs_param=param)
 
 
 def room_left(prompt_tokens: int, max_seq_len: int) -> int:

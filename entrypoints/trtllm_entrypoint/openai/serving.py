@@ -10,7 +10,7 @@ import secrets
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -99,7 +99,7 @@ async def generate(served: Served, s: Sampling, choice: Choice) -> AsyncGenerato
     scanner = StopScanner(s.stops)
     body = backend_body(served.model, choice.prompt, s, choice.index)
     logprob_output = served.model.logprob_output if s.logprobs else None
-    async with contextlib.aclosing(served.backend.events(body)) as events:
+    async with contextlib.aclosing(_blaming(served.backend.events(body), s.inputs_param)) as events:
         async for event in events:
             choice.tokens += 1
             piece = event.get("text_output", "")
@@ -117,6 +117,21 @@ async def generate(served: Served, s: Sampling, choice: Choice) -> AsyncGenerato
     if rest:
         choice.text.append(rest)
         yield rest, None
+
+
+async def _blaming(
+    events: AsyncGenerator[dict[str, Any], None], param: str | None
+) -> AsyncGenerator[dict[str, Any], None]:
+    """The backend's events; its refusal of a request with a guide names the field that asked for the guide (the
+    engine's grammar compiler has the last word on a schema)."""
+    try:
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
+    except ApiError as exc:
+        if exc.code == "backend_error" and exc.param is None:
+            exc.param = param
+        raise
 
 
 def _head(served: Served, work: Work) -> Head:

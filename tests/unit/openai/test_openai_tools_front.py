@@ -208,3 +208,29 @@ def test_a_template_that_renders_no_tools_refuses_them_naming_the_variable(kit):
 
     error = kit.ask(fake, calls)  # the kit's template writes the messages only
     assert error["param"] == "tools" and "TOOL_CALL_PARSER" in error["message"] and fake.seen == []
+
+
+def test_a_guide_the_engine_refuses_is_a_400_naming_response_format_not_a_502(kit, tmp_path):
+    """The grammar compiler is the engine's: what the front's checks let through and xgrammar still refuses comes
+    back as the backend's error response (in the stream, or as tritonserver's 400), which the client gets as a 400."""
+    plan = with_template(kit, tmp_path, "hermes")
+    refusals = iter(
+        [Reply(error="[TensorRT-LLM][ERROR] xgrammar: unsupported keyword"), Reply(status=400, error="bad guide")]
+    )  # noqa: E501
+    fake = FakeTriton(lambda body: next(refusals))
+    schema = {"type": "json_schema", "json_schema": {"name": "f", "schema": {"type": "object", "format": "duration"}}}
+
+    async def calls(url):
+        errors = []
+        for _ in range(2):
+            try:
+                await client(url).chat.completions.create(
+                    model="ensemble", messages=[{"role": "user", "content": "x"}], response_format=schema
+                )
+            except openai.APIStatusError as exc:
+                errors.append((exc.status_code, exc.response.json()["error"]))
+        return errors
+
+    errors = kit.ask(fake, calls, **plan)
+    assert [status for status, _ in errors] == [400, 400]
+    assert all(error["code"] == "backend_error" and error["param"] == "response_format" for _, error in errors)

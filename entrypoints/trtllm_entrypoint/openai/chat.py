@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from trtllm_entrypoint.openai.chat_template import ChatTemplateError
 from trtllm_entrypoint.openai.guided import GUIDE_INPUTS, GuideError
 from trtllm_entrypoint.openai.protocol import (
     ApiError,
@@ -89,7 +90,10 @@ def structure(served: Served, request: ChatRequest) -> Structure:
 def work(served: Served, request: ChatRequest) -> Work:
     check(request)
     wanted = structure(served, request)
-    prompt = served.template.render(messages_of(request), tools=wanted.tools)
+    try:
+        prompt = served.template.render(messages_of(request), tools=wanted.tools)
+    except ChatTemplateError as exc:  # the template's own refusal, or no template: the messages cannot be served
+        raise ApiError(400, str(exc), "messages") from None
     limit = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     if limit is None:  # as OpenAI's chat: up to the end of the context
         limit = room_left(served.count_tokens(prompt), served.max_seq_len)

@@ -22,8 +22,10 @@ import msgspec
 from aiohttp import web
 
 from trtllm_entrypoint import contract
+from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.openai import chat, chat_template, completions, serving, structured, tokens
 from trtllm_entrypoint.openai.backend import Backend
+from trtllm_entrypoint.openai.chat_template import ChatTemplateError
 from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.openai.protocol import (
     ApiError,
@@ -214,7 +216,10 @@ def tool_support(plan: FrontPlan, template: chat_template.ChatTemplate, tokenize
     def renders(offered: list[dict[str, Any]]) -> str:
         return template.render([{"role": "user", "content": "hi"}], tools=offered)
 
-    source = template.source if template.template is not None else None
+    try:  # the template transformers renders when the request has tools (a `tool_use` one where there is one)
+        source: str | None = template.found.select(tools=[])
+    except ChatTemplateError:  # no template: chat answers 400 anyway
+        source = None
     return structured.support(source, model_type, plan.tool_parser, renders if source else None, plan.guided_off)
 
 
@@ -234,8 +239,12 @@ def take_start(environ: MutableMapping[str, str]) -> tuple[FrontPlan, str]:
 
 def main() -> None:
     plan, key = take_start(os.environ)
+    try:
+        front = build(plan, key)
+    except (ChatTemplateError, UsageError) as exc:  # the entrypoint checked it at start: a front started by hand
+        raise SystemExit(f"error: {exc}") from None
     web.run_app(
-        make_app(build(plan, key)),
+        make_app(front),
         host=plan.host,
         port=plan.port,
         reuse_port=True,

@@ -94,7 +94,7 @@ def test_every_guided_form_reaches_the_engine_as_the_backends_guide_on_25_05(tmp
         named = api.chat.completions.create(
             model=name, messages=MESSAGES, max_tokens=2, tools=[WEATHER], tool_choice=choice
         )
-        before = successes(front, name)
+        before = successes(front, out["front"]["plan"]["entry_model"])
         with pytest.raises(openai.BadRequestError) as bad_schema:
             remote = {"name": "x", "schema": {"$ref": "https://evil.example/s"}}
             api.chat.completions.create(
@@ -103,7 +103,7 @@ def test_every_guided_form_reaches_the_engine_as_the_backends_guide_on_25_05(tmp
                 max_tokens=2,
                 response_format={"type": "json_schema", "json_schema": remote},
             )
-        after = successes(front, name)
+        after = successes(front, out["front"]["plan"]["entry_model"])
         assert front.stop() == 0, front.log()[-3000:]
     got = records(recorded)
     assert all(entry["guided_decoding"] for entry in got)  # the backend loaded the info file and was set up for it
@@ -143,7 +143,7 @@ def test_response_format_is_a_400_naming_the_way_out_where_no_guide_is_taken(
                     model=name, messages=MESSAGES, max_tokens=2, response_format=response_format
                 )  # noqa: E501
             refused.append(raised.value.response.json()["error"])
-        reached = successes(front, name)
+        reached = successes(front, out["front"]["plan"]["entry_model"])
         plain = api.chat.completions.create(model=name, messages=MESSAGES, max_tokens=2)  # text still serves
         assert front.stop() == 0, front.log()[-3000:]
     assert all(e["param"] == "response_format" and why in e["message"] and "25.05" in e["message"] for e in refused)

@@ -121,7 +121,8 @@ def test_the_fill_turns_guided_decoding_on_only_where_the_templates_have_its_par
     root = templates_for(templates)
     s = settings(facts, TEMPLATES_DIR=str(root), WORKFLOW="engine")
     for given in (info, None):
-        values = fill.fill_values(s, facts, tmp_path / "engine", tmp_path / "tokenizer", given)
+        values = fill.fill_values(s, facts, tmp_path / "engine", tmp_path / "tokenizer")
+        values.update(fill.guided_values(given) if given is not None else {})
         plan = fill.plan_fill(root, values, settings=s, model_path=tmp_path)
         config = next(m for m in plan.models if m.source.endswith("tensorrt_llm")).files["config.pbtxt"]
         on = 'string_value: "xgrammar"' in config and f'string_value: "{info}"' in config

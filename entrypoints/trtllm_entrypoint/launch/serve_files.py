@@ -54,10 +54,11 @@ def ensure_engine(
     return engine_dir
 
 
-def guided_decoding(serve: ServePlan, facts: ImageFacts, log: Log) -> tuple[Path | None, str]:
+def guided_decoding(serve: ServePlan, facts: ImageFacts, log: Log) -> tuple[dict[str, str], str]:
     """Guided decoding where the served models take a guide per request (the engine workflow, from the capability
-    on): the tokenizer-info file the C++ backend needs, made once into the cache; and why it is off otherwise (the
-    OpenAI front's 400 says it). A tokenizer that gives no file turns it off with a warning, never stops the start."""
+    on): the placeholder values that point the tensorrt_llm model at the tokenizer-info file the C++ backend needs
+    (made once into the cache); and why it is off otherwise (the OpenAI front's 400 says it). A tokenizer that gives
+    no file turns it off with a warning, never stops the start."""
     first = facts.first_tag_with.get(xgrammar_info.FEATURE)
     problem = None
     info = None
@@ -69,18 +70,18 @@ def guided_decoding(serve: ServePlan, facts: ImageFacts, log: Log) -> tuple[Path
             problem = str(exc)
             log.warn("guided decoding is off: no tokenizer info for the backend", reason=problem)
     off = xgrammar_info.guided_off(facts.features, serve.workflow, facts.tag, first, problem)
-    return info, off
+    return ({} if info is None else fill.guided_values(info)), off
 
 
 def write_repository(
-    serve: ServePlan, facts: ImageFacts, log: Log, engine_dir: Path | None, tokenizer_info: Path | None = None
+    serve: ServePlan, facts: ImageFacts, log: Log, engine_dir: Path | None, extra: Mapping[str, str] | None = None
 ) -> Path:
     """The plan's repository, filled: REPOSITORY_DIR as named, or below the cache's repositories by its content.
-    `tokenizer_info`: guided decoding's file (guided_decoding), filled into the tensorrt_llm model."""
+    `extra`: more placeholder values (the LoRA adapters' prefetch directory and cache sizes, launch/lora.py)."""
     settings = serve.settings
     if serve.tokenizer is None:
         raise EntrypointError("a repository to fill needs the tokenizer the plan found", "report this as a bug")
-    values = fill.fill_values(settings, facts, engine_dir, serve.tokenizer, tokenizer_info)
+    values = {**fill.fill_values(settings, facts, engine_dir, serve.tokenizer), **(extra or {})}
     plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=serve.model.path)
     log.info(
         "template parameters you set (LOG_LEVEL=debug or `trtllm-entrypoint check` lists every one)",

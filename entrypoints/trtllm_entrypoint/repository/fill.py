@@ -188,16 +188,8 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-def fill_values(
-    settings: Settings,
-    facts: ImageFacts,
-    engine_dir: Path | None,
-    tokenizer_dir: Path,
-    tokenizer_info: Path | None = None,
-) -> dict[str, str]:
-    """The value of every placeholder we fill, as text of the right type for where the templates put it.
-    `tokenizer_info`: the file that turns guided decoding on (repository/xgrammar_info.py); without it the guided
-    decoding parameters stay unset, which the backend reads as off."""
+def fill_values(settings: Settings, facts: ImageFacts, engine_dir: Path | None, tokenizer_dir: Path) -> dict[str, str]:
+    """The value of every placeholder we fill, as text of the right type for where the templates put it."""
     values = {
         # structural: protobuf fields
         "triton_max_batch_size": str(settings.max_batch_size),
@@ -226,10 +218,14 @@ def fill_values(
     }
     if engine_dir is not None:  # left out, a template that needs it fails in plan_fill with the name
         values["engine_dir"] = str(engine_dir)
-    if tokenizer_info is not None:  # only templates that have the placeholders get them (v0.19.0 on)
-        values["guided_decoding_backend"] = "xgrammar"
-        values["xgrammar_tokenizer_info_path"] = str(tokenizer_info)
     return values
+
+
+def guided_values(tokenizer_info: Path) -> dict[str, str]:
+    """The values that turn guided decoding on in the tensorrt_llm model (v0.19.0 on; older templates have neither
+    placeholder), given the tokenizer-info file (repository/xgrammar_info.py). Without them both stay unset, which
+    the backend reads as off."""
+    return {"guided_decoding_backend": "xgrammar", "xgrammar_tokenizer_info_path": str(tokenizer_info)}
 
 
 def _pbtxt_escape(value: str) -> str:

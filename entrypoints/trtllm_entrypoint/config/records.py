@@ -103,6 +103,7 @@ class ServerSettings:
     openai_port: int
     frontend: Frontend
     openai_workers: int  # processes of the OpenAI front (FRONTEND=openai), sharing OPENAI_PORT
+    openai_max_generations: int  # OPENAI_MAX_GENERATIONS: prompts x n of one OpenAI request, at most
     tool_call_parser: str = "auto"  # TOOL_CALL_PARSER: how the front reads tool calls (contract.TOOL_CALL_PARSERS)
     served_model_name: str | None
     log_format: LogFormat

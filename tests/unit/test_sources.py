@@ -2,8 +2,6 @@ import io
 import json
 import os
 import shutil
-import sys
-import types
 from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
@@ -32,6 +30,13 @@ FACTS = ImageFacts(
     app_dir=Path("/app"),
 )
 TOKEN = "hf_do_not_leak_this_token"
+
+
+@pytest.fixture(autouse=True)
+def _hub_answers_the_probe(monkeypatch):
+    """These tests stand a mock in for the hub client; the probe before it (tests/unit/test_hub_reach.py) would ask
+    the real endpoint."""
+    monkeypatch.setattr(sources.hub_reach, "check", lambda repo_id, revision: None)
 
 
 def make_settings(tmp_path, **env):
@@ -602,19 +607,6 @@ def test_an_older_clients_wrapped_http_failure_names_the_status(tmp_path):
         with pytest.raises(EntrypointError, match="failed to answer about org/model: HTTP status 503") as err:
             sources.download(hub_source(), settings, Log(stream=io.StringIO()))
     assert err.value.exit_code == 1
-
-
-def test_metadata_calls_make_one_try_and_the_clients_retries_come_back_after(monkeypatch):
-    client = types.ModuleType("huggingface_hub._stand_in")
-
-    def http_backoff(method, url, *, max_retries=5):
-        return max_retries
-
-    client.http_backoff = http_backoff
-    monkeypatch.setitem(sys.modules, client.__name__, client)
-    with sources._one_try():
-        assert client.http_backoff("HEAD", "u") == 0
-    assert client.http_backoff is http_backoff
 
 
 def test_httpx_style_network_errors_are_recognised_by_name(tmp_path):

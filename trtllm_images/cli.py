@@ -6,6 +6,7 @@ before anything is written or built), then executes them.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -350,6 +351,33 @@ def kserve_command(matrix_path, out_dir, **flags):
         _say(f"wrote {path}")
 
 
+@cli.command("tiny-model")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="A new directory to write the checkpoint into.",
+)
+def tiny_model_command(out_dir):
+    """A tiny Llama-shaped Hugging Face checkpoint for trying the stand-in images without a GPU or the hub: config,
+    tokenizer (it knows the README's prompt) and one weight tensor. Serve it with `-v DIR:/models/tiny:ro -e
+    MODEL_ID=/models/tiny`; the stand-in's engine double answers with tokens of the prompt. Real TensorRT-LLM cannot
+    build an engine from it (it has one tensor)."""
+    try:
+        from harness.tiny_checkpoint import tiny_llama  # the maker the tests share; a checkout has it
+    except ImportError:
+        raise Error(
+            "tiny-model needs the repository's harness/ package, which this installation does not have",
+            "run `python build.py tiny-model --out DIR` from a checkout",
+        ) from None
+    if out_dir.exists():
+        raise UsageError(f"--out {out_dir} already exists", "name a new directory; nothing was written")
+    click.echo(tiny_llama(out_dir))
+    _say(f"serve it: docker run … -v {out_dir.resolve()}:/models/tiny:ro -e MODEL_ID=/models/tiny IMAGE")
+
+
 @cli.group("upstream")
 def upstream_group():
     """The pinned upstream archives (upstream.lock.json): backend sources for tags without /app, test files."""
@@ -401,16 +429,30 @@ def upstream_lock_command(matrix_path, lock_path, repin, git_dir, repo):
 
 @upstream_group.command("fetch")
 @_lock_option
-def upstream_fetch_command(lock_path):
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Also copy the files to DIR (new or empty), to carry to a machine without GitHub as its TRTLLM_UPSTREAM_DIR.",
+)
+def upstream_fetch_command(lock_path, out_dir):
     """Download and verify the tests' upstream files into the cache; prints the directory (a TRTLLM_UPSTREAM_DIR).
     A source the lock does not pin yet is trusted on first use, with a line saying so."""
+    if out_dir is not None and out_dir.exists() and any(out_dir.iterdir()):
+        raise click.UsageError(f"--out {out_dir} is not empty; name a new or empty directory")
     path = source_cache.materialize_layout(
         upstream.load_lock(lock_path),
         source_cache.cache_root(),
         local_copy="TRTLLM_UPSTREAM_DIR=<a copy> for the tests",
         log=_say,
     )
-    click.echo(path)
+    if out_dir is None:
+        click.echo(path)
+        return
+    shutil.copytree(path, out_dir, dirs_exist_ok=True)
+    click.echo(out_dir)
+    _say(f"carry {out_dir} to the other machine and set TRTLLM_UPSTREAM_DIR to where it lands")
 
 
 def main() -> None:

@@ -134,7 +134,7 @@ def admin_key_env(o: KServeOptions) -> list[dict]:
 
 
 def shm_volume() -> dict:
-    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}  # NCCL outgrows 64 MB
+    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{contract.SHM_SIZE_GIB}Gi"}}
 
 
 def cache_volume(o: KServeOptions) -> dict:

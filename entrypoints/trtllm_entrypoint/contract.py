@@ -37,6 +37,9 @@ DEFAULT_CACHE_DIR = "/var/cache/trtllm"
 # the manifests' terminationGracePeriodSeconds all give this grace, which leaves time after the drain to exit.
 DEFAULT_EXIT_TIMEOUT_SECS = 30
 STOP_GRACE_SECS = DEFAULT_EXIT_TIMEOUT_SECS + 10
+# /dev/shm for every documented start (`docker run --shm-size`, compose's shm_size, the manifests' memory emptyDir):
+# the Python models pass tensors through it and NCCL uses it between the GPUs of one host; Docker's 64 MB is too small.
+SHM_SIZE_GIB = 8
 
 # Triton's own defaults; KServe passes --http-port=8080 --grpc-port=9000 explicitly.
 DEFAULT_HTTP_PORT = 8000

@@ -351,6 +351,32 @@ def test_materialize_layout_builds_the_upstream_dir_once_per_content(server, tmp
     assert source_cache.materialize_layout(other, tmp_path, local_copy="x", log=quiet) != root
 
 
+def test_materialize_layout_with_needs_fetches_only_the_sources_that_lay_them_out(server, tmp_path):
+    offline = Pin(
+        "kedacore/keda",
+        "v2.20.2",
+        refused_url(),
+        ("config/crd/bases",),
+        None,
+        None,
+        upstream.NOT_RECORDED,
+        MappingProxyType({"config/crd/bases": "keda"}),
+    )
+    lock = Lock((offline, pin_for(server)))
+    root = source_cache.materialize_layout(lock, tmp_path, local_copy="x", log=quiet, needs=("kserve/crd",))
+    assert list(tree_files(root)) == ["kserve/crd/serving.kserve.io_servingruntimes.yaml"]
+    with pytest.raises(Error, match="cannot download kedacore/keda@v2.20.2"):
+        source_cache.materialize_layout(lock, tmp_path, local_copy="x", log=quiet)
+    with pytest.raises(Error, match="no source with a `layout` holding lws/crd"):
+        source_cache.materialize_layout(lock, tmp_path, local_copy="x", log=quiet, needs=("lws/crd",))
+    assert [source_cache.covers(pin_for(server), [need]) for need in ("kserve", "kserve/crd", "kserve/c", "lws")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+
+
 def test_materialize_layout_with_a_tampered_source_writes_nothing(server, tmp_path):
     server.served["/kserve.tar.gz"] = tarball("kserve-0.20.0", {**FILES, CRD: b"evil\n"}, LINKS, commit=COMMIT)
     with pytest.raises(Error, match="differs"):

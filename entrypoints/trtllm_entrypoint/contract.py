@@ -41,7 +41,7 @@ STOP_GRACE_SECS = DEFAULT_EXIT_TIMEOUT_SECS + 10
 # the Python models pass tensors through it and NCCL uses it between the GPUs of one host; Docker's 64 MB is too small.
 SHM_SIZE_GIB = 8
 
-# Triton's own defaults; KServe passes --http-port=8080 --grpc-port=9000 explicitly.
+# Triton's own defaults (the KServe runtime sets HTTP_PORT=8080 and keeps gRPC on 8001: 9000 is only the OpenAI API).
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_GRPC_PORT = 8001
 DEFAULT_METRICS_PORT = 8002

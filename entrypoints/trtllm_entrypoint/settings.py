@@ -403,7 +403,7 @@ def _check_relations(s: Settings) -> None:
     if s.max_num_tokens < s.max_input_len:
         raise bad("MAX_NUM_TOKENS", s.max_num_tokens, f"a number at least MAX_INPUT_LEN={s.max_input_len}")
     ports = {"HTTP_PORT": s.http_port, "GRPC_PORT": s.grpc_port, "METRICS_PORT": s.metrics_port}
-    if s.frontend == "openai":  # otherwise nothing listens there (KServe's gRPC port is 9000, its default)
+    if s.frontend == "openai":  # otherwise nothing listens there
         ports["OPENAI_PORT"] = s.openai_port
     seen: dict[int, str] = {}
     for name, port in ports.items():

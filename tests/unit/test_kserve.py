@@ -354,7 +354,7 @@ def test_runtime_contract(entry):
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env == {
         "HTTP_PORT": "8080",
-        "GRPC_PORT": "9000",
+        "GRPC_PORT": "8001",
         "METRICS_PORT": "8002",
         "CACHE_DIR": "/var/cache/trtllm",
         "SERVED_MODEL_NAME": "{{.Name}}",
@@ -653,7 +653,7 @@ def _isvc_model(docs):
 BREAKAGES = {
     "container renamed": (lambda d: _runtime_container(d).update(name="main"), "no container named kserve-container"),
     "unknown protocol": (lambda d: d[0]["spec"].update(protocolVersions=["v2", "v3"]), "protocolVersions ['v3']"),
-    "grpc port misnamed": (lambda d: _isvc_model(d)["ports"][1].update(name="rpc"), "gRPC port 9000 is named 'rpc'"),
+    "grpc port misnamed": (lambda d: _isvc_model(d)["ports"][1].update(name="rpc"), "gRPC port 8001 is named 'rpc'"),
     "gpu count": (lambda d: _isvc_model(d)["resources"]["limits"].update({"nvidia.com/gpu": "2"}), "TP_SIZE*PP_SIZE"),
     "literal token": (lambda d: _isvc_model(d)["env"].append({"name": "HF_TOKEN", "value": "x"}), "literal value"),
     "token in args": (lambda d: _runtime_container(d).update(args=["--token=hf_" + "a" * 30]), "Hugging Face token"),
@@ -930,7 +930,7 @@ def test_the_entrypoint_accepts_every_generated_environment(options, entry, tmp_
             # The OpenAI API on KServe's HTTP port, where the probes ask; nothing else is served.
             assert (settings.frontend, settings.openai_port) == ("openai", 8080)
         elif kind == "InferenceService":
-            assert (settings.http_port, settings.grpc_port) == (8080, 9000)
+            assert (settings.http_port, settings.grpc_port) == (8080, 8001)
 
 
 def test_kserve_command_takes_a_users_own_image(tmp_path):

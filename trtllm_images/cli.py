@@ -344,6 +344,11 @@ def kserve_command(matrix_path, out_dir, **flags):
     group per replica with its Service and NetworkPolicy instead."""
     options = kserve_options.from_flags(flags)
     plan = kserve.make_kserve_plan(matrix_mod.load(matrix_path), options)
+    if options.image is None and options.registry is None:
+        _say(
+            "warning: no --registry or --image: the manifests name the image without a registry, which a cluster "
+            "pulls from Docker Hub; pass --registry HOST[/NAMESPACE] where you pushed it (`build.py --push`)"
+        )
     if out_dir is None:
         click.echo(kserve.render_manifests(plan), nl=False)
         return

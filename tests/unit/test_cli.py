@@ -466,6 +466,8 @@ def test_build_builds_verifies_and_reports(tmp_path, entry, fake_docker):
     summary = result.stdout.splitlines()
     assert summary[0].split() == ["TAG", "RESULT", "IMAGES", "WARNINGS", "SECONDS"]
     assert summary[1].split()[:2] == [entry.tag, "ok"]
+    printed = sum(1 for line in lines if re.match(rf"\[{entry.tag}[^\]]*\] warning: ", line))
+    assert printed and re.split(r"\s{2,}", summary[1])[3] == str(printed), "WARNINGS counts every warning printed"
 
 
 @pytest.mark.process

@@ -22,6 +22,7 @@ from trtllm_images import (
     render,
     source_cache,
     tables,
+    tiny_model,
     upstream,
 )
 from trtllm_images import matrix as matrix_mod
@@ -370,16 +371,9 @@ def tiny_model_command(out_dir):
     tokenizer (it knows the README's prompt) and one weight tensor. Serve it with `-v DIR:/models/tiny:ro -e
     MODEL_ID=/models/tiny`; the stand-in's engine double answers with tokens of the prompt. Real TensorRT-LLM cannot
     build an engine from it (it has one tensor)."""
-    try:
-        from harness.tiny_checkpoint import tiny_llama  # the maker the tests share; a checkout has it
-    except ImportError:
-        raise Error(
-            "tiny-model needs the repository's harness/ package, which this installation does not have",
-            "run `python build.py tiny-model --out DIR` from a checkout",
-        ) from None
     if out_dir.exists():
         raise UsageError(f"--out {out_dir} already exists", "name a new directory; nothing was written")
-    click.echo(tiny_llama(out_dir))
+    click.echo(tiny_model.tiny_llama(out_dir))
     _say(f"serve it: docker run … -v {out_dir.resolve()}:/models/tiny:ro -e MODEL_ID=/models/tiny IMAGE")
 
 

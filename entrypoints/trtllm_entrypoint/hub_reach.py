@@ -3,8 +3,8 @@ seconds under every client release an image carries.
 
 The client's own retries differ by release (0.x retries a failed metadata call for about 25 s through `http_backoff`,
 1.x and 2.x retry through httpx elsewhere), and its internals are not ours to replace. So the probe asks the endpoint
-the client will use (HF_ENDPOINT, through the same proxy variables) once, with the standard library, within
-PROBE_SECONDS in all, name resolution included:
+the client will use (HF_ENDPOINT, which settings.py reads; through the same proxy variables) once, with the standard
+library, within PROBE_SECONDS in all, name resolution included:
   - no answer (refused, unresolvable, timed out)      -> HubUnreachable, a ConnectionError
   - HTTP 5xx or 429 (the hub's trouble, not ours)     -> HubFailing, with the status
   - any other answer, or a TLS failure               -> the client is called; it knows tokens, certificates, mirrors
@@ -15,13 +15,11 @@ right message with the token.
 from __future__ import annotations
 
 import base64
-import os
 import ssl
 import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 DEFAULT_ENDPOINT = "https://huggingface.co"  # the client's default when HF_ENDPOINT is unset
@@ -43,10 +41,6 @@ class HubFailing(Exception):
     def __init__(self, status: int) -> None:
         super().__init__(f"HTTP status {status}")
         self.response = _Response(status)
-
-
-def endpoint(environ: Mapping[str, str] = os.environ) -> str:
-    return (environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
 def probe_request(base: str, repo_id: str, revision: str | None) -> urllib.request.Request:
@@ -86,9 +80,10 @@ def _ask(request: urllib.request.Request, timeout: float) -> int | Exception | N
         return exc
 
 
-def check(repo_id: str, revision: str | None, *, base: str | None = None, seconds: float = PROBE_SECONDS) -> None:
-    """Raise HubUnreachable or HubFailing when one probe says the hub cannot serve `repo_id`; return otherwise."""
-    base = (base or endpoint()).rstrip("/")
+def check(repo_id: str, revision: str | None, base: str, seconds: float = PROBE_SECONDS) -> None:
+    """Raise HubUnreachable or HubFailing when one probe of `base` (settings: HF_ENDPOINT or the hub's own) says the
+    hub cannot serve `repo_id`; return otherwise."""
+    base = base.rstrip("/")
     request = probe_request(base, repo_id, revision)
     result: list[int | Exception | None] = []
     # A thread, so that name resolution (which no socket timeout bounds) is inside the deadline too.

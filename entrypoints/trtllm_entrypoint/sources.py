@@ -318,7 +318,7 @@ def _fetch(source: ModelSource, settings: Settings, cache_dir: Path, log: Log) -
         # The file list needs the network; a cached snapshot is served as is, and its folder name is the commit.
         path = huggingface_hub.snapshot_download(**common)
         return str(path), hub_answer.commit(Path(path).name, repo_id)
-    hub_reach.check(repo_id, source.revision)
+    hub_reach.check(repo_id, source.revision, settings.hub_endpoint)
     info = huggingface_hub.HfApi().model_info(
         repo_id, revision=source.revision, token=settings.hf_token, files_metadata=True
     )
@@ -368,7 +368,7 @@ def read_config(source: ModelSource, settings: Settings) -> dict[str, Any]:
         _quiet_hub()
         try:
             if not _offline():
-                hub_reach.check(_repo_id(source), source.revision)
+                hub_reach.check(_repo_id(source), source.revision, settings.hub_endpoint)
             path = huggingface_hub.hf_hub_download(
                 _repo_id(source),
                 "config.json",

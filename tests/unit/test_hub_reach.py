@@ -61,28 +61,28 @@ def _closed_port() -> int:
 @pytest.mark.parametrize("status", [200, 401, 403, 404])
 def test_an_answering_hub_leaves_the_answer_to_the_client(hub, status):
     endpoint = hub(status)
-    hub_reach.check("org/model", None, base=endpoint.url)
+    hub_reach.check("org/model", None, endpoint.url)
     assert [(method, path) for method, path, _ in endpoint.seen] == [("HEAD", "/api/models/org/model")]
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 429])
 def test_a_failing_hub_is_named_with_its_status(hub, status):
     with pytest.raises(hub_reach.HubFailing) as err:
-        hub_reach.check("org/model", "v1.0", base=hub(status).url)
+        hub_reach.check("org/model", "v1.0", hub(status).url)
     assert err.value.response.status_code == status
 
 
 def test_nothing_listening_is_unreachable_at_once():
     started = time.monotonic()
     with pytest.raises(hub_reach.HubUnreachable):
-        hub_reach.check("org/model", None, base=f"http://127.0.0.1:{_closed_port()}")
+        hub_reach.check("org/model", None, f"http://127.0.0.1:{_closed_port()}")
     assert time.monotonic() - started < 2
 
 
 def test_a_hub_that_never_answers_is_unreachable_within_the_deadline(hub):
     started = time.monotonic()
     with pytest.raises(hub_reach.HubUnreachable, match="did not answer within 0.5 s"):
-        hub_reach.check("org/model", None, base=hub(200, delay=3).url, seconds=0.5)
+        hub_reach.check("org/model", None, hub(200, delay=3).url, seconds=0.5)
     assert time.monotonic() - started < 1.5
 
 
@@ -90,13 +90,8 @@ def test_the_probe_asks_the_revision_and_sends_a_mirrors_userinfo_as_basic_auth_
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     endpoint = hub(200)
     port = endpoint.server.server_address[1]
-    hub_reach.check("org/model", "refs/pr/1", base=f"http://mirror%40corp:p%3Ass@127.0.0.1:{port}/hf/")
+    hub_reach.check("org/model", "refs/pr/1", f"http://mirror%40corp:p%3Ass@127.0.0.1:{port}/hf/")
     ((_method, path, headers),) = endpoint.seen
     assert path == "/hf/api/models/org/model/revision/refs%2Fpr%2F1"
     assert headers["Authorization"] == "Basic " + base64.b64encode(b"mirror@corp:p:ss").decode()
     assert "hf_secret" not in repr(headers)
-
-
-def test_the_endpoint_is_hf_endpoint_without_its_trailing_slash():
-    assert hub_reach.endpoint({}) == "https://huggingface.co"
-    assert hub_reach.endpoint({"HF_ENDPOINT": "http://mirror:8080/"}) == "http://mirror:8080"

@@ -36,7 +36,7 @@ TOKEN = "hf_do_not_leak_this_token"
 def _hub_answers_the_probe(monkeypatch):
     """These tests stand a mock in for the hub client; the probe before it (tests/unit/test_hub_reach.py) would ask
     the real endpoint."""
-    monkeypatch.setattr(sources.hub_reach, "check", lambda repo_id, revision: None)
+    monkeypatch.setattr(sources.hub_reach, "check", lambda repo_id, revision, base: None)
 
 
 def make_settings(tmp_path, **env):
@@ -682,3 +682,12 @@ def test_download_progress_reads_finished_and_partial_files_from_the_hub_cache(t
     # A file list without sizes: what is on disk, without a total, percent or ETA that would be made up.
     unknown = sources.DownloadProgress(tmp_path, "c0ffee", {"config.json": None, "model.safetensors": None})
     assert unknown.fields(2.0) == {"files": "1/2", "bytes": "500B", "rate": "0B/s"}
+
+
+def test_the_hub_probe_asks_the_endpoint_the_settings_name_and_describe_masks_a_mirrors_password(tmp_path):
+    default = make_settings(tmp_path, MODEL_ID="org/model")
+    mirror = make_settings(tmp_path, MODEL_ID="org/model", HF_ENDPOINT="https://user:s3cret@mirror.example/hf/")
+    assert default.hub_endpoint == "https://huggingface.co"
+    assert mirror.hub_endpoint == "https://user:s3cret@mirror.example/hf"
+    assert "s3cret" not in repr(mirror) and "s3cret" not in json.dumps(mirror.describe())
+    assert mirror.describe()["hub_endpoint"] == "https://***@mirror.example/hf"

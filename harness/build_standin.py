@@ -444,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     except (StandinUnavailable, Error, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except docker.errors.DockerException as exc:
+        print(f"error: no Docker engine answers ({exc}); start dockerd, or set DOCKER_HOST", file=sys.stderr)
+        return 1
     print(f"{standin.image} python={standin.python}")
     print(f"build against it: python build.py --tag {args.tag} --base-image {standin.image}")
     return 0

@@ -15,7 +15,7 @@ step "system packages"
 apt-get update -qq
 # libpython3-dev brings the shared libpython that the real tritonserver's Python backend stub links.
 # g++ (with pybind11 from the test extras) compiles the in-process `tritonserver` package of Triton's OpenAI frontend.
-# prometheus: a real Prometheus evaluates the autoscaling query the manifests carry (tests/unit/test_prometheus_scaling.py).
+# prometheus: a real Prometheus evaluates the autoscaling query the manifests carry (tests/real/test_prometheus_scaling.py).
 packages=(debootstrap ca-certificates python3 python3-venv libpython3-dev g++ prometheus)
 # Hosts that already have an engine (GitHub runners ship docker-ce) keep it: docker.io would conflict with it.
 command -v dockerd >/dev/null || packages+=(docker.io)
@@ -69,5 +69,5 @@ step "tests"
 # under CI=true (tests/ci_skips.py), so a test that silently stopped running shows up here.
 export CI_ALLOWED_SKIPS="
 tests/unit/test_boundaries.py::test_container_side_compiles_and_imports_on_python_3_10 | Debian 12 packages no Python 3.10 (the images' oldest); the test runs where one is installed (e.g. pyenv)
-tests/unit/test_real_triton.py::test_the_ensemble_generates_under_the_python_3_12_stub_of_newer_images | Debian 12 packages no Python 3.12 (NGC images from 24.12 run 3.12); the test runs where one with its shared libpython is installed (e.g. pyenv)
+tests/real/test_real_triton.py::test_the_ensemble_generates_under_the_python_3_12_stub_of_newer_images | Debian 12 packages no Python 3.12 (NGC images from 24.12 run 3.12); the test runs where one with its shared libpython is installed (e.g. pyenv)
 "

@@ -25,7 +25,7 @@ from benchmarks.report import Metric, Target
 from benchmarks.serving_stats import StreamRun, percentile
 from harness import realfront, realtriton
 from harness.tiny_checkpoint import PROMPT
-from trtllm_entrypoint import cpus
+from trtllm_entrypoint.config import cpus
 
 CONCURRENCY = (1, 16, 64)
 # Where the targets apply: c=16 on small machines (2 CPUs), c=64 from 16 usable CPUs (the lent 16-core machine).
@@ -362,7 +362,7 @@ def process_roles(pgid: int) -> dict[int, str]:
         elif any(a.endswith(b"tritonserver") for a in args[:1]):
             roles[int(proc.name)] = "tritonserver"
         else:
-            roles[int(proc.name)] = "front worker" if b"trtllm_entrypoint.openai_front" in args else "supervisor"
+            roles[int(proc.name)] = "front worker" if b"trtllm_entrypoint.openai" in args else "supervisor"
     return roles
 
 

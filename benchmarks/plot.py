@@ -35,7 +35,7 @@ def write_plot(series: Series, path: Path, subtitle: str) -> str | None:
         return "matplotlib is not installed (pip install -e '.[bench]')"
     if not series:
         return "no unary results to plot"
-    from trtllm_entrypoint import cpus
+    from trtllm_entrypoint.config import cpus
 
     usable = cpus.usable_cpus()
     count = cpus.default_instances(usable)

@@ -1,6 +1,6 @@
 """The autoscaling signal on the real tritonserver: closed-loop load at several concurrencies on the engine model, and
 the queue/compute ratio each step gives, computed from the server's own /metrics with the manifests' formula
-(trtllm_images.scaling).
+(trtllm_images.kserve.scaling).
 
 The server runs a repository filled by our entrypoint, with the engine model alone loaded (one instance, batch size
 1): it then serves one request at a time, so its capacity is one request in flight, and a closed loop of c clients
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from benchmarks.report import Metric, Target
 from benchmarks.serving_stats import percentile
-from trtllm_images import scaling
+from trtllm_images.kserve import scaling
 
 ENGINE = "tensorrt_llm"
 PROMPT_IDS = [3, 4, 5, 6, 7, 8]

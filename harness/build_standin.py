@@ -46,9 +46,9 @@ from harness.doubles import DOUBLES_DIR, install_doubles, python_models_origin  
 from harness.upstream_files import UpstreamMissing, upstream_root  # noqa: E402
 from trtllm_entrypoint.errors import Error  # noqa: E402
 from trtllm_entrypoint.versions import version_tuple  # noqa: E402
-from trtllm_images import upstream  # noqa: E402
 from trtllm_images.matrix import DEFAULT_PATH, MatrixEntry, load  # noqa: E402
 from trtllm_images.plan import STANDIN_NAME, STANDIN_PYTHON_LABEL, is_standin  # noqa: E402
+from trtllm_images.sources import upstream  # noqa: E402
 
 OS_IMAGE = "trtllm-standin-os:bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"

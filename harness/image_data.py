@@ -10,9 +10,9 @@ import tempfile
 from dataclasses import fields
 from pathlib import Path
 
-from trtllm_entrypoint.image_facts import ImageFacts
-from trtllm_entrypoint.settings import EngineSpec
-from trtllm_entrypoint.variables import VARIABLES
+from trtllm_entrypoint.config.image_facts import ImageFacts
+from trtllm_entrypoint.config.records import EngineSpec
+from trtllm_entrypoint.config.variables import VARIABLES
 from trtllm_images import matrix, model_support
 
 # The facts of a 25.05 image (both workflows, the OpenAI frontend, /app): what the unit tests of settings, launch and
@@ -53,7 +53,7 @@ def _data_dir() -> Path:
 def image_facts(tag: str, app_dir: Path = Path("/app")):
     """The container side's ImageFacts for an image of `tag`, read from the real data files (matrix.yaml and
     capabilities.yaml), as load_facts reads them inside the image."""
-    from trtllm_entrypoint.image_facts import load_facts
+    from trtllm_entrypoint.config.image_facts import load_facts
 
     return load_facts(
         {"MATRIX_TAG": tag, "TRTLLM_MATRIX_FILE": str(_data_dir() / "matrix.json"), "TRTLLM_APP_DIR": str(app_dir)}
@@ -62,6 +62,6 @@ def image_facts(tag: str, app_dir: Path = Path("/app")):
 
 def model_table():
     """The container side's ModelTable from the real models.yaml."""
-    from trtllm_entrypoint import models
+    from trtllm_entrypoint.model import support as models
 
     return models.load(_data_dir() / "models.json")

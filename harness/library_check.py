@@ -42,7 +42,8 @@ TEXTS = ["What is TensorRT-LLM?", "What is TensorRT-LLM? What is TensorRT-LLM?",
 
 
 def main(tokenizer_dir: Path, slow_dir: Path) -> dict[str, object]:
-    from trtllm_entrypoint import openai_api, openai_front
+    from trtllm_entrypoint.openai import chat_template, tokens
+    from trtllm_entrypoint.openai.protocol import ApiError
 
     out: dict[str, object] = {
         "versions": {
@@ -51,21 +52,21 @@ def main(tokenizer_dir: Path, slow_dir: Path) -> dict[str, object]:
         },
         "python": ".".join(map(str, sys.version_info[:2])),
     }
-    fast = openai_front.token_counter(tokenizer_dir)
-    slow = openai_front.token_counter(slow_dir)
+    fast = tokens.counter(tokenizer_dir)
+    slow = tokens.counter(slow_dir)
     out["tokens_fast"] = [fast(text) for text in TEXTS]
     out["tokens_slow"] = [slow(text) for text in TEXTS]
     specials = {"bos_token": "<s>", "eos_token": "</s>"}
     rendered: dict[str, str] = {}
     for name, source in TEMPLATES.items():
-        template = openai_api.ChatTemplate(source, specials)
+        template = chat_template.ChatTemplate(source, specials)
         try:
             rendered[name] = template.render(MESSAGES)
-        except openai_api.ApiError as exc:
+        except ApiError as exc:
             rendered[name] = f"refused: {exc.message}"
         rendered[name + "/no-system"] = template.render(MESSAGES[1:2]) if name != "json-args" else ""
     out["templates"] = rendered
-    from_dir = openai_front.chat_template(tokenizer_dir)
+    from_dir = chat_template.load(tokenizer_dir)
     out["template_from_files"] = from_dir.render(MESSAGES[1:2]) if from_dir.template is not None else None
     return out
 

@@ -1,6 +1,6 @@
 """FRONTEND=openai on this host, without Docker: what `trtllm-entrypoint prepare` prints (tritonserver's command
-line and the OpenAI front's), run by the entrypoint's own supervisor (supervise.run) with the real tritonserver
-2.51.0 (harness/realtriton.py) in place of the image's path:
+line, the OpenAI front's and its plan), run by the entrypoint's own supervisor (supervise.run) with the real
+tritonserver 2.51.0 (harness/realtriton.py) in place of the image's path:
 
     out = json.loads(image.run("prepare", FRONTEND="openai", …).stdout)
     with realfront.start(layout, out, key) as front:    # key: the TRITON_ADMIN_KEY given to prepare
@@ -26,10 +26,11 @@ KEY_FOR_TEST = "TRTLLM_TEST_ADMIN_KEY"
 # What `serve` does after its exec-less start: the supervisor, with the front's environment made by the entrypoint.
 SUPERVISOR = f"""
 import json, os, sys
-from trtllm_entrypoint import supervise
+from trtllm_entrypoint.launch import supervise
+from trtllm_entrypoint.openai.plan import FrontPlan
 plan = json.loads(sys.argv[1])
 key = os.environ.pop({KEY_FOR_TEST!r})
-front_env = supervise.front_environ(os.environ, key)
+front_env = supervise.front_environ(os.environ, key, FrontPlan.from_json(json.dumps(plan["front_plan"])))
 sys.exit(supervise.run(plan["server"], plan["front"], plan["workers"], dict(os.environ), front_env))
 """
 
@@ -66,8 +67,8 @@ def start(
     server = realtriton.with_admin_key(prepared["argv"], key)
     server_argv, http_port, _ = realtriton.server_argv(layout, server)
     front = prepared["front"]
-    port = int(next(a for a in front["argv"] if a.startswith("--port=")).split("=", 1)[1])
-    plan = {"server": server_argv, "front": front["argv"], "workers": front["workers"]}
+    port = int(front["plan"]["port"])
+    plan = {"server": server_argv, "front": front["argv"], "workers": front["workers"], "front_plan": front["plan"]}
     environ = layout.environ(env)
     environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ENTRYPOINTS), environ.get("PYTHONPATH", "")) if p)
     environ[KEY_FOR_TEST] = key

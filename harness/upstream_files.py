@@ -39,7 +39,8 @@ from pathlib import Path
 import pytest
 
 from trtllm_entrypoint.errors import Error
-from trtllm_images import source_cache, upstream
+from trtllm_images.sources import cache as source_cache
+from trtllm_images.sources import upstream
 
 ENV = "TRTLLM_UPSTREAM_DIR"
 REPO = Path(__file__).resolve().parents[1]

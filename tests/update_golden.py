@@ -1,5 +1,5 @@
 """Regenerate the golden Dockerfiles under tests/golden/<tag>/, one directory per supported tag of matrix.yaml, and
-docs/environment.md's tables from the variable table (entrypoints/trtllm_entrypoint/variables.py).
+docs/environment.md's tables from the variable table (entrypoints/trtllm_entrypoint/config/variables.py).
 
 Run `python tests/update_golden.py` after an intended template, matrix or variable change, then review `git diff`.
 It also removes the directories of tags that are no longer supported. tests/unit/test_render.py compares the same
@@ -47,7 +47,7 @@ def split_environment_doc(text: str) -> tuple[str, str, str]:
 
 
 def environment_tables() -> str:
-    from trtllm_entrypoint import variables
+    from trtllm_entrypoint.config import variables
 
     return variables.markdown()
 

@@ -7,19 +7,15 @@ through the JSON files the images carry) asks for capabilities by name.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.versions import version_tuple
 from trtllm_images.datafile import ROOT, TAG_RE, expect_mapping, expect_version, raise_problems, read_yaml
-
-if TYPE_CHECKING:
-    from trtllm_images.matrix import Matrix
 
 CAPABILITIES_PATH = ROOT / "capabilities.yaml"
 LAYOUTS = ("flat", "models")
@@ -148,9 +144,3 @@ def parse_rule(raw: object, where: str, errors: list[str], allowed: tuple[str, .
         until=expect_version(raw.get("until"), f"{where}.until", errors),
         since_tag=expect_version(raw.get("since_tag"), f"{where}.since_tag", errors, TAG_RE, "25.01"),
     )
-
-
-def image_matrix_json(matrix: Matrix, capabilities: Capabilities) -> str:
-    """matrix.json as the images carry it: every entry with its named capabilities. Deterministic (image layers)."""
-    entries = [{**entry.to_dict(), "capabilities": capabilities.of(entry).to_dict()} for entry in matrix.entries]
-    return json.dumps(entries, indent=2) + "\n"

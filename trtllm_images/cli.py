@@ -1,7 +1,7 @@
 """The command line: `python build.py --tag 25.01` builds; `list`, `render` and `check` need no Docker.
 
-The only module that imports click. Every command turns its options into plans first (all bad input fails there,
-before anything is written or built), then executes them.
+With cli_options.py (what the commands share), the only module that imports click. Every command turns its options
+into plans first (all bad input fails there, before anything is written or built), then executes them.
 """
 
 from __future__ import annotations
@@ -14,18 +14,11 @@ import click
 from click.core import ParameterSource
 
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import (
-    backend_assets,
-    checks,
-    kserve,
-    kserve_options,
-    render,
-    source_cache,
-    tables,
-    tiny_model,
-    upstream,
-)
+from trtllm_images import checks, render, tables, tiny_model
+from trtllm_images import cli_options as shared
 from trtllm_images import matrix as matrix_mod
+from trtllm_images.kserve import options as kserve_options
+from trtllm_images.kserve import plan as kserve
 from trtllm_images.pipeline import (
     PROG,
     BuildOptions,
@@ -37,118 +30,20 @@ from trtllm_images.pipeline import (
     write_context,
 )
 from trtllm_images.selection import DEFAULT_OUT, select_plans
-
-
-class _Failure(click.ClickException):
-    """An Error as click shows it: `error: …` and `hint: …` on stderr, exit code 1 (2 for usage)."""
-
-    def __init__(self, error: Error):
-        super().__init__(error.message)
-        self.exit_code = error.exit_code  # type: ignore[misc]  # click types it as a ClassVar; it is read per instance
-        self.hint = error.hint
-
-    def show(self, file=None) -> None:
-        click.echo(f"error: {self.message}", err=True)
-        if self.hint:
-            click.echo(f"hint: {self.hint}", err=True)
-
-
-class _Group(click.Group):
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except Error as exc:
-            raise _Failure(exc) from exc
-        except OSError as exc:  # a path the user gave (--out, --backend-dir): one line, not a traceback
-            where = f"{exc.filename}: " if exc.filename else ""
-            error = Error(f"{where}{exc.strerror or exc}", "check that --out names a writable directory")
-            raise _Failure(error) from exc
-
-
-def _say(message: str) -> None:
-    click.echo(message, err=True)
-
-
-# --- options shared by several commands ----------------------------------------------------------------------------
-
-
-def _matrix_option(func):
-    return click.option(
-        "--matrix",
-        "matrix_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=matrix_mod.DEFAULT_PATH,
-        show_default="the repository's matrix.yaml",
-        help="The version matrix to read.",
-    )(func)
-
-
-def _selection_options(func):
-    func = click.option("--all", "all_tags", is_flag=True, help="Every supported tag of the matrix.")(func)
-    return click.option(
-        "--tag", "tags", multiple=True, metavar="TAG", help="An NGC release such as 25.01 (repeatable)."
-    )(func)
-
-
-def _plan_options(func):
-    func = click.option(
-        "--multinode",
-        is_flag=True,
-        help="Also build trtllm-serve-group: the server image plus OpenSSH, which the pods of a multi-node group "
-        "(`kserve --nodes N`) need. Its OpenSSH comes from the base image's apt archives: the one networked step.",
-    )(func)
-    func = click.option(
-        "--registry", metavar="HOST[/NAMESPACE]", help="Prefix of the image refs, e.g. ghcr.io/my-org."
-    )(func)
-    return click.option(
-        "--base-image", metavar="IMAGE", help="Build FROM this image instead of the NGC one (only with a single --tag)."
-    )(func)
-
-
-def _backend_options(func):
-    func = click.option(
-        upstream.REQUIRE_PINNED_FLAG,
-        "require_pinned",
-        is_flag=True,
-        help=f"Take only upstream sources that {upstream.LOCK_PATH.name} pins (release builds); otherwise a source "
-        "not pinned there is trusted on first use and must match afterwards.",
-    )(func)
-    return click.option(
-        "--backend-dir",
-        type=click.Path(exists=True, file_okay=False, path_type=Path),
-        help="A local checkout of the backend, for tags whose base image has no /app "
-        "(instead of the pinned GitHub archives).",
-    )(func)
-
-
-def _out_option(func):
-    return click.option(
-        "--out",
-        "out_dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=DEFAULT_OUT,
-        show_default=True,
-        help="Where build contexts and reports go.",
-    )(func)
-
-
-def _show_finding(finding) -> None:
-    click.echo(f"{finding.level:<7} {finding.tag or '-':<6} {finding.code}: {finding.message}")
-    if finding.hint:
-        click.echo(f"{'':<15}hint: {finding.hint}")
-
+from trtllm_images.sources import backend_assets, upstream
+from trtllm_images.sources import cache as source_cache
 
 # --- build (the group itself) --------------------------------------------------------------------------------------
 
 
 @click.group(
-    cls=_Group,
+    cls=shared.Group,
     invoke_without_command=True,
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@_selection_options
-@_plan_options
+@shared.selection_options
+@shared.plan_options
 @click.option("--push", is_flag=True, help="Push the images after they built and verified (needs --registry).")
 @click.option(
     "--revision",
@@ -156,9 +51,9 @@ def _show_finding(finding) -> None:
     help="Source revision for the org.opencontainers.image.revision label "
     "(added last, so it never costs a cached layer).",
 )
-@_matrix_option
-@_backend_options
-@_out_option
+@shared.matrix_option
+@shared.backend_options
+@shared.out_option
 @click.pass_context
 def cli(
     ctx: click.Context,
@@ -209,7 +104,12 @@ def cli(
             if plan.standin:
                 raise standin_push(plan.images[0].ref, plan.base_image)
     options = BuildOptions(
-        matrix=matrix, backend_dir=backend_dir, require_pinned=require_pinned, out_dir=out_dir, push=push, say=_say
+        matrix=matrix,
+        backend_dir=backend_dir,
+        require_pinned=require_pinned,
+        out_dir=out_dir,
+        push=push,
+        say=shared.say,
     )
     outcomes = build_tags(plans, options, LazyDocker())
     click.echo(tables.build_summary([outcome.record for outcome in outcomes]))
@@ -222,7 +122,7 @@ def cli(
 
 
 @cli.command("list")
-@_matrix_option
+@shared.matrix_option
 @click.option("--supported", "supported_only", is_flag=True, help="Only the tags that can be built.")
 @click.option("--json", "as_json", is_flag=True, help="The matrix as JSON (the format the images carry).")
 @click.option("--markdown", is_flag=True, help="The table in docs/matrix.md.")
@@ -237,7 +137,7 @@ def list_command(matrix_path, supported_only, as_json, markdown):
 
 
 @cli.command("models")
-@_matrix_option
+@shared.matrix_option
 @click.argument("name", required=False)
 @click.option(
     "--json",
@@ -251,10 +151,10 @@ def models_command(matrix_path, name, as_json):
 
 
 @cli.command("render")
-@_selection_options
-@_plan_options
-@_matrix_option
-@_backend_options
+@shared.selection_options
+@shared.plan_options
+@shared.matrix_option
+@shared.backend_options
 @click.option(
     "--out",
     "out_dir",
@@ -285,19 +185,19 @@ def render_command(
             for name, text in dockerfiles.items():
                 click.echo(f"# ===== {plan.entry.tag} {name} =====\n{text}")
         else:
-            click.echo(write_context(plan, dockerfiles, matrix, backend_dir, require_pinned, _say))
+            click.echo(write_context(plan, dockerfiles, matrix, backend_dir, require_pinned, shared.say))
 
 
 @cli.command("check")
-@_selection_options
-@_matrix_option
+@shared.selection_options
+@shared.matrix_option
 def check_command(tags, all_tags, matrix_path):
     """Static checks: matrix consistency, Dockerfile policy, hadolint. Exit 1 when any error is found."""
     matrix, plans = select_plans(matrix_path, tags, all_tags, multinode=True)  # every Dockerfile, the group's too
     by_tag = {plan.entry.tag: plan for plan in plans}
     findings = checks.static_findings(matrix, by_tag, lambda tag: render.render_dockerfiles(by_tag[tag]))
     for finding in findings:
-        _show_finding(finding)
+        shared.show_finding(finding)
     errors = check_errors(findings)
     click.echo(f"{len(plans)} tag(s) checked: {len(errors)} error(s), {len(findings) - len(errors)} other finding(s)")
     if errors:
@@ -332,7 +232,7 @@ _CLICK_TYPES = {str: str, int: int, float: float, tuple: str}  # a tuple field: 
 
 @cli.command("kserve")
 @_kserve_options
-@_matrix_option
+@shared.matrix_option
 @click.option(
     "--out",
     "out_dir",
@@ -346,7 +246,7 @@ def kserve_command(matrix_path, out_dir, **flags):
     options = kserve_options.from_flags(flags)
     plan = kserve.make_kserve_plan(matrix_mod.load(matrix_path), options)
     if options.image is None and options.registry is None:
-        _say(
+        shared.say(
             "warning: no --registry or --image: the manifests name the image without a registry, which a cluster "
             "pulls from Docker Hub; pass --registry HOST[/NAMESPACE] where you pushed it (`build.py --push`)"
         )
@@ -354,7 +254,7 @@ def kserve_command(matrix_path, out_dir, **flags):
         click.echo(kserve.render_manifests(plan), nl=False)
         return
     for path in kserve.write_files(out_dir, kserve.render_files(plan)):
-        _say(f"wrote {path}")
+        shared.say(f"wrote {path}")
 
 
 @cli.command("tiny-model")
@@ -374,7 +274,7 @@ def tiny_model_command(out_dir):
     if out_dir.exists():
         raise UsageError(f"--out {out_dir} already exists", "name a new directory; nothing was written")
     click.echo(tiny_model.tiny_llama(out_dir))
-    _say(f"serve it: docker run … -v {out_dir.resolve()}:/models/tiny:ro -e MODEL_ID=/models/tiny IMAGE")
+    shared.say(f"serve it: docker run … -v {out_dir.resolve()}:/models/tiny:ro -e MODEL_ID=/models/tiny IMAGE")
 
 
 @cli.group("upstream")
@@ -394,7 +294,7 @@ def _lock_option(func):
 
 
 @upstream_group.command("lock")
-@_matrix_option
+@shared.matrix_option
 @_lock_option
 @click.option(
     "--repin",
@@ -418,7 +318,7 @@ def upstream_lock_command(matrix_path, lock_path, repin, git_dir, repo):
     """Record the commit and content digest of every source the matrix and the tests need: from GitHub archives
     (needs GitHub), or with --from-git from a clone of one repository."""
     lock = upstream.merge(upstream.load_lock(lock_path), backend_assets.lock_paths(matrix_mod.load(matrix_path)))
-    fresh = upstream.relock(lock, repin=repin, git_dir=git_dir, repo=repo, log=_say)
+    fresh = upstream.relock(lock, repin=repin, git_dir=git_dir, repo=repo, log=shared.say)
     unpinned = [pin.name for pin in fresh.pins if pin.digest is None]
     click.echo(
         f"wrote {upstream.write_lock(fresh)}: {len(fresh.pins)} sources, {len(unpinned)} without a digest"
@@ -444,14 +344,14 @@ def upstream_fetch_command(lock_path, out_dir):
         upstream.load_lock(lock_path),
         source_cache.cache_root(),
         local_copy="TRTLLM_UPSTREAM_DIR=<a copy> for the tests",
-        log=_say,
+        log=shared.say,
     )
     if out_dir is None:
         click.echo(path)
         return
     shutil.copytree(path, out_dir, dirs_exist_ok=True)
     click.echo(out_dir)
-    _say(f"carry {out_dir} to the other machine and set TRTLLM_UPSTREAM_DIR to where it lands")
+    shared.say(f"carry {out_dir} to the other machine and set TRTLLM_UPSTREAM_DIR to where it lands")
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ whether the facts agree with each other is checks.py's job.
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from collections.abc import Mapping
@@ -330,3 +331,9 @@ def markdown_table(matrix: Matrix) -> str:
 def _backend_cell(entry: MatrixEntry) -> str:
     where = entry.backend.repo.split("/")[-1] + (f"/{entry.backend.subdir}" if entry.backend.subdir else "")
     return f"{where}@{entry.backend.ref}"
+
+
+def image_matrix_json(matrix: Matrix, capabilities: Capabilities) -> str:
+    """matrix.json as the images carry it: every entry with its named capabilities. Deterministic (image layers)."""
+    entries = [{**entry.to_dict(), "capabilities": capabilities.of(entry).to_dict()} for entry in matrix.entries]
+    return json.dumps(entries, indent=2) + "\n"

@@ -16,11 +16,11 @@ from trtllm_images.capabilities import (
     Capabilities,
     Rule,
     TagCapabilities,
-    image_matrix_json,
     load_capabilities,
     parse_rule,
 )
 from trtllm_images.datafile import ROOT, expect_mapping, expect_strings, expect_version, raise_problems, read_yaml
+from trtllm_images.matrix import image_matrix_json
 
 if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry

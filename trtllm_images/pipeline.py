@@ -15,21 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import (
-    backend_assets,
-    builder,
-    checks,
-    context,
-    model_support,
-    render,
-    report,
-    source_cache,
-    vendor,
-    verify,
-    wheel,
-)
+from trtllm_images import builder, checks, context, model_support, render, report, verify, wheel
 from trtllm_images import matrix as matrix_mod
 from trtllm_images.plan import STANDIN_LABEL_PREFIX, BuildPlan
+from trtllm_images.sources import backend_assets, vendor
+from trtllm_images.sources import cache as source_cache
 
 PROG = "build.py"
 

@@ -8,8 +8,8 @@ import json
 from collections.abc import Sequence
 
 from trtllm_images import model_support, report
-from trtllm_images.capabilities import Capabilities, image_matrix_json, load_capabilities
-from trtllm_images.matrix import Matrix, markdown_table
+from trtllm_images.capabilities import Capabilities, load_capabilities
+from trtllm_images.matrix import Matrix, image_matrix_json, markdown_table
 
 MATRIX_COLUMNS = (
     ("TAG", "tag"),

@@ -84,7 +84,7 @@ def read_project(pyproject: Path) -> dict:
 
 
 def _package_files(project_dir: Path, package: str) -> dict[str, bytes]:
-    root = project_dir / package
+    root = project_dir.joinpath(*package.split("."))
     if not (root / "__init__.py").is_file():
         raise Error(f"package {package} not found under {project_dir}", "check [tool.setuptools] packages")
     return {

@@ -1,5 +1,5 @@
 """Paths, ports and names shared by the image and what the host makes for it: the Dockerfiles (images/*.j2) and the
-KServe manifests (trtllm_images/kserve.py) read them from here. Standard library only, importing nothing of ours.
+KServe manifests (trtllm_images/kserve/plan.py) read them from here. Standard library only, importing nothing of ours.
 """
 
 import re
@@ -23,10 +23,15 @@ VALIDATION_DIR = "/opt/trtllm-images/validation"
 FRONT_DIR = "/opt/trtllm-images/front"
 # The variable that hands the admin key to the front's processes (read and dropped at their start).
 FRONT_KEY_VARIABLE = "TRTLLM_FRONT_ADMIN_KEY"
+# The header that carries the admin key to a restricted API: Triton's HTTP check and the OpenAI front's alike.
+ADMIN_KEY_HEADER = "admin-key"
 # The variable that hands the front's plan (openai/plan.py's FrontPlan, as JSON) to each of its processes.
 FRONT_PLAN_VARIABLE = "TRTLLM_FRONT_PLAN"
 # PID 1 of the images (ENTRYPOINT): passes signals to the server and reaps the ready-line watcher.
 TINI = "/opt/trtllm-images/bin/tini"
+
+# The hub huggingface_hub asks when HF_ENDPOINT is unset.
+DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
 
 # Writable under any UID: the images create it with mode 1777.
 DEFAULT_CACHE_DIR = "/var/cache/trtllm"

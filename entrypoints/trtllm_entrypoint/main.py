@@ -17,34 +17,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from trtllm_entrypoint import (
-    engine_config,
-    flagcheck,
-    gpu,
-    group,
-    launch,
-    models,
-    paths,
-    preflight,
-    probe,
-    ready,
-    security,
-    serve_files,
-    serve_plan,
-    server_args,
-    sources,
-    supervise,
-)
-from trtllm_entrypoint.credentials import check_typed_keys, token_values
-from trtllm_entrypoint.diagnostics import check
+from trtllm_entrypoint.config import gpu, server_args
+from trtllm_entrypoint.config.credentials import check_typed_keys, token_values
+from trtllm_entrypoint.config.image_facts import ImageFacts, installation, load_facts
+from trtllm_entrypoint.config.records import CommandLine
+from trtllm_entrypoint.config.settings import Settings, all_apis_open, side_door_variables
+from trtllm_entrypoint.engine import config as engine_config
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.group import group_from_env
-from trtllm_entrypoint.health import health, health_url, record_health_url
-from trtllm_entrypoint.image_facts import ImageFacts, installation, load_facts
+from trtllm_entrypoint.inspection import flags as flagcheck
+from trtllm_entrypoint.inspection import probe
+from trtllm_entrypoint.inspection.check import check
+from trtllm_entrypoint.launch import argv as launch
+from trtllm_entrypoint.launch import group, preflight, ready, security, serve_files, supervise
+from trtllm_entrypoint.launch import plan as serve_plan
+from trtllm_entrypoint.launch.group import group_from_env
+from trtllm_entrypoint.launch.health import health, health_url, record_health_url
+from trtllm_entrypoint.launch.plan import LaunchPlan, Located, ServePlan
 from trtllm_entrypoint.log import Log, capture_stderr, release_stderr, retarget_stderr
-from trtllm_entrypoint.paths import under_model_dir
-from trtllm_entrypoint.serve_plan import LaunchPlan, Located, ServePlan
-from trtllm_entrypoint.settings import CommandLine, Settings, all_apis_open, side_door_variables
+from trtllm_entrypoint.model import hub, locate
+from trtllm_entrypoint.model import support as models
+from trtllm_entrypoint.storage import paths
+from trtllm_entrypoint.storage.paths import under_model_dir
 
 SUBCOMMANDS = ("serve", "prepare", "build-engine", "check", "probe", "health", "flags")
 USAGE = (
@@ -60,7 +53,7 @@ class Prepared:
     launch: LaunchPlan
     argv: list[str]
     ready: dict[str, object]  # the fields of the line logged once the server answers readiness
-    front: list[str] | None = None  # FRONTEND=openai: one process of the OpenAI front (supervise.py runs them)
+    front: list[str] | None = None  # one worker of the OpenAI front when the plan has one (supervise.py runs them)
 
     @property
     def plan(self) -> ServePlan:
@@ -74,8 +67,12 @@ class Prepared:
                 "engine_dir": str(self.launch.engine_dir) if self.launch.engine_dir else None,
                 "health_url": health_url(self.plan.health_port, self.plan.health_path),
                 "front": None
-                if self.front is None
-                else {"argv": self.front, "workers": self.launch.settings.openai_workers},
+                if self.front is None or self.launch.front is None
+                else {
+                    "argv": self.front,
+                    "workers": self.launch.front.workers,
+                    "plan": json.loads(self.launch.front.to_json()),  # what each worker reads from its environment
+                },
                 "plan": self.launch.describe(),
                 "ready": self.ready,
             },
@@ -227,25 +224,30 @@ def decide(
     settings: Settings,
     facts: ImageFacts,
     log: Log,
-    given: sources.ModelSource | None = None,
+    given: locate.ModelSource | None = None,
     typed_argv: tuple[str, ...] = (),
 ) -> ServePlan:
     """Locate and check the model (downloading it last), then decide once what is served."""
     located = checked_model(settings, facts, log, locate_model(settings, facts, log, given))
+    if located.source.kind != "repository":  # a complete repository brings its own
+        # Found (and checked) before any build: the candidates are the model, a prebuilt engine, MODEL_ID's own
+        # directory; an engine the cache builds holds no tokenizer files.
+        tokenizer = preflight.tokenizer_dir(settings, located.source, model_dir=located.model_dir)
+        located = dataclasses.replace(located, tokenizer=tokenizer)
     plan = serve_plan.decide_serve_plan(settings, located, typed_argv)
     for note in plan.notes:
         log.info(note)
     return plan
 
 
-def locate_model(settings: Settings, facts: ImageFacts, log: Log, given: sources.ModelSource | None = None) -> Located:
+def locate_model(settings: Settings, facts: ImageFacts, log: Log, given: locate.ModelSource | None = None) -> Located:
     """What the model is, from names and files only: nothing is downloaded or written yet. A prebuilt engine's
     config.json is read here, once. One of another TensorRT-LLM gives way to the checkpoint MODEL_ID names, which is
     then built here."""
     with log.phase("resolve") as extra:
-        source = given or sources.resolve(settings)
+        source = given or locate.resolve(settings)
         extra.update(kind=source.kind, model=source.repo_id or source.path)
-    model_dir = sources.model_id_dir(settings)
+    model_dir = locate.model_id_dir(settings)
     if source.kind != "engine" or source.path is None:
         return Located(source, model_dir=model_dir)
     built = engine_config.read(source.path)
@@ -254,7 +256,7 @@ def locate_model(settings: Settings, facts: ImageFacts, log: Log, given: sources
     try:
         engine_config.check_engine_version(built, facts.tensorrt_llm)
     except EntrypointError as exc:
-        checkpoint = sources.resolve_model(settings)
+        checkpoint = locate.resolve_model(settings)
         if checkpoint.kind == "engine":  # MODEL_ID names that engine: nothing to rebuild it from
             raise
         log.warn(f"{exc.message}; rebuilding from MODEL_ID", model=settings.model_id)
@@ -268,14 +270,14 @@ def checked_model(settings: Settings, facts: ImageFacts, log: Log, located: Loca
     if source.kind in ("hub", "checkpoint"):
         # Refuse a checkpoint this image cannot serve with its workflow before any weight is downloaded or built;
         # the model list is read this once, and the converter an engine would be built with is kept.
-        table, config = models.load(facts.models_file), sources.read_config(source, settings)
+        table, config = models.load(facts.models_file), hub.read_config(source, settings)
         models.require_support(table, config, facts, settings.workflow)
         located = dataclasses.replace(located, converter=models.engine_converter(table, config, facts))
     preflight.check(settings, facts, located)
     if source.kind != "hub":
         return located
     with log.phase("download", model=source.repo_id):
-        return dataclasses.replace(located, source=sources.download(source, settings, log))
+        return dataclasses.replace(located, source=hub.download(source, settings, log))
 
 
 def prepare(
@@ -296,7 +298,7 @@ def prepare(
             "compared with the image's)",
             repository=plan.repository,
         )
-        given = LaunchPlan(plan=plan, facts=facts, repository=plan.repository, engine_dir=None, tokenizer=None)
+        given = LaunchPlan(plan=plan, facts=facts, repository=plan.repository, engine_dir=None)
         return finish(given, log)
     if plan.engine == "cache" or not settings.repository_dir:
         serve_files.warn_open_cache(settings.cache_dir, log)
@@ -318,15 +320,13 @@ def prepare(
         plan = serve_plan.with_engine(plan, engine_config.read(engine_dir))
     if plan.taken:
         log.info("serving the limits the engine was built with", **plan.taken)
-    tokenizer = preflight.tokenizer_dir(plan.settings, plan.model, engine_dir, plan.model_dir)
     with log.phase("fill"):
-        repo = serve_files.write_repository(plan.settings, facts, log, plan.model, engine_dir, tokenizer)
+        repo = serve_files.write_repository(plan, facts, log, engine_dir)
     resolved = LaunchPlan(
         plan=plan,
         facts=facts,
         repository=repo,
         engine_dir=engine_dir,
-        tokenizer=tokenizer,
         mpi_options=tuple(mpi_options),
         rank_options=tuple(rank_options),
     )
@@ -335,15 +335,14 @@ def prepare(
 
 def finish(resolved: LaunchPlan, log: Log) -> Prepared:
     argv = serve_plan.launch_argv(resolved)
-    front = serve_plan.front_argv(resolved, sys.executable or "python3")
-    for warning in security.start_warnings(resolved.settings, resolved.facts):
+    front = None if resolved.front is None else launch.front_argv(sys.executable or "python3")
+    for warning in security.start_warnings(resolved.settings, resolved.facts, resolved.front):
         log.warn(warning)
-    tokenizer = resolved.tokenizer
-    if resolved.settings.frontend == "openai" and tokenizer is not None and not preflight.has_chat_template(tokenizer):
-        # Base models have none: completions serve, and chat answers 400 with transformers' own message.
+    if resolved.front is not None and not preflight.has_chat_template(Path(resolved.front.tokenizer)):
+        # Base models have none: completions serve, and chat answers 400 naming /v1/completions instead.
         log.warn(
             "the tokenizer has no chat_template: /v1/completions serves, /v1/chat/completions answers 400",
-            tokenizer=tokenizer,
+            tokenizer=resolved.front.tokenizer,
         )
     return Prepared(launch=resolved, argv=argv, ready=ready.summary(resolved), front=front)
 
@@ -354,12 +353,12 @@ def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoRetur
     log.info("starting the server", program=Path(prepared.argv[0]).name, repository=prepared.launch.repository)
     log.debug("starting the server", argv=" ".join(prepared.argv))  # exactly what is exec'd
     ready.spawn_watcher(url, log, prepared.ready)
-    if prepared.front is None:
+    front = prepared.launch.front
+    if front is None or prepared.front is None:
         launch.exec_argv(prepared.argv, env)
-    settings = prepared.launch.settings
-    log.info("starting the OpenAI front", workers=settings.openai_workers, port=settings.openai_port)
-    front_env = supervise.front_environ(env, settings.admin_key)
-    sys.exit(supervise.run(prepared.argv, prepared.front, settings.openai_workers, env, front_env))
+    log.info("starting the OpenAI front", workers=front.workers, port=front.port)
+    front_env = supervise.front_environ(env, prepared.launch.settings.admin_key, front)
+    sys.exit(supervise.run(prepared.argv, prepared.front, front.workers, env, front_env))
 
 
 def passthrough(args: list[str], env: dict[str, str]) -> int:
@@ -374,7 +373,7 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     check_typed_keys(given.restriction_keys)
     retarget_stderr(Log(early_log(env).fmt, secrets=(*token_values(env), *given.restriction_keys)))
     store = given.repository
-    kind = sources.classify_dir(store) if store is not None else "repository"
+    kind = locate.classify_dir(store) if store is not None else "repository"
     opened = all_apis_open(env)
     restricted = bool(given.restriction_keys) or (kind != "repository" and not opened)
     if restricted and not opened:
@@ -390,6 +389,6 @@ def passthrough(args: list[str], env: dict[str, str]) -> int:
     settings = Settings.from_env(env, facts, typed)
     log = open_log(settings, given.restriction_keys)
     log.info("the model store is not a Triton model repository; preparing one from it", path=store)
-    source = sources.ModelSource(kind=kind, path=store, repo_id=None, revision=None, read_only=under_model_dir(store))
+    source = locate.ModelSource(kind=kind, path=store, repo_id=None, revision=None, read_only=under_model_dir(store))
     plan = decide(settings, facts, log, given=source, typed_argv=tuple(args))
     return exec_server(prepare(plan, facts, env, log, need_gpu=True), env, log)

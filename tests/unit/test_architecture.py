@@ -68,7 +68,7 @@ def test_no_version_threshold_outside_the_data_loaders():
     found = [
         f"{path.relative_to(REPO)}:{line}"
         for package in PACKAGES
-        for path in sorted(package.glob("*.py"))
+        for path in sorted(package.rglob("*.py"))
         if path not in LOADERS
         for line in version_comparisons(path.read_text())
     ]

@@ -11,17 +11,18 @@ from types import MappingProxyType
 
 import pytest
 
+from tests import factories
 from tests.archive_server import ArchiveServer, refused_url, tarball
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import matrix, safe_archive, upstream
-from trtllm_images.backend_assets import Archive, archives, fetch, local_members, lock_paths
-from trtllm_images.matrix import Backend, MatrixEntry
-from trtllm_images.upstream import Lock, Pin
+from trtllm_images import matrix
+from trtllm_images.matrix import Backend
+from trtllm_images.sources import archive as safe_archive
+from trtllm_images.sources import upstream
+from trtllm_images.sources.backend_assets import Archive, archives, fetch, local_members, lock_paths
+from trtllm_images.sources.upstream import Lock, Pin
 
-LAYOUT_A = MatrixEntry(
+LAYOUT_A = factories.matrix_entry(
     tag="24.08",
-    status="supported",
-    note="",
     triton="2.49.0",
     tensorrt_llm="0.12.0",
     tensorrt="10.3.0",
@@ -30,8 +31,6 @@ LAYOUT_A = MatrixEntry(
     pytorch=None,
     ubuntu="22.04",
     backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.12.0", "", False),
-    workflows=("engine",),
-    engine_deprecated=False,
     openai_frontend=False,
     uncertain=MappingProxyType({"pytorch": "test"}),
     sources=(),

@@ -8,9 +8,9 @@ from pathlib import Path
 from types import MappingProxyType
 
 from harness import build_standin
-from trtllm_images import upstream
 from trtllm_images.matrix import load
-from trtllm_images.upstream import Lock, Pin
+from trtllm_images.sources import upstream
+from trtllm_images.sources.upstream import Lock, Pin
 
 
 def _backend_pin(ref: str) -> Pin:

@@ -8,28 +8,20 @@ from types import MappingProxyType
 
 import pytest
 
+from tests import factories
 from trtllm_images import matrix, render
 from trtllm_images.checks import Finding, dockerfile_findings, hadolint_findings, matrix_findings, static_findings
-from trtllm_images.matrix import Backend, Matrix, MatrixEntry
+from trtllm_images.matrix import Backend, Matrix
 from trtllm_images.plan import make_build_plan
 
-GOOD = MatrixEntry(
+GOOD = factories.matrix_entry(
     tag="24.12",
-    status="supported",
-    note="",
     triton="2.53.0",
     tensorrt_llm="0.16.0",
     tensorrt="10.7.0",
     cuda="12.6.3",
-    python="3.12.3",
     pytorch="2.6.0a0",
-    ubuntu="24.04",
     backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.16.0", "", False),
-    workflows=("engine",),
-    engine_deprecated=False,
-    openai_frontend=True,
-    uncertain=MappingProxyType({}),
-    sources=("test",),
 )
 
 

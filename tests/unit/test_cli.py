@@ -17,9 +17,10 @@ from docker.errors import ImageNotFound
 
 from tests.archive_server import ArchiveServer, tarball
 from trtllm_entrypoint.errors import Error
-from trtllm_images import backend_assets, builder, capabilities, model_support, pipeline, upstream, wheel
+from trtllm_images import builder, capabilities, model_support, pipeline, wheel
 from trtllm_images import cli as cli_mod
 from trtllm_images import matrix as matrix_mod
+from trtllm_images.sources import backend_assets, upstream
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = matrix_mod.load(matrix_mod.DEFAULT_PATH)
@@ -70,7 +71,7 @@ def test_list_supported_hides_unsupported_tags():
 def test_list_json_is_the_matrix_json_the_images_carry():
     result = run("list", "--json")
     assert result.exit_code == 0
-    assert result.stdout == capabilities.image_matrix_json(MATRIX, capabilities.load_capabilities())
+    assert result.stdout == matrix_mod.image_matrix_json(MATRIX, capabilities.load_capabilities())
     entries = json.loads(result.stdout)
     assert [{k: v for k, v in e.items() if k != "capabilities"} for e in entries] == [
         e.to_dict() for e in MATRIX.entries

@@ -2,7 +2,7 @@
 
 import pytest
 
-from trtllm_entrypoint import cpus
+from trtllm_entrypoint.config import cpus
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from trtllm_entrypoint import contract, variables
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.config import variables
 from trtllm_entrypoint.contract import is_hub_id
 
 REPO = Path(__file__).resolve().parents[2]

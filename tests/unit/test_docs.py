@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests import update_golden
-from trtllm_entrypoint import variables
-from trtllm_entrypoint.settings import EngineSpec
+from trtllm_entrypoint.config import variables
+from trtllm_entrypoint.config.records import EngineSpec
 from trtllm_images import matrix
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,7 +61,7 @@ def test_every_variable_the_entrypoint_reads_is_in_the_table():
     package = REPO / "entrypoints" / "trtllm_entrypoint"
     read = {
         name
-        for module in ("settings.py", "image_facts.py", "main.py")
+        for module in ("config/settings.py", "config/image_facts.py", "main.py")
         for name in re.findall(r'"([A-Z][A-Z0-9_]{2,})"', (package / module).read_text())
     }
     base_image_own = {"PATH", "TRITON_SERVER_VERSION"}  # image_facts.py reads what the NGC image sets for itself
@@ -70,14 +70,25 @@ def test_every_variable_the_entrypoint_reads_is_in_the_table():
 
 
 def test_architecture_names_every_module_and_only_modules_that_exist():
+    """Each module is a `| `path.py` | job |` row or a `- `path.py`: job` item, by its path inside its package."""
     text = (REPO / "docs" / "architecture.md").read_text()
-    named = set(re.findall(r"^\| `(\w+)\.py` \|", text, re.M))
+    named = set(re.findall(r"^(?:\| |- )`([\w/]+)\.py`(?: \||:)", text, re.M))
     present = {
-        path.stem for package in PACKAGES for path in (REPO / package).glob("*.py") if not path.stem.startswith("__")
+        path.relative_to(REPO / package).with_suffix("").as_posix()
+        for package in PACKAGES
+        for path in (REPO / package).rglob("*.py")
+        if not path.stem.startswith("__")
     }
-    assert named, "docs/architecture.md lists its modules as `| `name.py` | job |` rows"
+    assert named, (
+        "docs/architecture.md lists its modules as `| `name.py` | job |` rows or `- `wing/name.py`: job` items"
+    )
     assert not present - named, f"modules docs/architecture.md does not describe: {sorted(present - named)}"
     assert not named - present, f"docs/architecture.md describes modules that do not exist: {sorted(named - present)}"
+    folders = {path.parent.relative_to(REPO / p).as_posix() for p in PACKAGES for path in (REPO / p).rglob("*/*.py")}
+    rows = set(re.findall(r"^\| `([\w/]+)/` \|", text, re.M))
+    assert folders == rows, (
+        f"docs/architecture.md's rows of folders differ from the packages' folders: {folders ^ rows}"
+    )
 
 
 @pytest.mark.parametrize("page", [REPO / "README.md", *DOCS], ids=lambda p: p.name)

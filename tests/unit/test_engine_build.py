@@ -13,8 +13,8 @@ import pytest
 
 from harness.doubles import double_environ, install_doubles, read_records
 from harness.image_data import ENGINE_DEFAULTS, image_facts, model_table
-from trtllm_entrypoint import models
-from trtllm_entrypoint.engine_build import (
+from trtllm_entrypoint.config.records import EngineSpec
+from trtllm_entrypoint.engine.build import (
     Command,
     build_commands,
     build_notes,
@@ -22,10 +22,10 @@ from trtllm_entrypoint.engine_build import (
     resolve_script,
     run_commands,
 )
-from trtllm_entrypoint.engine_cache import EngineCache
+from trtllm_entrypoint.engine.cache import EngineCache
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
-from trtllm_entrypoint.settings import EngineSpec
+from trtllm_entrypoint.model import support as models
 
 MODEL, OUT, WORK = Path("/m"), Path("/o"), Path("/o/checkpoint")
 DEFAULTS = ENGINE_DEFAULTS

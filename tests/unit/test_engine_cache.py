@@ -16,17 +16,17 @@ from types import SimpleNamespace
 import pytest
 
 from harness.image_data import ENGINE_DEFAULTS
-from trtllm_entrypoint.engine_cache import (
+from tests import factories
+from trtllm_entrypoint.config.settings import Settings
+from trtllm_entrypoint.engine.cache import (
     EngineCache,
     cache_key,
     key_inputs,
     stamp_inputs,
 )
-from trtllm_entrypoint.engine_config import check_engine_version, read, serving_settings
+from trtllm_entrypoint.engine.config import check_engine_version, read, serving_settings
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.image_facts import ImageFacts
 from trtllm_entrypoint.log import Log
-from trtllm_entrypoint.settings import Settings
 
 KEY = "0123456789abcdef0123"
 TOKEN = "hf_NotARealTokenButSecret"
@@ -53,7 +53,7 @@ SETTINGS = dict(
     exit_timeout_secs=30,
     lock_timeout_secs=3600,
 )
-FACTS = ImageFacts(
+FACTS = factories.image_facts(
     tag="25.01",
     tensorrt_llm="0.17.0",
     tensorrt="10.8.0.43",

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from harness.image import TEMPLATE_SETS, templates_for
-from trtllm_entrypoint import fill
+from trtllm_entrypoint.repository import fill
 
 # The fallback each model.py states in the warning it prints for a value it cannot parse.
 FALLBACK = r"Don't setup '{name}' correctly \(set value is [^)]*\)\. Set it as (True|False) by default"

@@ -13,8 +13,11 @@ import pytest
 
 from harness.doubles import double_environ, install_doubles
 from harness.image_data import image_facts, model_table
-from trtllm_entrypoint import engine_build, flagcheck, launch, models
-from trtllm_entrypoint.settings import Settings
+from trtllm_entrypoint.config.settings import Settings
+from trtllm_entrypoint.engine import build as engine_build
+from trtllm_entrypoint.inspection import flags as flagcheck
+from trtllm_entrypoint.launch import argv as launch
+from trtllm_entrypoint.model import support as models
 
 OPENAI = "openai_frontend/main.py"
 

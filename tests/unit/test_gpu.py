@@ -2,8 +2,8 @@ import subprocess
 
 import pytest
 
+from trtllm_entrypoint.config.gpu import Gpu, GpuInfo, Visibility, detect_gpus, parse_nvidia_smi, require_gpus, visible
 from trtllm_entrypoint.errors import EntrypointError
-from trtllm_entrypoint.gpu import Gpu, GpuInfo, Visibility, detect_gpus, parse_nvidia_smi, require_gpus, visible
 
 # The line observed on an H200 host (reference/gpu-detection.md), and a 4-GPU host with UUIDs.
 H200 = "0, NVIDIA H200, 9.0, 143771 MiB, 580.159.04\n"

@@ -11,8 +11,10 @@ import pytest
 from harness.doubles import read_records
 from harness.image import Image, templates_for
 from tests.unit.test_launch import make_settings
-from trtllm_entrypoint import contract, group, launch
+from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import EntrypointError, UsageError
+from trtllm_entrypoint.launch import argv as launch
+from trtllm_entrypoint.launch import group
 
 LWS = {"LWS_LEADER_ADDRESS": "llm-0.llm.default", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0"}
 ONE_GPU = "NVIDIA H100 80GB HBM3|9.0|81559"

@@ -16,11 +16,15 @@ import pytest
 from harness import image_data
 from harness.fake_hub import FakeHub
 from harness.image import Image, templates_for
-from trtllm_entrypoint import group, health, hub_answer, launch, main, paths, trust
-from trtllm_entrypoint import settings as settings_mod
-from trtllm_entrypoint.credentials import generated_key
+from trtllm_entrypoint import main
+from trtllm_entrypoint.config import settings as settings_mod
+from trtllm_entrypoint.config.credentials import generated_key
+from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.settings import Settings
+from trtllm_entrypoint.launch import argv as launch
+from trtllm_entrypoint.launch import group, health
+from trtllm_entrypoint.model import hub_answer
+from trtllm_entrypoint.storage import paths, trust
 
 OPENAI_FACTS = image_data.image_facts("25.09")
 
@@ -44,7 +48,7 @@ def launch_words(env: dict[str, str]) -> tuple[Settings, list[str]]:
     settings = Settings.from_env(env, OPENAI_FACTS)
     argv = launch.server_argv(settings, OPENAI_FACTS, Path("/repo"), settings.world_size, uid=1)
     if settings.frontend == "openai":
-        argv += launch.front_argv(settings, Path("/repo"), Path("/tok"), "engine", "ensemble", "python3")
+        argv += launch.front_argv("python3")
     return settings, argv
 
 
@@ -61,8 +65,9 @@ def test_no_launch_word_is_a_secret_or_reads_as_an_option_it_is_not(env, key):
                 assert word.startswith("--") and "=" in word and word.endswith(f"admin-key={settings.admin_key}")
             elif word.startswith("-"):
                 assert word.startswith("--") or word in ("-n", "-x", "-m"), shlex.join(argv)
-        front = argv[argv.index("trtllm_entrypoint.openai_front") :] if "trtllm_entrypoint.openai_front" in argv else []
+        front = argv[argv.index("trtllm_entrypoint.openai") :] if "trtllm_entrypoint.openai" in argv else []
         assert not any(settings.admin_key in word for word in front)
+        assert front in ([], ["trtllm_entrypoint.openai"]), "the front's settings come in its environment, one value"
 
 
 @pytest.fixture
@@ -273,7 +278,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="playing another UID n
 
 def repository_plan():
     from harness.upstream_files import upstream_path
-    from trtllm_entrypoint import fill as filling
+    from trtllm_entrypoint.repository import fill as filling
 
     root = upstream_path("tensorrt_llm/triton_backend/all_models")
     settings = Settings.from_env({"CACHE_DIR": "/var/cache/trtllm"}, image_data.FACTS)
@@ -284,8 +289,8 @@ def repository_plan():
 @needs_root
 @pytest.mark.parametrize("mode", [0o1777, 0o755, 0o777])
 def test_a_repositories_directory_of_another_uid_never_holds_the_served_repository(tmp_path, tmpdir_env, mode):
-    from trtllm_entrypoint import repository
     from trtllm_entrypoint.log import Log
+    from trtllm_entrypoint.repository import write as repository
 
     plan, templates = repository_plan()
     cache = tmp_path / "cache"
@@ -397,7 +402,7 @@ def test_the_openai_frontend_in_a_multi_pod_group_is_refused_before_any_download
 
 @needs_root
 def test_an_engines_directory_of_another_uid_never_holds_the_served_engine(tmp_path, tmpdir_env):
-    from trtllm_entrypoint.engine_cache import EngineCache
+    from trtllm_entrypoint.engine.cache import EngineCache
     from trtllm_entrypoint.log import Log
 
     def build(out: Path, _log: Path) -> None:

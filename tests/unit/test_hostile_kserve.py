@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trtllm_entrypoint.errors import UsageError
-from trtllm_images.kserve_options import KServeOptions
+from trtllm_images.kserve.options import KServeOptions
 
 BASE = {"tag": "25.01", "model_id": "org/model"}
 

@@ -16,7 +16,7 @@ import pytest
 
 from harness.image import Image, templates_for
 from trtllm_entrypoint import log as log_module
-from trtllm_entrypoint.credentials import token_values
+from trtllm_entrypoint.config.credentials import token_values
 from trtllm_entrypoint.log import Log
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +66,7 @@ def test_a_value_cannot_start_a_line_of_its_own(fmt, forged):
 LIBRARY_LINES = """
 import logging, sys, warnings
 from trtllm_entrypoint.log import Log, capture_stderr
-from trtllm_entrypoint.credentials import token_values
+from trtllm_entrypoint.config.credentials import token_values
 env = {"HF_ENDPOINT": sys.argv[2], "HF_TOKEN": "hf_secret_token_value"}
 early = logging.getLogger("early.library")
 early.addHandler(logging.StreamHandler())  # made before the capture, as a library configures itself on import

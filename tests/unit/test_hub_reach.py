@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from trtllm_entrypoint import hub_reach
+from trtllm_entrypoint.model import hub_reach
 
 
 class _Hub:

@@ -4,16 +4,21 @@ from pathlib import Path
 import pytest
 
 from harness.image_data import FACTS, image_facts
-from trtllm_entrypoint import contract, launch
+from tests import factories
+from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.settings import Settings
+from trtllm_entrypoint.launch import argv as launch
+from trtllm_entrypoint.launch import supervise
+from trtllm_entrypoint.launch.plan import LaunchPlan, Located, decide_serve_plan
+from trtllm_entrypoint.model.locate import ModelSource
+from trtllm_entrypoint.openai.plan import FrontPlan
 
 REPO = Path("/tmp/trtllm-model-repository")
 TS = contract.TRITONSERVER
 
 
 def make_settings(**env):
-    return Settings.from_env({"CACHE_DIR": "/var/cache/trtllm", **env}, FACTS)
+    return factories.settings(**env)
 
 
 def rank0(prefix="prefix0_"):
@@ -105,7 +110,7 @@ def test_llmapi_is_one_server_with_auto_complete():
 
 
 def openai_settings(facts=FACTS, **env):
-    return Settings.from_env({"CACHE_DIR": "/var/cache/trtllm", "FRONTEND": "openai", **env}, facts)
+    return factories.settings(facts, FRONTEND="openai", **env)
 
 
 @pytest.mark.parametrize(
@@ -114,18 +119,28 @@ def openai_settings(facts=FACTS, **env):
 def test_openai_runs_tritonserver_as_triton_mode_does_plus_the_front(tag, workflow):
     facts = image_facts(tag)
     settings = openai_settings(facts, WORKFLOW=workflow, TRITON_ADMIN_KEY="k" * 20, RESTRICTED_APIS="inference")
-    triton = Settings.from_env({"CACHE_DIR": "/var/cache/trtllm", "WORKFLOW": workflow, "TRITON_ADMIN_KEY": "k" * 20,
-                                "RESTRICTED_APIS": "inference"}, facts)  # fmt: skip
+    triton = factories.settings(facts, WORKFLOW=workflow, TRITON_ADMIN_KEY="k" * 20, RESTRICTED_APIS="inference")
     repo = Path("/repo")
     argv = launch.server_argv(settings, facts, repo, 1, uid=1000)
     assert argv == launch.server_argv(triton, facts, repo, 1, uid=1000)  # the same tritonserver, restrictions too
     assert any(a.startswith("--http-restricted-api=inference:") for a in argv)
-    front = launch.front_argv(settings, repo, Path("/tok"), workflow, "served", "/py")
-    assert front[:3] == ["/py", "-m", "trtllm_entrypoint.openai_front"]
-    assert f"--config={repo / 'served' / 'config.pbtxt'}" in front and "--restricted=inference" in front
-    assert f"--triton-url=http://127.0.0.1:{settings.http_port}" in front and f"--workflow={workflow}" in front
-    assert f"--max-seq-len={settings.max_seq_len}" in front  # a chat answer's default room
-    assert not any("k" * 20 in arg for arg in front)  # the key reaches the front in its environment only
+    # The front: one command for every worker, everything else in its environment (its plan, the admin key).
+    assert launch.front_argv("/py") == ["/py", "-m", "trtllm_entrypoint.openai"]
+    checkpoint = ModelSource("checkpoint", Path("/models/m"), None, None, False)
+    plan = decide_serve_plan(settings, Located(checkpoint, tokenizer=Path("/tok")))
+    front = LaunchPlan(plan=plan, facts=facts, repository=repo, engine_dir=None).front
+    assert front is not None
+    served = contract.ENTRY_MODEL[workflow]
+    assert (front.config, front.restricted, front.workflow) == (
+        f"{repo}/{served}/config.pbtxt",
+        ("inference",),
+        workflow,
+    )
+    assert front.triton_url == f"http://127.0.0.1:{settings.http_port}"
+    assert front.max_seq_len == settings.max_seq_len  # a chat answer's default room
+    env = supervise.front_environ({}, settings.admin_key, front)
+    assert FrontPlan.from_json(env[contract.FRONT_PLAN_VARIABLE]) == front
+    assert env[contract.FRONT_KEY_VARIABLE] == "k" * 20 and "k" * 20 not in front.to_json()
     assert settings.decoupled  # streaming follows from the front
     if workflow == "engine":  # several GPUs: the ranks under mpirun, as in Triton mode; the front stays one command
         assert launch.server_argv(settings, facts, repo, 2, uid=1000)[0] == "mpirun"
@@ -140,7 +155,7 @@ def test_openai_refuses_decoupled_false_and_takes_true():
 
 
 def test_front_workers_follow_the_cpus_unless_set(monkeypatch):
-    from trtllm_entrypoint import cpus
+    from trtllm_entrypoint.config import cpus
 
     assert [cpus.default_front_workers(n) for n in (1, 2, 3, 16, 64)] == [1, 1, 1, 8, 8]
     assert openai_settings(OPENAI_WORKERS="3").openai_workers == 3

@@ -354,10 +354,10 @@ def test_to_dict_carries_the_facts_and_the_derived_fields(real):
 
 
 def test_the_container_side_reads_the_derived_fields(real, tmp_path):
-    from trtllm_entrypoint import image_facts
+    from trtllm_entrypoint.config import image_facts
 
     path = tmp_path / "matrix.json"
-    path.write_text(capabilities.image_matrix_json(real, capabilities.load_capabilities()))
+    path.write_text(matrix.image_matrix_json(real, capabilities.load_capabilities()))
     for entry in real.supported():
         seen = image_facts.load_facts({"MATRIX_TAG": entry.tag, "TRTLLM_MATRIX_FILE": str(path)})
         assert (seen.workflows, seen.engine_deprecated, seen.openai_frontend) == (

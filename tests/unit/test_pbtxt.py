@@ -1,7 +1,7 @@
 import pytest
 
-from trtllm_entrypoint import pbtxt
 from trtllm_entrypoint.errors import EntrypointError
+from trtllm_entrypoint.repository import pbtxt
 
 ENSEMBLE = """
 # a comment

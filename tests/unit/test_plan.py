@@ -2,40 +2,20 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from types import MappingProxyType
 
 import pytest
 
+from tests import factories
 from trtllm_entrypoint.errors import UsageError
 from trtllm_images.checks import REQUIRED_LABELS
-from trtllm_images.matrix import Backend, MatrixEntry
+from trtllm_images.matrix import Backend
 from trtllm_images.plan import make_build_plan
 
 OUT = Path("/nonexistent/out")
 
 
-def entry(**changes) -> MatrixEntry:
-    base = MatrixEntry(
-        tag="25.01",
-        status="supported",
-        note="",
-        triton="2.54.0",
-        tensorrt_llm="0.17.0",
-        tensorrt="10.8.0.43",
-        cuda="12.8.0.038",
-        python="3.12.3",
-        pytorch="2.6.0a0+ecf3bae40a.nv25.1",
-        ubuntu="24.04",
-        backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.17.0", "", True),
-        workflows=("engine",),
-        engine_deprecated=False,
-        openai_frontend=True,
-        uncertain=MappingProxyType({}),
-        sources=("test",),
-    )
-    return dataclasses.replace(base, **changes)
+entry = factories.matrix_entry
 
 
 def test_refs_name_the_ngc_tag_and_tensorrt_llm_version():

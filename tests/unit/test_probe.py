@@ -5,10 +5,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from trtllm_entrypoint import image_facts
-from trtllm_entrypoint import probe as probe_mod
-from trtllm_entrypoint.image_facts import ImageFacts, installation
-from trtllm_entrypoint.probe import probe
+from trtllm_entrypoint.config import image_facts
+from trtllm_entrypoint.config.image_facts import ImageFacts, installation
+from trtllm_entrypoint.inspection import probe as probe_mod
+from trtllm_entrypoint.inspection.probe import probe
 
 
 def touch(path: Path, executable: bool = False) -> Path:

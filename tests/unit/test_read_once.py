@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from harness.image import Image, templates_for
-from trtllm_entrypoint import engine_config, main, models
+from trtllm_entrypoint import main
+from trtllm_entrypoint.engine import config as engine_config
+from trtllm_entrypoint.model import support as models
 
 
 @pytest.fixture

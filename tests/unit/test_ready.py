@@ -15,7 +15,7 @@ import time
 import pytest
 
 from harness.image import Image, records, templates_for
-from tests.unit.test_main import free_port
+from tests.unit.entrypoint_runs import free_port
 
 pytestmark = pytest.mark.process  # each test runs the entrypoint as its own process
 

@@ -13,13 +13,15 @@ import yaml
 
 from harness.image_data import ENGINE_DEFAULTS, FACTS
 from harness.upstream_files import upstream_path
-from trtllm_entrypoint import contract, repository, repository_check
-from trtllm_entrypoint import fill as filling
+from tests import factories
+from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.fill import UNSET
 from trtllm_entrypoint.log import Log
-from trtllm_entrypoint.settings import Settings
-from trtllm_images import vendor
+from trtllm_entrypoint.repository import check as repository_check
+from trtllm_entrypoint.repository import fill as filling
+from trtllm_entrypoint.repository import write as repository
+from trtllm_entrypoint.repository.fill import UNSET
+from trtllm_images.sources import vendor
 
 BACKEND_VERSIONS = ("v0.7.0", "v0.8.0", "v0.12.0", "v0.13.0", "v0.17.0", "v0.19.0")
 # Template sets in the upstream layout (harness/upstream_files.py).
@@ -30,7 +32,7 @@ TOKENIZER = Path("/var/cache/trtllm/models/org--name")
 
 
 def make_settings(**env):
-    return Settings.from_env({"CACHE_DIR": "/var/cache/trtllm", **env}, FACTS)
+    return factories.settings(**env)
 
 
 def need(root: str) -> Path:
@@ -46,7 +48,7 @@ def fill(root, dest, settings=None, engine_dir=ENGINE, log=None):
 
 
 def parameters(config_path):
-    from trtllm_entrypoint import pbtxt
+    from trtllm_entrypoint.repository import pbtxt
 
     return {
         k: v["string_value"]
@@ -131,7 +133,7 @@ def test_instance_counts_follow_settings(tmp_path):
         tmp_path / "repo",
         make_settings(PREPROCESSING_INSTANCES="3", POSTPROCESSING_INSTANCES="5", ENABLE_BLS="true"),
     )
-    from trtllm_entrypoint import pbtxt
+    from trtllm_entrypoint.repository import pbtxt
 
     counts = {
         model: pbtxt.parse((tmp_path / "repo" / model / "config.pbtxt").read_text())["instance_group"][0]["count"]
@@ -190,7 +192,7 @@ def test_values_are_escaped_inside_strings():
 
 
 def parameters_from_text(text):
-    from trtllm_entrypoint import pbtxt
+    from trtllm_entrypoint.repository import pbtxt
 
     return {k: v["string_value"] for k, v in pbtxt.map_entries(pbtxt.parse(text)["parameters"]).items()}
 
@@ -318,7 +320,7 @@ def test_a_cached_repository_waits_for_the_lock_only_so_long_and_names_the_holde
 
 
 def test_a_mount_point_as_repository_dir_is_refused_up_front(tmp_path, monkeypatch):
-    from trtllm_entrypoint import preflight
+    from trtllm_entrypoint.launch import preflight
 
     (tmp_path / "volume").mkdir()
     monkeypatch.setattr(os.path, "ismount", lambda path: str(path) == str(tmp_path / "volume"))
@@ -479,7 +481,7 @@ def validation_kit(tmp_path_factory):
 KIT_CHECK = """
 import sys
 from pathlib import Path
-from trtllm_entrypoint import repository_check
+from trtllm_entrypoint.repository import check as repository_check
 from trtllm_entrypoint.errors import EntrypointError
 try:
     repository_check.validate_repository(Path(sys.argv[1]), kit=Path(sys.argv[2]))
@@ -495,7 +497,7 @@ def test_the_validation_kit_checks_configs_with_its_own_protobuf_alone(tmp_path,
     # -S: no site-packages at all, as if the base image had no protobuf, or one of another version.
     root = small_repository(tmp_path)
     (root / "m" / "config.pbtxt").write_text(MODEL.format(name="m") + "no_such_field: 1\n")
-    entrypoints = Path(repository_check.__file__).parents[1]
+    entrypoints = Path(repository_check.__file__).parents[2]
     result = subprocess.run(
         [sys.executable, "-S", "-c", KIT_CHECK, str(root), str(validation_kit)],
         env={"PYTHONPATH": str(entrypoints), "PATH": os.environ["PATH"]},

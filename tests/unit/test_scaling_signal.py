@@ -12,7 +12,7 @@ import pytest
 from benchmarks import scaling_signal
 from harness import realtriton
 from harness.image import KEY, Image, prepared_argv, templates_for
-from trtllm_images import scaling
+from trtllm_images.kserve import scaling
 
 METRICS = """# HELP nv_inference_queue_duration_us Cumulative inference queuing duration in microseconds
 # TYPE nv_inference_queue_duration_us counter

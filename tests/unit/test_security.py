@@ -6,11 +6,15 @@ from pathlib import Path
 import pytest
 
 from harness import image_data
-from trtllm_entrypoint import contract, credentials, launch, security
-from trtllm_entrypoint import settings as settings_mod
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.config import credentials
+from trtllm_entrypoint.config import settings as settings_mod
+from trtllm_entrypoint.config.records import CommandLine
+from trtllm_entrypoint.config.settings import Settings
+from trtllm_entrypoint.config.variables import SECRET_FILE_LIMIT, VARIABLES
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.settings import Settings
-from trtllm_entrypoint.variables import SECRET_FILE_LIMIT, VARIABLES
+from trtllm_entrypoint.launch import argv as launch
+from trtllm_entrypoint.launch import security
 
 FACTS = replace(image_data.FACTS, features=("restricted_apis",))
 KEY = "k3y-0123456789abcdef"
@@ -192,10 +196,10 @@ def test_routes_around_the_restriction_are_refused_unless_every_api_is_open(env)
 
 
 def test_a_side_door_given_as_server_arguments_is_refused_too():
-    line = settings_mod.CommandLine(server_args=("--allow-vertex=true",))
+    line = CommandLine(server_args=("--allow-vertex=true",))
     with pytest.raises(UsageError, match="--allow-vertex=true"):
         Settings.from_env({"CACHE_DIR": "/tmp/c"}, FACTS, line)
-    closed = settings_mod.CommandLine(server_args=("--allow-vertex-ai=false",))
+    closed = CommandLine(server_args=("--allow-vertex-ai=false",))
     assert Settings.from_env({"AIP_MODE": "PREDICTION", "CACHE_DIR": "/tmp/c"}, FACTS, closed).triton_args
 
 

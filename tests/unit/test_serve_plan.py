@@ -6,14 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from tests import factories
+from trtllm_entrypoint.config.records import CommandLine
+from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.image_facts import ImageFacts
-from trtllm_entrypoint.serve_plan import LaunchPlan, Located, decide_serve_plan, launch_argv
-from trtllm_entrypoint.settings import CommandLine, Settings
-from trtllm_entrypoint.sources import ModelSource
+from trtllm_entrypoint.launch.plan import LaunchPlan, Located, decide_serve_plan, launch_argv
+from trtllm_entrypoint.model.locate import ModelSource
+from trtllm_entrypoint.openai.plan import FrontPlan
 
 # An image whose TensorRT-LLM deprecates engines: llmapi is its default workflow.
-FACTS = ImageFacts(
+FACTS = factories.image_facts(
     tag="25.10",
     tensorrt_llm="1.0.0",
     tensorrt=None,
@@ -28,14 +30,14 @@ CACHE = Path("/cache")
 
 
 def settings(command_line: CommandLine | None = None, **env: str) -> Settings:
-    return Settings.from_env(
-        {"CACHE_DIR": str(CACHE), "TRITON_ADMIN_KEY": "k" * 16, **env}, FACTS, command_line or CommandLine()
-    )
+    return factories.settings(FACTS, command_line, CACHE_DIR=str(CACHE), TRITON_ADMIN_KEY="k" * 16, **env)
 
 
 def model(kind: str, path: str | None = "/models/m") -> Located:
+    """A located model; one the entrypoint fills a repository for has its tokenizer beside it."""
     return Located(
-        ModelSource(kind=kind, path=Path(path) if path else None, repo_id=None, revision=None, read_only=False)
+        ModelSource(kind=kind, path=Path(path) if path else None, repo_id=None, revision=None, read_only=False),
+        tokenizer=Path(path) if path and kind != "repository" else None,
     )
 
 
@@ -86,6 +88,57 @@ def test_the_openai_front_is_ready_on_its_port_and_refuses_a_complete_repository
     assert "FRONTEND=triton" in refused.value.hint
 
 
+def test_the_openai_front_is_one_value_of_the_launch_plan():
+    chosen = settings(
+        FRONTEND="openai",
+        WORKFLOW="engine",
+        OPENAI_PORT="9100",
+        HTTP_PORT="8100",
+        OPENAI_WORKERS="3",
+        SERVED_MODEL_NAME="my-llm",
+        RESTRICTED_APIS="inference,logging",
+        MAX_SEQ_LEN="4096",
+        EXIT_TIMEOUT_SECS="7",
+    )
+    plan = decide_serve_plan(chosen, model("checkpoint"))
+    front = LaunchPlan(plan=plan, facts=FACTS, repository=Path("/repo"), engine_dir=Path("/engine")).front
+    assert front == FrontPlan(
+        host="0.0.0.0",
+        port=9100,
+        workers=3,
+        triton_url="http://127.0.0.1:8100",
+        served_name="my-llm",
+        entry_model="my-llm",
+        workflow="engine",
+        config="/repo/my-llm/config.pbtxt",
+        tokenizer="/models/m",
+        restricted=("inference",),
+        max_seq_len=4096,
+        shutdown_timeout=7.0,
+    )
+    assert FrontPlan.from_json(front.to_json()) == front
+    default = decide_serve_plan(settings(FRONTEND="openai"), model("checkpoint"))
+    default_front = LaunchPlan(plan=default, facts=FACTS, repository=Path("/r"), engine_dir=None).front
+    assert default_front is not None
+    assert (default_front.served_name, default_front.entry_model, default_front.workflow) == ("tensorrt_llm",) * 2 + (
+        "llmapi",
+    )
+    assert (
+        LaunchPlan(
+            plan=decide_serve_plan(settings(), model("checkpoint")), facts=FACTS, repository=Path("/r"), engine_dir=None
+        ).front
+        is None
+    )
+
+
+def test_the_openai_front_without_a_tokenizer_is_refused_when_the_plan_is_decided():
+    """Before any engine is built: the front renders prompts with the model's tokenizer."""
+    located = Located(ModelSource("checkpoint", Path("/models/m"), None, None, False))
+    with pytest.raises(UsageError, match="FRONTEND=openai needs the model's tokenizer"):
+        decide_serve_plan(settings(FRONTEND="openai"), located)
+    assert decide_serve_plan(settings(), located).tokenizer is None, "Triton's own endpoints alone: no refusal here"
+
+
 def test_a_typed_tritonserver_command_keeps_its_arguments_with_only_the_repository_replaced():
     typed = ("tritonserver", "--model-store=/mnt/models", "--http-port=8080", "--allow-grpc=true")
     line = CommandLine(server_args=("--allow-grpc=true",), ports={"http_port": 8080}, typed_server=True)
@@ -94,7 +147,8 @@ def test_a_typed_tritonserver_command_keeps_its_arguments_with_only_the_reposito
     assert (chosen.frontend, plan.health_port) == ("triton", 8080), (
         "typed ports win; a typed tritonserver has no OpenAI frontend"
     )
-    final = LaunchPlan(plan=plan, facts=FACTS, repository=Path("/repo"), engine_dir=Path("/mnt/models"), tokenizer=None)
+    final = LaunchPlan(plan=plan, facts=FACTS, repository=Path("/repo"), engine_dir=Path("/mnt/models"))
+    assert final.front is None
     argv = launch_argv(final)
     assert argv[:4] == ["tritonserver", "--model-store=/repo", "--http-port=8080", "--allow-grpc=true"]
     assert [arg.split("=", 1)[0] for arg in argv[4:]] == ["--http-restricted-api", "--grpc-restricted-protocol"]

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from trtllm_entrypoint import fill, repository, served_code
+from trtllm_entrypoint.repository import fill, served_code
+from trtllm_entrypoint.repository import write as repository
 
 PLAN = fill.FillPlan(
     "engine",

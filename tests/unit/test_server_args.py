@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from trtllm_entrypoint import launch, server_args
+from trtllm_entrypoint.config import server_args
+from trtllm_entrypoint.config.server_args import TRITONSERVER, parse_options, resolve
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.server_args import TRITONSERVER, parse_options, resolve
+from trtllm_entrypoint.launch import argv as launch
 
 
 def names(table):

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from harness.image_data import ENGINE_DEFAULTS, FACTS
-from trtllm_entrypoint import settings as settings_mod
-from trtllm_entrypoint import variables
+from trtllm_entrypoint.config import settings as settings_mod
+from trtllm_entrypoint.config import variables
+from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.settings import Settings
 
 OLD_FACTS = replace(FACTS, tag="24.08", tensorrt_llm="0.12.0", workflows=("engine",), openai_frontend=False)
 

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import safe_archive, source_tree, upstream
+from trtllm_images.sources import archive as safe_archive
+from trtllm_images.sources import tree as source_tree
+from trtllm_images.sources import upstream
 
 pytestmark = [pytest.mark.process, pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")]
 
@@ -139,8 +141,8 @@ def test_upstream_lock_from_git_records_the_walk_and_leaves_a_ref_the_clone_lack
     stays as it was, and a record nothing needs any more is dropped."""
     from click.testing import CliRunner
 
-    from trtllm_images import backend_assets
     from trtllm_images.cli import cli
+    from trtllm_images.sources import backend_assets
 
     monkeypatch.setattr(backend_assets, "lock_paths", lambda matrix: {("o/r", "v1.0.0"): list(PATHS)})
     lock_path = tmp_path / "lock.json"

@@ -9,17 +9,18 @@ from unittest import mock
 import pytest
 
 from harness.upstream_files import upstream_path
-from trtllm_entrypoint import model_digest, sources
+from tests import factories
 from trtllm_entrypoint.errors import EntrypointError, UsageError
-from trtllm_entrypoint.image_facts import ImageFacts
 from trtllm_entrypoint.log import Log
-from trtllm_entrypoint.model_digest import content_digest
-from trtllm_entrypoint.settings import Settings
-from trtllm_entrypoint.sources import ModelSource, classify_dir, hub_allow_patterns, identity
+from trtllm_entrypoint.model import digest as model_digest
+from trtllm_entrypoint.model import hub, locate
+from trtllm_entrypoint.model.digest import content_digest
+from trtllm_entrypoint.model.hub import hub_allow_patterns
+from trtllm_entrypoint.model.locate import ModelSource, classify_dir, identity
 
 hub_errors = pytest.importorskip("huggingface_hub.errors")
 
-FACTS = ImageFacts(
+FACTS = factories.image_facts(
     tag="25.05",
     tensorrt_llm="0.19.0",
     tensorrt=None,
@@ -36,11 +37,11 @@ TOKEN = "hf_do_not_leak_this_token"
 def _hub_answers_the_probe(monkeypatch):
     """These tests stand a mock in for the hub client; the probe before it (tests/unit/test_hub_reach.py) would ask
     the real endpoint."""
-    monkeypatch.setattr(sources.hub_reach, "check", lambda repo_id, revision, base: None)
+    monkeypatch.setattr(hub.hub_reach, "check", lambda repo_id, revision, base: None)
 
 
 def make_settings(tmp_path, **env):
-    return Settings.from_env({"CACHE_DIR": str(tmp_path / "cache"), **env}, FACTS)
+    return factories.settings(FACTS, CACHE_DIR=str(tmp_path / "cache"), **env)
 
 
 def write(path: Path, text: str) -> Path:
@@ -125,13 +126,13 @@ def test_a_file_is_not_a_model_dir(tmp_path):
 
 def test_resolve_local_path(tmp_path):
     path = checkpoint(tmp_path / "llama")
-    source = sources.resolve(make_settings(tmp_path, MODEL_ID=str(path)))
+    source = locate.resolve(make_settings(tmp_path, MODEL_ID=str(path)))
     assert source == ModelSource(kind="checkpoint", path=path, repo_id=None, revision=None, read_only=False)
 
 
 def test_resolve_hub_id(tmp_path):
     settings = make_settings(tmp_path, MODEL_ID="meta-llama/Llama-3.1-8B-Instruct", MODEL_REVISION="v1")
-    source = sources.resolve(settings, exists=lambda p: False)
+    source = locate.resolve(settings, exists=lambda p: False)
     assert source == ModelSource(
         kind="hub", path=None, repo_id="meta-llama/Llama-3.1-8B-Instruct", revision="v1", read_only=False
     )
@@ -156,7 +157,7 @@ def test_resolve_hub_id(tmp_path):
 )
 def test_resolve_bad_model_ids(tmp_path, model_id, message):
     with pytest.raises(UsageError) as err:
-        sources.resolve(make_settings(tmp_path, MODEL_ID=model_id), exists=lambda p: False)
+        locate.resolve(make_settings(tmp_path, MODEL_ID=model_id), exists=lambda p: False)
     assert err.value.message.startswith(f"MODEL_ID='{model_id}' is not allowed: ")
     assert message in err.value.message
 
@@ -189,38 +190,38 @@ def test_hub_ids_follow_the_hubs_own_rule(repo_id):
     except validators.HFValidationError:
         valid = False
     if repo_id.isascii():  # the hub also takes non-ASCII letters; MODEL_ID keeps to ASCII
-        assert sources.is_hub_id(repo_id) == valid
+        assert locate.is_hub_id(repo_id) == valid
     else:
-        assert not sources.is_hub_id(repo_id)
+        assert not locate.is_hub_id(repo_id)
 
 
 def test_resolve_kserve_mount_is_read_only(tmp_path, monkeypatch):
     mount = checkpoint(tmp_path / "mnt" / "models")
-    monkeypatch.setattr(sources.contract, "KSERVE_MODEL_DIR", str(mount))
-    source = sources.resolve(make_settings(tmp_path))
+    monkeypatch.setattr(locate.contract, "KSERVE_MODEL_DIR", str(mount))
+    source = locate.resolve(make_settings(tmp_path))
     assert (source.kind, source.path, source.read_only) == ("checkpoint", mount, True)
 
 
 def test_resolve_without_model_explains_both_ways(tmp_path, monkeypatch):
-    monkeypatch.setattr(sources.contract, "KSERVE_MODEL_DIR", str(tmp_path / "absent"))
+    monkeypatch.setattr(locate.contract, "KSERVE_MODEL_DIR", str(tmp_path / "absent"))
     with pytest.raises(UsageError) as err:
-        sources.resolve(make_settings(tmp_path))
+        locate.resolve(make_settings(tmp_path))
     assert err.value.message == f"MODEL_ID is not set and {tmp_path / 'absent'} does not exist"
     assert "set MODEL_ID" in err.value.hint and "mount the model" in err.value.hint
     with pytest.raises(UsageError, match="MODEL_INIT_MODE=async"):
-        sources.resolve(make_settings(tmp_path, MODEL_INIT_MODE="async"))
+        locate.resolve(make_settings(tmp_path, MODEL_INIT_MODE="async"))
 
 
 def test_resolve_engine_dir_wins_and_must_hold_an_engine(tmp_path):
     built = engine(tmp_path / "engine")
     settings = make_settings(tmp_path, ENGINE_DIR=str(built), MODEL_ID="org/tokenizer")
-    assert sources.resolve(settings).kind == "engine"
-    assert sources.resolve_model(settings, exists=lambda p: False).repo_id == "org/tokenizer"
+    assert locate.resolve(settings).kind == "engine"
+    assert locate.resolve_model(settings, exists=lambda p: False).repo_id == "org/tokenizer"
     ckpt = checkpoint(tmp_path / "ckpt")
     with pytest.raises(UsageError, match=r"ENGINE_DIR='.*ckpt' is not allowed: it holds a checkpoint"):
-        sources.resolve(make_settings(tmp_path, ENGINE_DIR=str(ckpt)))
+        locate.resolve(make_settings(tmp_path, ENGINE_DIR=str(ckpt)))
     with pytest.raises(UsageError, match=r"ENGINE_DIR='.*nowhere' is not allowed: the directory does not exist"):
-        sources.resolve(make_settings(tmp_path, ENGINE_DIR=str(tmp_path / "nowhere")))
+        locate.resolve(make_settings(tmp_path, ENGINE_DIR=str(tmp_path / "nowhere")))
 
 
 # --- fingerprint / identity ---------------------------------------------------------------------------------------
@@ -419,7 +420,7 @@ def test_download_lists_then_fetches_the_resolved_commit(tmp_path):
         mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False),
     ):
         api.return_value.model_info.return_value = model_info(LLAMA_FILES)
-        result = sources.download(hub_source("main"), settings, Log(stream=stream, secrets=(TOKEN,)))
+        result = hub.download(hub_source("main"), settings, Log(stream=stream, secrets=(TOKEN,)))
     api.return_value.model_info.assert_called_once_with("org/model", revision="main", token=TOKEN, files_metadata=True)
     fetch.assert_called_once_with(
         repo_id="org/model",
@@ -444,7 +445,7 @@ def test_download_offline_uses_the_cached_snapshot(tmp_path):
         mock.patch("huggingface_hub.snapshot_download", return_value=str(snapshot)) as fetch,
         mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", True),
     ):
-        result = sources.download(hub_source(), settings, Log(stream=io.StringIO()))
+        result = hub.download(hub_source(), settings, Log(stream=io.StringIO()))
     api.assert_not_called()
     fetch.assert_called_once_with(
         repo_id="org/model", revision=None, token=None, cache_dir=str(tmp_path / "cache" / "models" / "hub")
@@ -460,7 +461,7 @@ def test_download_refuses_a_repo_without_weights_before_fetching(tmp_path):
     ):
         api.return_value.model_info.return_value = model_info(["config.json", "model-q4.gguf", "original/x.pth"])
         with pytest.raises(UsageError, match=r"^org/model has no \*.safetensors or \*.bin weights"):
-            sources.download(hub_source(), make_settings(tmp_path, MODEL_ID="org/model"), Log(stream=io.StringIO()))
+            hub.download(hub_source(), make_settings(tmp_path, MODEL_ID="org/model"), Log(stream=io.StringIO()))
     fetch.assert_not_called()
 
 
@@ -472,7 +473,7 @@ def test_download_refuses_a_repo_without_a_tokenizer_before_fetching(tmp_path):
     ):
         api.return_value.model_info.return_value = model_info(["config.json", "model.safetensors"])
         with pytest.raises(UsageError, match=r"^org/model has no tokenizer files"):
-            sources.download(hub_source(), make_settings(tmp_path, MODEL_ID="org/model"), Log(stream=io.StringIO()))
+            hub.download(hub_source(), make_settings(tmp_path, MODEL_ID="org/model"), Log(stream=io.StringIO()))
     fetch.assert_not_called()
 
 
@@ -485,13 +486,13 @@ def test_download_of_a_snapshot_without_a_checkpoint_says_so(tmp_path):
     ):
         api.return_value.model_info.return_value = model_info(["model.safetensors", "tokenizer.json"])
         with pytest.raises(UsageError, match="holds no model that can be served"):
-            sources.download(hub_source(), make_settings(tmp_path, MODEL_ID="org/model"), Log(stream=io.StringIO()))
+            hub.download(hub_source(), make_settings(tmp_path, MODEL_ID="org/model"), Log(stream=io.StringIO()))
 
 
 def test_download_leaves_local_sources_alone(tmp_path):
     local = ModelSource("checkpoint", checkpoint(tmp_path / "m"), None, None, False)
     with mock.patch("huggingface_hub.snapshot_download") as fetch:
-        assert sources.download(local, make_settings(tmp_path), Log(stream=io.StringIO())) is local
+        assert hub.download(local, make_settings(tmp_path), Log(stream=io.StringIO())) is local
     fetch.assert_not_called()
 
 
@@ -582,7 +583,7 @@ def test_hub_errors_become_one_line_errors_without_the_token(tmp_path, make_erro
     ):
         api.return_value.model_info.side_effect = make_error()
         with pytest.raises(EntrypointError) as err:
-            sources.download(hub_source("v9"), settings, Log(stream=io.StringIO(), secrets=(TOKEN,)))
+            hub.download(hub_source("v9"), settings, Log(stream=io.StringIO(), secrets=(TOKEN,)))
     # 2: the settings name what does not exist or may not be read; 1: the network or the hub failed.
     assert err.value.exit_code == code
     assert err.value.message.startswith(message) and "\n" not in err.value.message
@@ -605,7 +606,7 @@ def test_an_older_clients_wrapped_http_failure_names_the_status(tmp_path):
     with mock.patch("huggingface_hub.HfApi") as api, mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
         api.return_value.model_info.side_effect = wrapped
         with pytest.raises(EntrypointError, match="failed to answer about org/model: HTTP status 503") as err:
-            sources.download(hub_source(), settings, Log(stream=io.StringIO()))
+            hub.download(hub_source(), settings, Log(stream=io.StringIO()))
     assert err.value.exit_code == 1
 
 
@@ -617,7 +618,7 @@ def test_httpx_style_network_errors_are_recognised_by_name(tmp_path):
     with mock.patch("huggingface_hub.HfApi") as api, mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
         api.return_value.model_info.side_effect = ConnectError("dns")
         with pytest.raises(EntrypointError, match="cannot be reached"):
-            sources.download(hub_source(), settings, Log(stream=io.StringIO()))
+            hub.download(hub_source(), settings, Log(stream=io.StringIO()))
 
 
 def test_unrelated_errors_are_not_disguised(tmp_path):
@@ -625,7 +626,7 @@ def test_unrelated_errors_are_not_disguised(tmp_path):
     with mock.patch("huggingface_hub.HfApi") as api, mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False):
         api.return_value.model_info.side_effect = KeyError("bug")
         with pytest.raises(KeyError):
-            sources.download(hub_source(), settings, Log(stream=io.StringIO()))
+            hub.download(hub_source(), settings, Log(stream=io.StringIO()))
 
 
 # --- read_config: config.json alone, before any download --------------------------------------------------------
@@ -639,7 +640,7 @@ def test_read_config_of_a_hub_model_fetches_that_file_alone(tmp_path):
         mock.patch("huggingface_hub.hf_hub_download", return_value=str(config)) as fetch,
         mock.patch("huggingface_hub.snapshot_download") as snapshot,
     ):
-        assert sources.read_config(hub_source("v9"), settings) == {"model_type": "phi3"}
+        assert hub.read_config(hub_source("v9"), settings) == {"model_type": "phi3"}
     fetch.assert_called_once_with(
         "org/model", "config.json", revision="v9", token=TOKEN, cache_dir=str(tmp_path / "cache" / "models" / "hub")
     )
@@ -652,17 +653,17 @@ def test_read_config_translates_hub_errors_without_the_token(tmp_path):
         mock.patch("huggingface_hub.hf_hub_download", side_effect=_http_error(hub_errors.GatedRepoError, 403)),
         pytest.raises(EntrypointError, match="org/model is a gated model") as err,
     ):
-        sources.read_config(hub_source(), settings)
+        hub.read_config(hub_source(), settings)
     assert TOKEN not in str(err.value) and err.value.__cause__ is None
 
 
 def test_read_config_of_a_local_checkpoint_names_a_broken_file(tmp_path):
     model = checkpoint(tmp_path / "m")
     local = ModelSource(kind="checkpoint", path=model, repo_id=None, revision=None, read_only=False)
-    assert "architectures" in sources.read_config(local, make_settings(tmp_path))
+    assert "architectures" in hub.read_config(local, make_settings(tmp_path))
     (model / "config.json").write_text("[1, 2]")
     with pytest.raises(UsageError, match="expected a JSON object, found list"):
-        sources.read_config(local, make_settings(tmp_path))
+        hub.read_config(local, make_settings(tmp_path))
 
 
 def test_download_progress_reads_finished_and_partial_files_from_the_hub_cache(tmp_path):
@@ -670,7 +671,7 @@ def test_download_progress_reads_finished_and_partial_files_from_the_hub_cache(t
     snapshot.mkdir(parents=True)
     blobs.mkdir()
     (snapshot / "config.json").write_text("x" * 100)  # downloaded before: no part of the rate
-    known = sources.DownloadProgress(tmp_path, "c0ffee", {"config.json": 100, "model.safetensors": 900})
+    known = hub.DownloadProgress(tmp_path, "c0ffee", {"config.json": 100, "model.safetensors": 900})
     (blobs / "0123.incomplete").write_bytes(b"w" * 400)  # the weights, in flight
     assert known.fields(2.0) == {
         "files": "1/2",
@@ -680,7 +681,7 @@ def test_download_progress_reads_finished_and_partial_files_from_the_hub_cache(t
         "eta_s": 2,
     }
     # A file list without sizes: what is on disk, without a total, percent or ETA that would be made up.
-    unknown = sources.DownloadProgress(tmp_path, "c0ffee", {"config.json": None, "model.safetensors": None})
+    unknown = hub.DownloadProgress(tmp_path, "c0ffee", {"config.json": None, "model.safetensors": None})
     assert unknown.fields(2.0) == {"files": "1/2", "bytes": "500B", "rate": "0B/s"}
 
 

@@ -1,5 +1,5 @@
-"""FRONTEND=openai's one process tree (supervise.py), with stand-in children: whoever ends first ends the rest, and
-the exit code is tritonserver's (or the failed child's)."""
+"""The OpenAI front's one process tree (launch/supervise.py), with stand-in children: whoever ends first ends the
+rest, and the exit code is tritonserver's (or the failed child's)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from trtllm_entrypoint import contract, supervise
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.launch import supervise
+from trtllm_entrypoint.openai.plan import FrontPlan
 
 pytestmark = pytest.mark.process
 
 RUN = """
 import sys
-from trtllm_entrypoint import supervise
+from trtllm_entrypoint.launch import supervise
 sys.exit(supervise.run({server!r}, {front!r}, {workers}, {{}}, {{}}))
 """
 
@@ -56,13 +58,31 @@ def test_sigterm_reaches_every_child_and_the_exit_code_is_the_servers(tmp_path):
     assert tree.wait(timeout=20) == 0 and marker.exists()
 
 
-def test_the_fronts_environment_carries_the_key_and_its_own_libraries_only_when_present(tmp_path, monkeypatch):
-    env = supervise.front_environ({"PYTHONPATH": "/given", "A": "b"}, "the-key")
+PLAN = FrontPlan(
+    host="0.0.0.0",
+    port=9000,
+    workers=2,
+    triton_url="http://127.0.0.1:8000",
+    served_name="m",
+    entry_model="m",
+    workflow="llmapi",
+    config="/repo/m/config.pbtxt",
+    tokenizer="/tok",
+    restricted=("inference",),
+    max_seq_len=2048,
+    shutdown_timeout=30.0,
+)
+
+
+def test_the_fronts_environment_carries_its_plan_the_key_and_its_own_libraries_only_when_present(tmp_path, monkeypatch):
+    env = supervise.front_environ({"PYTHONPATH": "/given", "A": "b"}, "the-key", PLAN)
     assert env[contract.FRONT_KEY_VARIABLE] == "the-key" and env["A"] == "b"
+    assert FrontPlan.from_json(env[contract.FRONT_PLAN_VARIABLE]) == PLAN
+    assert "the-key" not in env[contract.FRONT_PLAN_VARIABLE]
     assert env["PYTHONPATH"].split(os.pathsep)[-1] == "/given"  # the vendored libraries come first, where present
     monkeypatch.setattr(contract, "FRONT_DIR", str(tmp_path))
     (tmp_path / "any").mkdir()
     python = f"py{sys.version_info.major}.{sys.version_info.minor}"
-    assert supervise.front_environ({}, "k")["PYTHONPATH"] == os.pathsep.join(
+    assert supervise.front_environ({}, "k", PLAN)["PYTHONPATH"] == os.pathsep.join(
         [str(tmp_path / python), str(tmp_path / "any")]
     )

@@ -11,7 +11,8 @@ import yaml
 
 from trtllm_entrypoint.errors import UsageError
 from trtllm_images import matrix, model_support
-from trtllm_images.capabilities import ROOT, TagCapabilities, image_matrix_json, load_capabilities
+from trtllm_images.capabilities import ROOT, TagCapabilities, load_capabilities
+from trtllm_images.matrix import image_matrix_json
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from trtllm_entrypoint import trust
+from trtllm_entrypoint.storage import trust
 
 
 def tree(root):

@@ -20,8 +20,12 @@ import pytest
 
 from tests.archive_server import ArchiveServer, link, refused_url, regular, tarball
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import backend_assets, matrix, safe_archive, source_cache, source_tree, upstream
-from trtllm_images.upstream import Lock, Pin
+from trtllm_images import matrix
+from trtllm_images.sources import archive as safe_archive
+from trtllm_images.sources import backend_assets, upstream
+from trtllm_images.sources import cache as source_cache
+from trtllm_images.sources import tree as source_tree
+from trtllm_images.sources.upstream import Lock, Pin
 
 COMMIT = "1fb781055dd1567164358233e1125142ca6ef1fe"
 CRD = "config/crd/full/serving.kserve.io_servingruntimes.yaml"

@@ -13,7 +13,7 @@ import pytest
 
 from harness import upstream_files
 from tests.archive_server import refused_url
-from trtllm_images import upstream
+from trtllm_images.sources import upstream
 
 REPO = Path(__file__).resolve().parents[2]
 

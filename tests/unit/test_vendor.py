@@ -11,7 +11,8 @@ import zipfile
 import pytest
 
 from trtllm_entrypoint.errors import Error
-from trtllm_images import matrix, vendor
+from trtllm_images import matrix
+from trtllm_images.sources import vendor
 
 
 def lock_with(tmp_path, artifacts: list[dict]):

@@ -15,7 +15,7 @@ import zipfile
 import pytest
 
 from trtllm_entrypoint.errors import Error
-from trtllm_images.wheel import ENTRYPOINTS_DIR, build_wheel
+from trtllm_images.wheel import ENTRYPOINTS_DIR, build_wheel, read_project
 
 PYPROJECT = """\
 [build-system]
@@ -131,9 +131,11 @@ def test_the_real_entrypoints_project_builds(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     assert "trtllm_entrypoint/contract.py" in names
-    assert {
-        p.relative_to(ENTRYPOINTS_DIR).as_posix() for p in (ENTRYPOINTS_DIR / "trtllm_entrypoint").glob("*.py")
-    } <= names
+    sources = sorted((ENTRYPOINTS_DIR / "trtllm_entrypoint").rglob("*.py"))
+    assert {p.relative_to(ENTRYPOINTS_DIR).as_posix() for p in sources} <= names
+    # setuptools (pip install -e) takes only the packages named, subpackages included: every folder is listed.
+    folders = {p.parent.relative_to(ENTRYPOINTS_DIR).as_posix().replace("/", ".") for p in sources}
+    assert folders == set(read_project(ENTRYPOINTS_DIR / "pyproject.toml")["packages"])
 
 
 def test_pyproject_without_version_is_a_build_error(project, tmp_path):

@@ -148,13 +148,13 @@ def test_image_matrix_comes_from_build_py_list():
 
 @pytest.mark.process
 def test_matrix_script_emits_the_supported_tags(tmp_path):
-    """Run the workflow's own snippet on what `build.py list --json` prints (capabilities.image_matrix_json)."""
+    """Run the workflow's own snippet on what `build.py list --json` prints (matrix.image_matrix_json)."""
     workflow = load(WORKFLOWS / "images.yml")
     run = next(step["run"] for _, _, step in steps(workflow) if step.get("id") == "tags")
     script = textwrap.dedent(run.split("<<'PY'\n", 1)[1].rsplit("PY", 1)[0])
     the_matrix = matrix.load()
     listing = tmp_path / "matrix.json"
-    listing.write_text(capabilities.image_matrix_json(the_matrix, capabilities.load_capabilities()), encoding="utf-8")
+    listing.write_text(matrix.image_matrix_json(the_matrix, capabilities.load_capabilities()), encoding="utf-8")
     result = subprocess.run([sys.executable, "-", str(listing)], input=script, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     key, _, value = result.stdout.strip().partition("=")

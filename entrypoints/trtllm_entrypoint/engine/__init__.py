@@ -1,0 +1,1 @@
+"""The TensorRT engine: its configuration, the cache that holds it, and the build that makes it."""

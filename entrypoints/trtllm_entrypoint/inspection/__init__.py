@@ -1,0 +1,1 @@
+"""The commands that look without serving: probe, check, and the flag checks against the image."""

@@ -1,0 +1,226 @@
+"""One worker process of the OpenAI front (`python3 -m trtllm_entrypoint.openai`; the supervisor starts
+OPENAI_WORKERS of them on OPENAI_PORT, each binding it with SO_REUSEPORT so the kernel spreads connections): the
+routes, the admin key's check, OpenAI's error shape for every failure, and the start, which reads the FrontPlan
+(contract.FRONT_PLAN_VARIABLE) and the admin key (contract.FRONT_KEY_VARIABLE) from the environment and drops both.
+
+Routes and the RESTRICTED_APIS group that closes them: inference (completions, chat), metadata (/v1/models);
+/health/ready and /health/live stay open, as Triton's health routes do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+from aiohttp import web
+
+from trtllm_entrypoint import contract
+from trtllm_entrypoint.openai import chat, chat_template, completions, serving, tokens
+from trtllm_entrypoint.openai.backend import Backend
+from trtllm_entrypoint.openai.plan import FrontPlan
+from trtllm_entrypoint.openai.protocol import (
+    ApiError,
+    ChatRequest,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    Request,
+    decode,
+)
+from trtllm_entrypoint.openai.sampling import Model
+
+ADMIN_HEADER = contract.ADMIN_KEY_HEADER
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+DONE = b"data: [DONE]\n\n"
+OWNER = "trtllm-images"
+_encode = msgspec.json.encode
+
+
+@dataclass(frozen=True)
+class Front:
+    served: serving.Served
+    restricted: frozenset[str]  # the RESTRICTED_APIS groups that want the admin key
+    key: str = field(repr=False)
+
+    @property
+    def model(self) -> Model:
+        return self.served.model
+
+    def authorize(self, request: web.Request, group: str) -> None:
+        """Each handler names its RESTRICTED_APIS group itself: no path spelling can reach a route unchecked."""
+        if group not in self.restricted:
+            return
+        given = request.headers.get(ADMIN_HEADER, "")
+        bearer = request.headers.get("Authorization", "")
+        if not given and bearer.lower().startswith("bearer "):
+            given = bearer[7:].strip()
+        if not (self.key and given and hmac.compare_digest(given.encode(), self.key.encode())):
+            raise ApiError(
+                401, f"RESTRICTED_APIS closes {group}: send the admin key as the API key", code="invalid_api_key"
+            )
+
+    def check_model(self, name: str) -> None:
+        if name != self.model.name:
+            raise ApiError(
+                404,
+                f"the model {name!r} does not exist; this server serves {self.model.name!r}",
+                "model",
+                "model_not_found",
+            )
+
+
+FRONT = web.AppKey("front", Front)
+
+
+def _json(body: msgspec.Struct, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=_encode(body), status=status, headers=headers, content_type="application/json")
+
+
+def _event(body: msgspec.Struct) -> bytes:
+    return b"data: " + _encode(body) + b"\n\n"
+
+
+@web.middleware
+async def openai_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return _json(exc.body(), exc.status)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        error = ApiError(exc.status, f"{request.method} {request.path}: {exc.reason}")
+        return _json(error.body(), exc.status, {"Allow": exc.headers.get("Allow", "")})
+
+
+def _card(model: Model) -> ModelCard:
+    return ModelCard(model.name, model.created, OWNER)
+
+
+async def models(request: web.Request) -> web.Response:
+    front = request.app[FRONT]
+    front.authorize(request, "metadata")
+    return _json(ModelList([_card(front.model)]))
+
+
+async def model(request: web.Request) -> web.Response:
+    front = request.app[FRONT]
+    front.authorize(request, "metadata")
+    front.check_model(request.match_info["name"])
+    return _json(_card(front.model))
+
+
+async def ready(request: web.Request) -> web.Response:
+    """Ready when tritonserver is (and so its model): the container's readiness is both processes'."""
+    ok = await request.app[FRONT].served.backend.ready()
+    return web.Response(status=200 if ok else 503, text="ready" if ok else "tritonserver is not ready")
+
+
+async def live(_: web.Request) -> web.Response:
+    return web.Response(text="live")
+
+
+async def _read(request: web.Request, kind: type[Request]) -> tuple[Front, Request]:
+    """The front and the request's body as `kind`, once the key (where asked for) and the model name are right."""
+    front = request.app[FRONT]
+    front.authorize(request, "inference")
+    req = decode(await request.read(), kind)
+    front.check_model(req.model)
+    return front, req
+
+
+async def completions_route(request: web.Request) -> web.StreamResponse:
+    front, req = await _read(request, CompletionRequest)
+    return await answer(request, front.served, completions.work(front.served, req))
+
+
+async def chat_route(request: web.Request) -> web.StreamResponse:
+    front, req = await _read(request, ChatRequest)
+    return await answer(request, front.served, chat.work(front.served, req))
+
+
+async def answer(request: web.Request, served: serving.Served, work: serving.Work) -> web.StreamResponse:
+    if not work.stream:
+        return _json(await serving.whole(served, work))
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    await response.prepare(request)
+    try:
+        async with contextlib.aclosing(serving.stream(served, work)) as chunks:
+            async for chunk in chunks:
+                await response.write(_event(chunk))
+    except ApiError as exc:  # the status is sent already: the error goes into the stream, as OpenAI's does
+        await response.write(_event(exc.body()))
+    except ConnectionResetError:  # the client left: closing the chunks closed the backend's streams, ending generation
+        return response
+    await response.write(DONE)
+    await response.write_eof()
+    return response
+
+
+def make_app(front: Front) -> web.Application:
+    app = web.Application(middlewares=[openai_errors], client_max_size=16 << 20)
+    app[FRONT] = front
+
+    async def session(_: web.Application) -> AsyncIterator[None]:
+        await front.served.backend.open()
+        yield
+        await front.served.backend.close()
+
+    app.cleanup_ctx.append(session)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/v1/models/{name}", model)
+    app.router.add_post("/v1/completions", completions_route)
+    app.router.add_post("/v1/chat/completions", chat_route)
+    app.router.add_get("/health/ready", ready)
+    app.router.add_get("/health/live", live)
+    return app
+
+
+def build(plan: FrontPlan, key: str) -> Front:
+    """The worker's state from its plan: the served model's declared inputs, its tokenizer, the backend."""
+    tokenizer = Path(plan.tokenizer)
+    served_model = Model.from_config(plan.served_name, plan.workflow, Path(plan.config).read_text(), plan.config)
+    # Triton closes inference to clients without the key when RESTRICTED_APIS has it; we carry it then.
+    upstream = {ADMIN_HEADER: key} if "inference" in plan.restricted and key else {}
+    served = serving.Served(
+        model=served_model,
+        backend=Backend(plan.triton_url, plan.entry_model, upstream),
+        template=chat_template.load(tokenizer),
+        count_tokens=tokens.counter(tokenizer),
+        max_seq_len=plan.max_seq_len,
+    )
+    return Front(served, frozenset(plan.restricted), key)
+
+
+def take_start(environ: MutableMapping[str, str]) -> tuple[FrontPlan, str]:
+    """The plan and the admin key, dropped from the environment so nothing this process starts inherits them."""
+    text = environ.pop(contract.FRONT_PLAN_VARIABLE, None)
+    key = environ.pop(contract.FRONT_KEY_VARIABLE, "")
+    if text is None:
+        raise SystemExit(
+            f"{contract.FRONT_PLAN_VARIABLE} is not set: the entrypoint starts the OpenAI front with its plan"
+        )
+    try:
+        return FrontPlan.from_json(text), key
+    except (ValueError, TypeError) as exc:  # written by the entrypoint of another version, or by hand
+        raise SystemExit(f"{contract.FRONT_PLAN_VARIABLE} is not a front plan of this version: {exc}") from None
+
+
+def main() -> None:
+    plan, key = take_start(os.environ)
+    web.run_app(
+        make_app(build(plan, key)),
+        host=plan.host,
+        port=plan.port,
+        reuse_port=True,
+        shutdown_timeout=plan.shutdown_timeout,
+        access_log=None,
+        print=None,
+    )

@@ -1,0 +1,193 @@
+"""Answering one request of either endpoint: each choice generated from its own backend stream (stop sequences cut
+exactly), then one whole answer or a stream of chunks as they come (several choices interleaved), with finish
+reasons and usage. What differs between the endpoints is only their Shape (completions.py, chat.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncGenerator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import msgspec
+
+from trtllm_entrypoint.openai.backend import Backend, first_float
+from trtllm_entrypoint.openai.chat_template import ChatTemplate
+from trtllm_entrypoint.openai.protocol import ApiError, FinishReason, Usage
+from trtllm_entrypoint.openai.sampling import Model, Sampling, backend_body
+from trtllm_entrypoint.openai.stops import StopScanner
+
+
+@dataclass(frozen=True)
+class Served:
+    """What every request of this worker shares: the model as served, its tokenizer's template and counter, the
+    backend that generates."""
+
+    model: Model
+    backend: Backend
+    template: ChatTemplate
+    count_tokens: Callable[[str], int]
+    max_seq_len: int  # the served model's (MAX_SEQ_LEN, or the engine's own): a chat answer's default room
+
+
+@dataclass
+class Choice:
+    """One generated answer as it streams: what was shown, how many tokens came, whether a stop sequence ended it."""
+
+    index: int
+    prompt: str
+    text: list[str] = field(default_factory=list)
+    tokens: int = 0
+    stopped: bool = False
+    logprobs: list[tuple[str, float]] = field(default_factory=list)
+
+    def finish_reason(self, max_tokens: int) -> FinishReason:
+        return "length" if not self.stopped and self.tokens >= max_tokens else "stop"
+
+
+@dataclass(frozen=True)
+class Head:
+    """What every chunk of one answer repeats."""
+
+    id: str
+    created: int
+    model: str
+
+
+class Shape(Protocol):
+    """How one endpoint's answers look: the whole answer and each chunk of a streamed one."""
+
+    @property
+    def prefix(self) -> str: ...  # of the answer's id
+
+    def opening(self, head: Head, choices: list[Choice]) -> msgspec.Struct | None: ...
+
+    def piece(self, head: Head, choice: Choice, text: str, logprob: float | None) -> msgspec.Struct: ...
+
+    def last(self, head: Head, choice: Choice, reason: FinishReason) -> msgspec.Struct: ...
+
+    def usage(self, head: Head, usage: Usage) -> msgspec.Struct: ...
+
+    def whole(self, head: Head, choices: list[tuple[Choice, FinishReason]], usage: Usage) -> msgspec.Struct: ...
+
+
+@dataclass(frozen=True)
+class Work:
+    """One request, read and checked by its endpoint: how to generate, one Choice per answer, how answers look."""
+
+    sampling: Sampling
+    choices: list[Choice]
+    shape: Shape
+    stream: bool
+    include_usage: bool
+
+
+def refuse_unsupported(checks: Iterable[tuple[bool, str, str]]) -> None:
+    """(whether it was asked for, what is not supported, the param) for each thing the front does not do."""
+    for asked, message, param in checks:
+        if asked:
+            raise ApiError(400, f"{message} is not supported (see docs/openai.md)", param)
+
+
+async def generate(served: Served, s: Sampling, choice: Choice) -> AsyncGenerator[tuple[str, float | None], None]:
+    """One choice's text as it comes (stop sequences cut, held back while they may be starting)."""
+    scanner = StopScanner(s.stops)
+    body = backend_body(served.model, choice.prompt, s, choice.index)
+    logprob_output = served.model.logprob_output if s.logprobs else None
+    async with contextlib.aclosing(served.backend.events(body)) as events:
+        async for event in events:
+            choice.tokens += 1
+            piece = event.get("text_output", "")
+            shown, stopped = scanner.feed(piece if isinstance(piece, str) else str(piece))
+            logprob = first_float(event.get(logprob_output)) if logprob_output else None
+            if logprob is not None:
+                choice.logprobs.append((piece, logprob))
+            if shown:
+                choice.text.append(shown)
+                yield shown, logprob
+            if stopped:
+                choice.stopped = True
+                return  # leaving the block closes the connection: Triton stops generating
+    rest = scanner.flush()
+    if rest:
+        choice.text.append(rest)
+        yield rest, None
+
+
+def _head(served: Served, work: Work) -> Head:
+    return Head(f"{work.shape.prefix}-{secrets.token_hex(12)}", int(time.time()), served.model.name)
+
+
+def _usage(served: Served, work: Work) -> Usage:
+    prompts = dict.fromkeys(choice.prompt for choice in work.choices)  # n choices of one prompt count it once
+    return Usage.of(sum(served.count_tokens(p) for p in prompts), sum(c.tokens for c in work.choices))
+
+
+async def whole(served: Served, work: Work) -> msgspec.Struct:
+    """The whole answer, once every choice has ended."""
+    head = _head(served, work)
+
+    async def drain(choice: Choice) -> None:
+        async for _ in generate(served, work.sampling, choice):
+            pass
+
+    await asyncio.gather(*(drain(choice) for choice in work.choices))
+    reasons = [(c, c.finish_reason(work.sampling.max_tokens)) for c in work.choices]
+    return work.shape.whole(head, reasons, _usage(served, work))
+
+
+async def stream(served: Served, work: Work) -> AsyncGenerator[msgspec.Struct, None]:
+    """The answer's chunks as they come; closing it early (the client left) closes every backend stream."""
+    head = _head(served, work)
+    opening = work.shape.opening(head, work.choices)
+    if opening is not None:
+        yield opening
+    if len(work.choices) == 1:
+        chunks = _chunks_of(served, work, head, work.choices[0])
+    else:
+        chunks = _interleaved(served, work, head)
+    async with contextlib.aclosing(chunks):
+        async for chunk in chunks:
+            yield chunk
+    if work.include_usage:
+        yield work.shape.usage(head, _usage(served, work))
+
+
+async def _chunks_of(served: Served, work: Work, head: Head, choice: Choice) -> AsyncGenerator[msgspec.Struct, None]:
+    async with contextlib.aclosing(generate(served, work.sampling, choice)) as pieces:
+        async for text, logprob in pieces:
+            yield work.shape.piece(head, choice, text, logprob)
+    yield work.shape.last(head, choice, choice.finish_reason(work.sampling.max_tokens))
+
+
+async def _interleaved(served: Served, work: Work, head: Head) -> AsyncGenerator[msgspec.Struct, None]:
+    """Several choices streamed at once, each chunk as it comes."""
+    queue: asyncio.Queue[msgspec.Struct | BaseException | None] = asyncio.Queue()
+
+    async def run(choice: Choice) -> None:
+        try:
+            async with contextlib.aclosing(_chunks_of(served, work, head, choice)) as chunks:
+                async for chunk in chunks:
+                    queue.put_nowait(chunk)
+        except BaseException as exc:  # noqa: BLE001  (handed to the reader, which raises it)
+            queue.put_nowait(exc)
+        finally:
+            queue.put_nowait(None)
+
+    tasks = [asyncio.ensure_future(run(choice)) for choice in work.choices]
+    try:
+        done = 0
+        while done < len(tasks):
+            item = await queue.get()
+            if item is None:
+                done += 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -1,0 +1,1 @@
+"""The Triton model repository: filled from the backend's templates, written once, checked."""

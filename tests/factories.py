@@ -1,0 +1,52 @@
+"""The values many tests need, made one way: an image's facts, settings parsed as the entrypoint parses them, and a
+matrix entry. Each takes the fields a test cares about; the rest are those of a plausible image (harness.image_data's
+25.05 facts, a 25.01 matrix entry)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from harness.image_data import FACTS
+from trtllm_entrypoint.config.image_facts import ImageFacts
+from trtllm_entrypoint.config.records import CommandLine
+from trtllm_entrypoint.config.settings import Settings
+from trtllm_images.matrix import Backend, MatrixEntry
+
+CACHE_DIR = "/var/cache/trtllm"  # never created: settings parse it, nothing here writes below it
+
+
+def image_facts(**changes: object) -> ImageFacts:
+    """harness.image_data.FACTS (a 25.05 image: both workflows, /app) with `changes`."""
+    return dataclasses.replace(FACTS, **changes)  # type: ignore[arg-type]
+
+
+def settings(
+    facts: ImageFacts = FACTS, command_line: CommandLine | None = None, env: Mapping[str, str] = {}, **variables: str
+) -> Settings:
+    """Settings.from_env over CACHE_DIR=/var/cache/trtllm and the variables given (by name, or in `env`)."""
+    return Settings.from_env({"CACHE_DIR": CACHE_DIR, **env, **variables}, facts, command_line or CommandLine())
+
+
+def matrix_entry(**changes: object) -> MatrixEntry:
+    """A supported 25.01 entry (TensorRT-LLM 0.17.0, the backend repository's v0.17.0, /app in the image)."""
+    base = MatrixEntry(
+        tag="25.01",
+        status="supported",
+        note="",
+        triton="2.54.0",
+        tensorrt_llm="0.17.0",
+        tensorrt="10.8.0.43",
+        cuda="12.8.0.038",
+        python="3.12.3",
+        pytorch="2.6.0a0+ecf3bae40a.nv25.1",
+        ubuntu="24.04",
+        backend=Backend("triton-inference-server/tensorrtllm_backend", "v0.17.0", "", True),
+        workflows=("engine",),
+        engine_deprecated=False,
+        openai_frontend=True,
+        uncertain=MappingProxyType({}),
+        sources=("test",),
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]

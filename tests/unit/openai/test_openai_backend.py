@@ -1,0 +1,93 @@
+"""The client to tritonserver (openai/backend.py) against the FAKE tritonserver: events as they come, tritonserver's
+error answers and error events as ApiError (400 stays 400, anything else is a 502), a server that does not answer as
+a 503, readiness, and the admin key carried where inference is closed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from harness.fake_triton import FakeTriton, Reply
+from harness.realtriton import free_port
+
+pytest.importorskip("aiohttp")
+
+from trtllm_entrypoint.openai.backend import Backend, first_float  # noqa: E402
+from trtllm_entrypoint.openai.protocol import ApiError  # noqa: E402
+
+
+def run(fake: FakeTriton, calls, entry_model="ensemble", headers=None):
+    async def main():
+        async with fake.serve() as url:
+            backend = Backend(url + "/", entry_model, headers or {})
+            await backend.open()
+            try:
+                return await calls(backend)
+            finally:
+                await backend.close()
+
+    return asyncio.run(main())
+
+
+async def collect(backend: Backend, body) -> list[dict] | ApiError:
+    try:
+        return [event async for event in backend.events(body)]
+    except ApiError as exc:
+        return exc
+
+
+def test_events_come_as_tritonserver_sends_them_with_the_headers_given():
+    fake = FakeTriton(lambda body: Reply(pieces=["a", "b"], logprobs=[-1.0, -2.0]))
+
+    async def calls(backend):
+        return await collect(backend, {"text_input": "x", "max_tokens": 5, "return_log_probs": True})
+
+    events = run(fake, calls, headers={"admin-key": "k"})
+    assert [(e["text_output"], first_float(e["output_log_probs"])) for e in events] == [("a", -1.0), ("b", -2.0)]
+    assert fake.seen[0].body["text_input"] == "x" and fake.seen[0].headers["admin-key"] == "k"
+
+
+def test_tritonservers_errors_become_openai_errors():
+    replies = {"bad": Reply(status=400, error="bad"), "crash": Reply(status=500, error="crash"),
+               "late": Reply(pieces=["a"], error="late")}  # fmt: skip
+    fake = FakeTriton(lambda body: replies[body["text_input"]])
+
+    async def calls(backend):
+        return {prompt: await collect(backend, {"text_input": prompt}) for prompt in replies}
+
+    found = run(fake, calls)
+    assert (found["bad"].status, found["bad"].message) == (400, "the model answered: bad")
+    assert (found["crash"].status, found["crash"].code) == (502, "backend_error")
+    assert (found["late"].status, found["late"].message) == (400, "the model answered: late")
+    unknown = run(fake, lambda backend: collect(backend, {"text_input": "bad"}), entry_model="other")
+    assert unknown.status == 400 and "unknown model: 'other'" in unknown.message
+
+
+def test_a_tritonserver_that_does_not_answer_is_a_503_and_not_ready():
+    async def calls():
+        backend = Backend(f"http://127.0.0.1:{free_port()}", "ensemble", {})
+        await backend.open()
+        try:
+            return await collect(backend, {"text_input": "x"}), await backend.ready()
+        finally:
+            await backend.close()
+
+    error, ready = asyncio.run(calls())
+    assert (error.status, error.code, ready) == (503, "backend_unavailable", False)
+
+
+def test_ready_follows_the_entry_models_readiness():
+    fake = FakeTriton(lambda body: Reply())
+
+    async def calls(backend):
+        first = await backend.ready()
+        fake.ready = False
+        return first, await backend.ready()
+
+    assert run(fake, calls) == (True, False)
+    assert run(fake, lambda backend: backend.ready(), entry_model="other") is False
+
+
+def test_first_float_reads_a_tensors_first_value():
+    assert [first_float(v) for v in ([[-0.5]], [1], 2, [], None, ["x"])] == [-0.5, 1.0, 2.0, None, None, None]

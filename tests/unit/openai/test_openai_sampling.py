@@ -1,0 +1,94 @@
+"""A request's sampling translated into only the inputs the served model's upstream config.pbtxt declares
+(openai/sampling.py), for both workflows' entry models."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from harness.image import templates_for
+
+pytest.importorskip("msgspec")
+
+from trtllm_entrypoint.openai import sampling as sp  # noqa: E402
+from trtllm_entrypoint.openai.protocol import ApiError, ChatRequest, CompletionRequest, decode  # noqa: E402
+
+
+def model(templates: str, workflow: str) -> sp.Model:
+    folder = "llmapi/tensorrt_llm" if workflow == "llmapi" else "inflight_batcher_llm/ensemble"
+    path = templates_for(templates) / folder / "config.pbtxt"
+    if not path.is_file():  # a set that keeps its models beside all_models' workflow folders
+        path = templates_for(templates) / "ensemble" / "config.pbtxt"
+    filled = re.sub(r"\$\{\w+\}", "1", path.read_text())  # the template's parameters do not name inputs
+    return sp.Model.from_config("served", workflow, filled, str(path))
+
+
+def request(kind, **body):
+    base = {"model": "served", **({"prompt": "hi"} if kind is CompletionRequest else {})}
+    return decode(json.dumps({**base, **body}).encode(), kind)
+
+
+@pytest.mark.parametrize("templates", ["v0.7.0", "v0.17.0", "triton_backend"])
+def test_the_ensemble_gets_its_own_names_and_only_declared_inputs(templates):
+    served = model(templates, "engine")
+    req = request(CompletionRequest, max_tokens=5, seed=3, temperature=0.5, top_p=0.9)
+    if "random_seed" not in served.inputs:  # v0.7.0's ensemble has no seed: refused, never dropped silently
+        with pytest.raises(ApiError, match="seed is not supported"):
+            sp.sampling(req, served, req.max_tokens, False)
+        req = request(CompletionRequest, max_tokens=5, temperature=0.5, top_p=0.9)
+    body = sp.backend_body(served, "hi", sp.sampling(req, served, req.max_tokens, False), choice=1)
+    assert body["text_input"] == "hi" and body["max_tokens"] == 5 and body["stream"] is True
+    assert body.get("random_seed", 4) == 4  # the choice's own seed
+    assert body["stop_words"] == ""  # older ensembles need the list, empty when no stop is asked for
+    stopping = sp.sampling(request(CompletionRequest, stop="END"), served, None, False)
+    assert sp.backend_body(served, "hi", stopping, choice=0)["stop_words"] == ["END"]
+    assert set(body) <= served.inputs
+
+
+def test_the_llmapi_model_gets_its_sampling_param_names():
+    served = model("triton_backend", "llmapi")
+    messages = [{"role": "user", "content": "x"}]
+    req = request(ChatRequest, messages=messages, max_completion_tokens=7, seed=1, stop=["\n", "END"])
+    body = sp.backend_body(served, "prompt", sp.sampling(req, served, req.max_completion_tokens, False), choice=0)
+    assert body == {
+        "text_input": "prompt",
+        "sampling_param_max_tokens": 7,
+        "streaming": True,
+        "sampling_param_exclude_input_from_output": True,
+        "sampling_param_seed": 1,
+        "sampling_param_stop": ["\n", "END"],  # the backend stops there too
+    }
+    assert set(body) <= served.inputs
+
+
+def test_temperature_zero_is_greedy_and_an_undeclared_parameter_is_refused():
+    served = model("triton_backend", "llmapi")
+    greedy = sp.sampling(request(CompletionRequest, temperature=0), served, None, False)
+    assert dict(greedy.values) == {"top_k": 1} and greedy.max_tokens == sp.DEFAULT_MAX_TOKENS
+    narrow = sp.Model("served", "engine", frozenset({"text_input", "max_tokens", "stream"}), frozenset())
+    with pytest.raises(ApiError) as refused:
+        sp.sampling(request(CompletionRequest, presence_penalty=1.0), narrow, None, False)
+    assert (refused.value.status, refused.value.param) == (400, "presence_penalty")
+    with pytest.raises(ApiError, match="logprobs"):
+        sp.sampling(request(ChatRequest, messages=[{"role": "user", "content": "x"}]), served, None, True)
+
+
+def test_at_most_four_stop_sequences_and_empty_ones_are_dropped():
+    served = model("v0.17.0", "engine")
+    with pytest.raises(ApiError, match="at most 4"):
+        sp.sampling(request(CompletionRequest, stop=list("abcde")), served, None, False)
+    assert sp.sampling(request(CompletionRequest, stop=["", "x"]), served, None, False).stops == ("x",)
+
+
+def test_a_chat_answer_without_a_limit_gets_the_rest_of_the_context():
+    assert sp.room_left(6, 256) == 250
+    with pytest.raises(ApiError, match="the prompt has 256 tokens and the model takes 256") as full:
+        sp.room_left(256, 256)
+    assert full.value.param == "messages"
+
+
+def test_an_unknown_workflow_is_refused():
+    with pytest.raises(ValueError, match="unknown workflow 'other'"):
+        sp.Model.from_config("served", "other", 'name: "x"', "config.pbtxt")

@@ -1,0 +1,240 @@
+"""Answering (openai/serving.py with completions.py and chat.py) through a whole worker in front of the FAKE
+tritonserver, asked by the official `openai` client: streamed and whole answers, n > 1, stop sequences, usage,
+echo, log-probabilities, the backend's errors, and a client that leaves mid-stream."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from harness.fake_triton import FakeTriton, Reply, words
+from harness.tiny_checkpoint import PROMPT
+from trtllm_entrypoint.openai import tokens
+
+openai = pytest.importorskip("openai")
+aiohttp = pytest.importorskip("aiohttp")
+
+# The official client asks the platform for its headers once (`uname -p`): a program, so this layer.
+pytestmark = pytest.mark.process
+
+MESSAGES = [{"role": "user", "content": PROMPT}]
+
+
+def client(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=30)
+
+
+def prompt_tokens(kit, text: str) -> int:
+    return tokens.counter(Path(kit.plan.tokenizer))(text)
+
+
+def test_a_completion_streams_one_chunk_per_token_then_its_finish_reason_and_usage(kit):
+    fake = FakeTriton(lambda body: words("one two three four five"))
+
+    async def calls(url):
+        async with client(url) as api:
+            stream = await api.completions.create(
+                model="ensemble", prompt=PROMPT, max_tokens=3, stream=True, stream_options={"include_usage": True}
+            )
+            chunks = [chunk async for chunk in stream]
+            whole = await api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=3)
+            short = await api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=9)
+            return chunks, whole, short
+
+    chunks, whole, short = kit.ask(fake, calls)
+    assert [c.choices[0].text for c in chunks[:-2]] == ["one", " two", " three"]
+    assert chunks[-2].choices[0].finish_reason == "length" and chunks[-2].choices[0].text == ""
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 3
+    assert all(c.usage is None for c in chunks[:-1]) and len({c.id for c in chunks}) == 1
+    assert chunks[0].id.startswith("cmpl-") and chunks[0].object == "text_completion"
+    assert whole.choices[0].text == "one two three" and whole.choices[0].finish_reason == "length"
+    assert (
+        whole.usage.prompt_tokens == prompt_tokens(kit, PROMPT)
+        and whole.usage.total_tokens == 3 + whole.usage.prompt_tokens
+    )
+    assert short.choices[0].text == "one two three four five" and short.choices[0].finish_reason == "stop"
+    body = fake.seen[0].body
+    assert (body["text_input"], body["max_tokens"], body["stream"]) == (PROMPT, 3, True)
+    assert body["stop_words"] == "" and body["bad_words"] == ""  # declared: sent empty (stops are the front's)
+
+
+def test_n_choices_stream_interleaved_each_from_its_own_seed(kit):
+    def by_seed(body):
+        seed = body["random_seed"]
+        return Reply(pieces=[f"<{seed}.{i}>" for i in range(3)], delay_s=0.005 * (seed % 3))
+
+    fake = FakeTriton(by_seed)
+
+    async def calls(url):
+        async with client(url) as api:
+            stream = await api.completions.create(model="ensemble", prompt="x", max_tokens=3, n=3, seed=10, stream=True)
+            chunks = [chunk async for chunk in stream]
+            whole = await api.completions.create(model="ensemble", prompt=["a", "b"], max_tokens=2, n=2, seed=1)
+            return chunks, whole
+
+    chunks, whole = kit.ask(fake, calls)
+    texts: dict[int, str] = {}
+    reasons: dict[int, str] = {}
+    for chunk in chunks:
+        (choice,) = chunk.choices  # one choice per chunk, as each comes
+        texts[choice.index] = texts.get(choice.index, "") + choice.text
+        if choice.finish_reason:
+            reasons[choice.index] = choice.finish_reason
+    assert texts == {k: "".join(f"<{10 + k}.{i}>" for i in range(3)) for k in range(3)}
+    assert reasons == {0: "length", 1: "length", 2: "length"}
+    assert [c.index for c in whole.choices] == [0, 1, 2, 3]  # prompt by prompt, n each
+    prompts_asked = [seen.body["text_input"] for seen in fake.seen[3:]]
+    assert sorted(prompts_asked) == ["a", "a", "b", "b"]
+    assert [c.text for c in whole.choices] == [f"<{1 + k}.0><{1 + k}.1>" for k in range(4)]  # the seed plus the index
+    assert whole.usage.completion_tokens == 8
+    assert whole.usage.prompt_tokens == prompt_tokens(kit, "a") + prompt_tokens(kit, "b")  # each prompt once
+
+
+def test_a_stop_sequence_cuts_the_text_exactly_even_across_pieces_and_ends_the_backend_stream(kit):
+    fake = FakeTriton(lambda body: Reply(pieces=["Hel", "lo E", "ND more", *[" x"] * 50], delay_s=0.002))
+
+    async def calls(url):
+        async with client(url) as api:
+            whole = await api.completions.create(model="ensemble", prompt="p", max_tokens=60, stop=["END", "zz"])
+            await asyncio.wait_for(fake.client_closed.wait(), 10)
+            stream = await api.completions.create(model="ensemble", prompt="p", max_tokens=60, stop="END", stream=True)
+            chunks = [chunk async for chunk in stream]
+            return whole, chunks
+
+    whole, chunks = kit.ask(fake, calls)
+    assert whole.choices[0].text == "Hello " and whole.choices[0].finish_reason == "stop"
+    assert "".join(c.choices[0].text for c in chunks) == "Hello "
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert fake.seen[0].body["stop_words"] == ["END", "zz"]  # the backend stops there too
+    assert fake.seen[0].closed_by_client and fake.seen[0].sent < 53  # the front left: generation ends
+
+
+def test_a_held_back_tail_that_was_no_stop_is_still_sent(kit):
+    fake = FakeTriton(lambda body: Reply(pieces=["abc", "EN"]))
+
+    async def calls(url):
+        async with client(url) as api:
+            return await api.completions.create(model="ensemble", prompt="p", max_tokens=5, stop="END")
+
+    answer = kit.ask(fake, calls)
+    assert answer.choices[0].text == "abcEN" and answer.choices[0].finish_reason == "stop"
+
+
+def test_echo_puts_the_prompt_first(kit):
+    fake = FakeTriton(lambda body: words("a b"))
+
+    async def calls(url):
+        async with client(url) as api:
+            whole = await api.completions.create(model="ensemble", prompt="P:", max_tokens=2, echo=True)
+            stream = await api.completions.create(model="ensemble", prompt="P:", max_tokens=2, echo=True, stream=True)
+            return whole, [chunk async for chunk in stream]
+
+    whole, chunks = kit.ask(fake, calls)
+    assert whole.choices[0].text == "P:a b"
+    assert [c.choices[0].text for c in chunks] == ["P:", "a", " b", ""]
+
+
+def test_chat_streams_the_role_first_and_each_tokens_logprob(kit):
+    fake = FakeTriton(lambda body: Reply(pieces=["Hi", " there"], logprobs=[-0.25, -1.5]))
+
+    async def calls(url):
+        async with client(url) as api:
+            stream = await api.chat.completions.create(
+                model="ensemble", messages=MESSAGES, max_tokens=2, logprobs=True, stream=True
+            )
+            chunks = [chunk async for chunk in stream]
+            whole = await api.chat.completions.create(model="ensemble", messages=MESSAGES, max_tokens=2, logprobs=True)
+            plain = await api.chat.completions.create(model="ensemble", messages=MESSAGES, max_tokens=2)
+            return chunks, whole, plain
+
+    chunks, whole, plain = kit.ask(fake, calls)
+    first, *pieces, last = chunks
+    assert (first.choices[0].delta.role, first.choices[0].delta.content) == ("assistant", "")
+    assert [(p.choices[0].delta.content, p.choices[0].logprobs.content[0].logprob) for p in pieces] == [
+        ("Hi", -0.25),
+        (" there", -1.5),
+    ]
+    assert last.choices[0].finish_reason == "length" and last.choices[0].delta.content is None
+    assert first.object == "chat.completion.chunk" and first.id.startswith("chatcmpl-")
+    message = whole.choices[0]
+    assert message.message.content == "Hi there" and message.message.role == "assistant"
+    assert [(t.token, t.logprob, t.bytes) for t in message.logprobs.content] == [
+        ("Hi", -0.25, list(b"Hi")),
+        (" there", -1.5, list(b" there")),
+    ]
+    assert plain.choices[0].logprobs is None and whole.object == "chat.completion"
+    assert fake.seen[0].body["text_input"] == f"user: {PROMPT}\nassistant:"  # the tokenizer's template
+    assert fake.seen[0].body["return_log_probs"] is True and "return_log_probs" not in fake.seen[2].body
+
+
+def test_a_chat_without_a_limit_asks_for_the_rest_of_the_context(kit):
+    fake = FakeTriton(lambda body: words("a b c"))
+
+    async def calls(url):
+        async with client(url) as api:
+            answer = await api.chat.completions.create(model="ensemble", messages=MESSAGES)
+            with pytest.raises(openai.BadRequestError) as full:
+                await api.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": "is " * 80}])
+            return answer, full.value
+
+    answer, full = kit.ask(fake, calls, max_seq_len=40)
+    prompt = f"user: {PROMPT}\nassistant:"
+    assert fake.seen[0].body["max_tokens"] == 40 - prompt_tokens(kit, prompt)
+    assert answer.usage.prompt_tokens == prompt_tokens(kit, prompt) and answer.choices[0].finish_reason == "stop"
+    assert full.response.json()["error"]["param"] == "messages" and len(fake.seen) == 1
+
+
+def test_the_backends_errors_answer_in_openais_shape_whole_and_mid_stream(kit):
+    replies = {
+        "refused": Reply(status=400, error="bad input"),
+        "broken": Reply(status=500, error="engine failed"),
+        "midway": Reply(pieces=["a", "b"], error="out of memory"),
+    }
+    fake = FakeTriton(lambda body: replies[body["text_input"]])
+
+    async def calls(url):
+        errors = {}
+        async with client(url) as api:
+            for prompt in replies:
+                with pytest.raises(openai.APIStatusError) as raised:
+                    await api.completions.create(model="ensemble", prompt=prompt, max_tokens=4)
+                errors[prompt] = (raised.value.status_code, raised.value.response.json()["error"])
+            stream = await api.completions.create(model="ensemble", prompt="midway", max_tokens=4, stream=True)
+            got = []
+            with pytest.raises(openai.APIError) as streamed:
+                async for chunk in stream:
+                    got.append(chunk.choices[0].text)
+        async with aiohttp.ClientSession() as session:
+            body = {"model": "ensemble", "prompt": "midway", "max_tokens": 4, "stream": True}
+            async with session.post(f"{url}/v1/completions", json=body) as reply:
+                raw = (reply.status, await reply.text())
+        return errors, got, streamed.value, raw
+
+    errors, got, streamed, (status, raw) = kit.ask(fake, calls)
+    assert errors["refused"][0] == 400 and errors["refused"][1]["message"] == "the model answered: bad input"
+    assert errors["broken"][0] == 502 and errors["broken"][1]["code"] == "backend_error"
+    assert errors["midway"][0] == 400 and "out of memory" in errors["midway"][1]["message"]
+    assert all(e["type"] in ("invalid_request_error", "server_error") for _, e in errors.values())
+    assert got == ["a", "b"] and "out of memory" in streamed.message
+    # The status was sent already: the error is an event of the stream, which still ends with [DONE].
+    assert status == 200 and '"code":"backend_error"' in raw and raw.rstrip().endswith("data: [DONE]")
+
+
+def test_a_client_that_leaves_mid_stream_ends_every_backend_stream(kit):
+    fake = FakeTriton(lambda body: Reply(pieces=["x"] * 400, delay_s=0.005))
+
+    async def calls(url):
+        async with aiohttp.ClientSession() as session:
+            for n in (1, 2):
+                body = {"model": "ensemble", "prompt": "p", "max_tokens": 400, "n": n, "seed": 1, "stream": True}
+                async with session.post(f"{url}/v1/completions", json=body) as reply:
+                    await reply.content.readline()  # the first event: generation has started
+                    reply.close()  # the client leaves
+                while sum(seen.closed_by_client for seen in fake.seen) < len(fake.seen):
+                    fake.client_closed.clear()
+                    await asyncio.wait_for(fake.client_closed.wait(), 10)
+
+    kit.ask(fake, calls)
+    assert len(fake.seen) == 3 and all(seen.closed_by_client and seen.sent < 400 for seen in fake.seen)

@@ -1,0 +1,2 @@
+"""`build.py kserve`: the options, their checks, and the manifests of a KServe runtime, its pods, multi-node
+groups and autoscaling."""

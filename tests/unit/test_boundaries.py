@@ -35,7 +35,7 @@ def imports(path: Path) -> list[tuple[str, bool]]:
 # of openai/ but the plan the entrypoint hands it.
 FRONT_LIBRARIES = {"aiohttp", "msgspec", "jinja2", "tokenizers", "transformers"}
 # What the front takes from the rest of the container package: leaves only, which never import the front back.
-FRONT_USES = {"contract", "errors", "repository.pbtxt"}
+FRONT_USES = {"contract", "errors", "log", "repository.pbtxt"}  # log: the drain's lines, as the entrypoint's
 
 
 def container_modules() -> dict[str, Path]:

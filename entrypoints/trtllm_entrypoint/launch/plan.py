@@ -226,4 +226,5 @@ def front_plan(plan: ServePlan, repository: Path) -> FrontPlan | None:
         restricted=security.front_restricted(s),
         max_seq_len=s.max_seq_len,
         shutdown_timeout=float(s.exit_timeout_secs),
+        log_format=s.log_format,
     )

@@ -59,16 +59,10 @@ class Drain:
             task.uncancel()
         return True
 
-    def error_body(self) -> dict[str, Any]:
-        """OpenAI's error shape, as the last event of a cut stream."""
-        return {
-            "error": {
-                "message": f"the server is shutting down: the answer was cut after the {self.grace_s:g} s drain",
-                "type": "server_error",
-                "param": None,
-                "code": ERROR_CODE,
-            }
-        }
+    @property
+    def cut_message(self) -> str:
+        """The error a cut stream ends with (OpenAI's shape, type server_error, code ERROR_CODE)."""
+        return f"the server is shutting down: the answer was cut after the {self.grace_s:g} s drain"
 
     async def shutdown(self, _app: object = None) -> None:
         """Wait for the streams in flight, up to the grace less the margin; cut the rest; say both ends."""

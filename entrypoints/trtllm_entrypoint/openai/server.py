@@ -9,6 +9,7 @@ Routes and the RESTRICTED_APIS group that closes them: inference (completions, c
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import os
@@ -20,8 +21,10 @@ import msgspec
 from aiohttp import web
 
 from trtllm_entrypoint import contract
+from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.openai import chat, chat_template, completions, serving, tokens
 from trtllm_entrypoint.openai.backend import Backend
+from trtllm_entrypoint.openai.drain import ERROR_CODE, Drain
 from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.openai.protocol import (
     ApiError,
@@ -46,6 +49,8 @@ class Front:
     served: serving.Served
     restricted: frozenset[str]  # the RESTRICTED_APIS groups that want the admin key
     key: str = field(repr=False)
+    # What SIGTERM does to the streams in flight (EXIT_TIMEOUT_SECS, the plan's shutdown_timeout), said in the log.
+    drain: Drain = field(default_factory=lambda: Drain(30.0, Log().info))
 
     @property
     def model(self) -> Model:
@@ -151,10 +156,17 @@ async def answer(request: web.Request, served: serving.Served, work: serving.Wor
         return _json(await serving.whole(served, work))
     response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
+    drain = request.app[FRONT].drain
     try:
-        async with contextlib.aclosing(serving.stream(served, work)) as chunks:
-            async for chunk in chunks:
-                await response.write(_event(chunk))
+        with drain.stream() as live:
+            try:
+                async with contextlib.aclosing(serving.stream(served, work)) as chunks:
+                    async for chunk in chunks:
+                        await response.write(_event(chunk))
+            except asyncio.CancelledError:  # the drain's grace ran out: the answer ends with why, never broken off
+                if not drain.was_cut(live):
+                    raise
+                await response.write(_event(ApiError(503, drain.cut_message, code=ERROR_CODE).body()))
     except ApiError as exc:  # the status is sent already: the error goes into the stream, as OpenAI's does
         await response.write(_event(exc.body()))
     except ConnectionResetError:  # the client left: closing the chunks closed the backend's streams, ending generation
@@ -174,6 +186,7 @@ def make_app(front: Front) -> web.Application:
         await front.served.backend.close()
 
     app.cleanup_ctx.append(session)
+    app.on_shutdown.append(front.drain.shutdown)  # after the listener closed, before aiohttp cancels the handlers
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{name}", model)
     app.router.add_post("/v1/completions", completions_route)
@@ -196,7 +209,7 @@ def build(plan: FrontPlan, key: str) -> Front:
         count_tokens=tokens.counter(tokenizer),
         max_seq_len=plan.max_seq_len,
     )
-    return Front(served, frozenset(plan.restricted), key)
+    return Front(served, frozenset(plan.restricted), key, Drain(plan.shutdown_timeout, Log(plan.log_format).info))
 
 
 def take_start(environ: MutableMapping[str, str]) -> tuple[FrontPlan, str]:

@@ -4,6 +4,7 @@ event and [DONE] (a finished body), not a broken transfer. In-process aiohttp se
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 
@@ -28,7 +29,8 @@ def _app(drain: Drain, tokens: int, step_s: float, chunk=lambda i: {"token": i})
             except asyncio.CancelledError:
                 if not drain.was_cut(live):
                     raise
-                await response.write(f"data: {json.dumps(drain.error_body())}\n\n".encode())
+                error = {"message": drain.cut_message, "type": "server_error", "param": None, "code": ERROR_CODE}
+                await response.write(f"data: {json.dumps({'error': error})}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
@@ -124,3 +126,47 @@ def test_the_official_client_reads_a_cut_stream_as_an_api_error_not_a_broken_con
         thread.join(5)
     assert not isinstance(raised.value, openai.APIConnectionError), raised.value
     assert "shutting down" in str(raised.value) and len(texts) >= 4
+
+
+def test_the_fronts_own_stream_is_cut_with_the_error_event_and_the_backends_stream_closed(kit):
+    """The worker as server.build makes it, in front of the fake tritonserver: SIGTERM's shutdown (runner.cleanup)
+    while a stream runs past the grace ends that stream with the error event and [DONE]; the backend's stream is
+    closed (generation ends), and the two drain lines are said."""
+    from aiohttp import ClientSession
+
+    from harness.fake_triton import FakeTriton, Reply
+    from trtllm_entrypoint.openai import server
+
+    fake = FakeTriton(lambda body: Reply(pieces=[f" w{i}" for i in range(200)], delay_s=0.05))
+    said: list[tuple[str, dict]] = []
+
+    async def run():
+        async with fake.serve() as url:
+            plan = dataclasses.replace(kit.plan, triton_url=url, shutdown_timeout=1.0)
+            built = server.build(plan, kit.key)
+            front = dataclasses.replace(built, drain=Drain(1.0, lambda m, **f: said.append((m, f)), margin_s=0.3))
+            runner = web.AppRunner(server.make_app(front), shutdown_timeout=1.0)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            port = runner.addresses[0][1]
+            body = {"model": "ensemble", "prompt": "What is TensorRT-LLM?", "max_tokens": 200, "stream": True}
+
+            async def read():
+                async with (
+                    ClientSession() as session,
+                    session.post(f"http://127.0.0.1:{port}/v1/completions", json=body) as answer,
+                ):
+                    return [line.decode().strip() async for line in answer.content if line.strip()]
+
+            reading = asyncio.ensure_future(read())
+            await asyncio.sleep(0.4)
+            await runner.cleanup()
+            return await reading
+
+    events = asyncio.run(run())
+    assert events[-1] == "data: [DONE]"
+    error = json.loads(events[-2].removeprefix("data: "))["error"]
+    assert error["code"] == ERROR_CODE and error["type"] == "server_error"
+    assert [json.loads(e.removeprefix("data: "))["choices"][0]["text"] for e in events[:2]] == [" w0", " w1"]
+    assert fake.seen[0].closed_by_client and not fake.seen[0].finished, "the backend's stream was closed"
+    assert [m for m, _ in said] == ["draining the OpenAI front", "drain done"] and said[1][1]["cut"] == 1

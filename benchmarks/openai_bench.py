@@ -148,6 +148,7 @@ def prepare(work: Path, workers: int | None = None) -> Servers:
         True,
         TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S=str(TOKEN_DELAY_S),
         FRONTEND="openai",
+        SERVED_MODEL_NAME="ensemble",  # one name for both APIs' requests (the front's would be the model's own)
         OPENAI_PORT=str(openai_port),
         **extra,
     )

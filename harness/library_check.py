@@ -43,7 +43,6 @@ TEXTS = ["What is TensorRT-LLM?", "What is TensorRT-LLM? What is TensorRT-LLM?",
 
 def main(tokenizer_dir: Path, slow_dir: Path) -> dict[str, object]:
     from trtllm_entrypoint.openai import chat_template, tokens
-    from trtllm_entrypoint.openai.protocol import ApiError
 
     out: dict[str, object] = {
         "versions": {
@@ -59,15 +58,16 @@ def main(tokenizer_dir: Path, slow_dir: Path) -> dict[str, object]:
     specials = {"bos_token": "<s>", "eos_token": "</s>"}
     rendered: dict[str, str] = {}
     for name, source in TEMPLATES.items():
-        template = chat_template.ChatTemplate(source, specials)
+        found = chat_template.Found(templates={"default": source}, origin=name, special_tokens=specials)
+        template = chat_template.ChatTemplate(found)
         try:
             rendered[name] = template.render(MESSAGES)
-        except ApiError as exc:
-            rendered[name] = f"refused: {exc.message}"
+        except chat_template.ChatTemplateError as exc:
+            rendered[name] = f"refused: {exc}"
         rendered[name + "/no-system"] = template.render(MESSAGES[1:2]) if name != "json-args" else ""
     out["templates"] = rendered
     from_dir = chat_template.load(tokenizer_dir)
-    out["template_from_files"] = from_dir.render(MESSAGES[1:2]) if from_dir.template is not None else None
+    out["template_from_files"] = from_dir.render(MESSAGES[1:2]) if from_dir.found.templates else None
     return out
 
 

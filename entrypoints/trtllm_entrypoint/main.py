@@ -234,6 +234,8 @@ def decide(
         # directory; an engine the cache builds holds no tokenizer files.
         tokenizer = preflight.tokenizer_dir(settings, located.source, model_dir=located.model_dir)
         located = dataclasses.replace(located, tokenizer=tokenizer)
+        if located.source.repo_id is None:  # a hub model's was checked before its weights came (checked_model)
+            check_chat_template(settings, tokenizer, log)
     plan = serve_plan.decide_serve_plan(settings, located, typed_argv)
     for note in plan.notes:
         log.info(note)
@@ -277,7 +279,17 @@ def checked_model(settings: Settings, facts: ImageFacts, log: Log, located: Loca
     if source.kind != "hub":
         return located
     with log.phase("download", model=source.repo_id):
-        return dataclasses.replace(located, source=hub.download(source, settings, log))
+        openai = settings.frontend == "openai"
+        check = functools.partial(check_chat_template, settings, log=log) if openai else None
+        fetched = hub.download(source, settings, log, check)
+        return dataclasses.replace(located, source=fetched)
+
+
+def check_chat_template(settings: Settings, tokenizer: Path, log: Log) -> None:
+    """With FRONTEND=openai, a chat template the front cannot compile stops the start here, not every worker later:
+    before any download for a local model, before the weights for a hub one."""
+    if settings.frontend == "openai":
+        log.info(preflight.check_chat_template(tokenizer, os.environ))
 
 
 def prepare(

@@ -580,14 +580,14 @@ def test_frontend_openai_serves_the_official_client_healthy_and_stops_cleanly(se
     )
     assert wait_health_status(container, timeout_s=180) == "healthy", logs(container)[-3000:]
     api = openai.OpenAI(base_url=f"http://{address(container)}:9000/v1", api_key="unused", max_retries=0, timeout=60)
-    listed = [model.id for model in api.models.list()]
-    completion = api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=4)
+    listed = [model.id for model in api.models.list()]  # MODEL_ID=/models/tiny: served under its directory's name
+    completion = api.completions.create(model="tiny", prompt=PROMPT, max_tokens=4)
     with pytest.raises(openai.BadRequestError) as no_template:  # the tiny tokenizer has no chat_template
-        api.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": PROMPT}], max_tokens=4)
+        api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": PROMPT}], max_tokens=4)
     both = ready_now(container) and ready_now(container, route="/v2/models/ensemble/ready")
 
     def stream() -> list[str]:
-        chunks = api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=max_tokens, stream=True)
+        chunks = api.completions.create(model="tiny", prompt=PROMPT, max_tokens=max_tokens, stream=True)
         return [chunk.choices[0].text for chunk in chunks]
 
     request, outcome = in_background(stream)
@@ -595,7 +595,7 @@ def test_frontend_openai_serves_the_official_client_healthy_and_stops_cleanly(se
     assert request.is_alive(), "the stream must still be in flight when the container is stopped"
     container.stop(timeout=40)
     request.join(timeout=30)
-    assert listed == ["ensemble"] and set(tokens(completion.choices[0].text)) <= set(PROMPT_WORDS), completion
+    assert listed == ["tiny"] and set(tokens(completion.choices[0].text)) <= set(PROMPT_WORDS), completion
     assert completion.choices[0].finish_reason == "length" and completion.usage.completion_tokens == 4
     assert both, "Triton's own HTTP endpoint answers beside the front"
     assert no_template.value.status_code == 400 and "chat_template" in no_template.value.response.text

@@ -24,6 +24,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("aiohttp")
 
 KEY = "openai-front-admin-key-0123456789"
+MODEL = "tiny"  # the model directory's name (harness.image): the name FRONTEND=openai serves it under
 MAX_TOKENS = 4
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
 # (tag, templates, workflow): each template family, and both workflows; the workflow is the tag's default.
@@ -73,6 +74,8 @@ def test_the_official_client_streams_and_gets_whole_answers_with_only_frontend_o
     with_chat_template(img)
     out = prepared(img)
     name = out["ready"]["served_model_name"]
+    assert name == img.model.name == MODEL  # the model's own name, as vLLM serves it; Triton's is the entry model's
+    entry_model = out["front"]["plan"]["entry_model"]
     assert out["ready"]["workflow"] == workflow and out["front"]["workers"] >= 1
     # Streaming follows from FRONTEND=openai: the engine model (or the llmapi model's model.yaml) is decoupled.
     policy = (img.repo / "tensorrt_llm" / ("1/model.yaml" if workflow == "llmapi" else "config.pbtxt")).read_text()
@@ -99,11 +102,11 @@ def test_the_official_client_streams_and_gets_whole_answers_with_only_frontend_o
                 api.chat.completions.create(model=name, messages=messages, max_tokens=MAX_TOKENS, logprobs=True)
             chosen = refused.value.response.json()["error"]["param"]
         # Both APIs at once: Triton's own answers beside the front.
-        native = urllib.request.urlopen(f"{front.triton_url}/v2/models/{name}", timeout=10).status  # noqa: S310
+        native = urllib.request.urlopen(f"{front.triton_url}/v2/models/{entry_model}", timeout=10).status  # noqa: S310
         # Loading and unloading stay closed without the key, by default: Triton's model-repository API wants it, and
         # the front has no such route.
-        control = [status_of(f"{base}/{verb}") for verb in ("load", "unload") for base in
-                   (f"{front.triton_url}/v2/repository/models/{name}", f"{front.url}/v1/models/{name}")]  # fmt: skip
+        bases = (f"{front.triton_url}/v2/repository/models/{entry_model}", f"{front.url}/v1/models/{name}")
+        control = [status_of(f"{base}/{verb}") for verb in ("load", "unload") for base in bases]
         assert front.stop() == 0, front.log()[-3000:]
 
     assert listed == [name]  # only what can be asked for
@@ -130,23 +133,21 @@ def test_stop_sequences_n_seed_sampling_and_errors_in_openais_shape(tmp_path, re
     with realfront.start(real_triton, out, KEY, log_dir=tmp_path) as front:
         api = client(front)
         # The engine double answers the prompt's tokens last to first: "?", "LLM", "-", "TensorRT", …
-        stopped = api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=8, stop=["-"])
-        stopped_stream = list(
-            api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=8, stop="-", stream=True)
-        )
+        stopped = api.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, stop=["-"])
+        stopped_stream = list(api.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, stop="-", stream=True))
         several = api.completions.create(
-            model="ensemble", prompt=PROMPT, max_tokens=2, n=2, seed=7, temperature=0.5, top_p=0.9,
+            model=MODEL, prompt=PROMPT, max_tokens=2, n=2, seed=7, temperature=0.5, top_p=0.9,
             presence_penalty=0.1, frequency_penalty=0.1, extra_body={"top_k": 3},
         )  # fmt: skip
         errors = {}
         for label, call in {
             "model": lambda: api.completions.create(model="nope", prompt=PROMPT, max_tokens=1),
-            "max_tokens": lambda: api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=-1),
+            "max_tokens": lambda: api.completions.create(model=MODEL, prompt=PROMPT, max_tokens=-1),
             "chat_template": lambda: api.chat.completions.create(
-                model="ensemble", messages=[{"role": "user", "content": PROMPT}]
+                model=MODEL, messages=[{"role": "user", "content": PROMPT}]
             ),
             "tools": lambda: api.chat.completions.create(
-                model="ensemble",
+                model=MODEL,
                 messages=[{"role": "user", "content": "x"}],
                 tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
             ),  # fmt: skip
@@ -171,9 +172,9 @@ def test_a_chat_without_max_tokens_takes_the_rest_of_the_context(tmp_path, real_
     out = prepared(img, MAX_SEQ_LEN="16", MAX_INPUT_LEN="8")
     with realfront.start(real_triton, out, KEY, log_dir=tmp_path) as front:
         api = client(front)
-        chat = api.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": PROMPT}])
+        chat = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPT}])
         with pytest.raises(openai.BadRequestError) as full:
-            api.chat.completions.create(model="ensemble", messages=[{"role": "user", "content": " ".join(["is"] * 16)}])
+            api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": " ".join(["is"] * 16)}])
     assert chat.usage.prompt_tokens == len(PROMPT_WORDS) and chat.usage.total_tokens == 16
     assert chat.choices[0].finish_reason == "length"
     assert full.value.response.json()["error"]["param"] == "messages"
@@ -185,10 +186,10 @@ def test_restricted_inference_wants_the_admin_key_as_the_api_key(tmp_path, real_
     assert not any(KEY in arg for arg in out["front"]["argv"])
     with realfront.start(real_triton, out, KEY, log_dir=tmp_path) as front:
         with pytest.raises(openai.AuthenticationError):
-            client(front, "wrong-key").completions.create(model="ensemble", prompt=PROMPT, max_tokens=1)
+            client(front, "wrong-key").completions.create(model=MODEL, prompt=PROMPT, max_tokens=1)
         with pytest.raises(openai.AuthenticationError):
             client(front).models.list()
-        answer = client(front, KEY).completions.create(model="ensemble", prompt=PROMPT, max_tokens=MAX_TOKENS)
+        answer = client(front, KEY).completions.create(model=MODEL, prompt=PROMPT, max_tokens=MAX_TOKENS)
         ready = urllib.request.urlopen(f"{front.url}/health/ready", timeout=10).status  # noqa: S310
         log = front.log()
     assert len(words_of(answer.choices[0].text)) == MAX_TOKENS and ready == 200
@@ -205,7 +206,7 @@ def test_sigterm_lets_an_in_flight_stream_finish_then_exits_0(tmp_path, real_tri
         first = threading.Event()
 
         def stream() -> None:
-            for chunk in api.completions.create(model="ensemble", prompt=PROMPT, max_tokens=tokens, stream=True):
+            for chunk in api.completions.create(model=MODEL, prompt=PROMPT, max_tokens=tokens, stream=True):
                 pieces.append(chunk.choices[0].text)
                 first.set()
 

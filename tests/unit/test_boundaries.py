@@ -35,7 +35,9 @@ def imports(path: Path) -> list[tuple[str, bool]]:
 # of openai/ but the plan the entrypoint hands it.
 FRONT_LIBRARIES = {"aiohttp", "msgspec", "jinja2", "tokenizers", "transformers"}
 # What the front takes from the rest of the container package: leaves only, which never import the front back.
-FRONT_USES = {"contract", "errors", "log", "repository.pbtxt"}  # log: the drain's lines, as the entrypoint's
+# and the model's chat templates and special tokens, found as preflight finds them (model.chat_templates reads them
+# with model.files' bounds), and the log's format for the drain's lines.
+FRONT_USES = {"contract", "errors", "log", "repository.pbtxt", "model.chat_templates", "model.files"}
 
 
 def container_modules() -> dict[str, Path]:
@@ -58,8 +60,9 @@ def wing(module: str) -> str:
 
 # Each wing imports only the wings below it (and itself): every arrow points down.
 WINGS = ["base", "storage", "config", "repository", "model", "engine", "launch", "inspection", "main"]
-# The front is a program of its own beside the serve pipeline: it reads the filled repository's config (FRONT_USES).
-FRONT_WINGS = {"openai": {"base", "repository", "openai"}}
+# The front is a program of its own beside the serve pipeline: it reads the filled repository's config and the model's
+# tokenizer files (FRONT_USES).
+FRONT_WINGS = {"openai": {"base", "repository", "model", "openai"}}
 
 
 def allowed_wings(own: str) -> set[str]:

@@ -103,3 +103,24 @@ def test_the_ready_line_is_logged_once_after_the_server_answers_readiness(image)
     assert f"http=http://localhost:{port} " in line and "served_model_name=ensemble" in line
     assert line.rstrip("\n").split(" try=", 1)[1].startswith(f"curl -s http://localhost:{port}/v2/models/ensemble/")
     assert proc.returncode == 0
+
+
+def test_with_frontend_openai_the_model_is_served_under_its_own_name(image):
+    """vLLM's and NIM's clients send the model's name: a local model's directory name here (a hub id as given), and
+    the ready line, the front's plan and the request to try agree; Triton's entry model keeps its own name."""
+    result = image.run("prepare", FRONTEND="openai")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["ready"]["served_model_name"] == image.model.name == "tiny"
+    assert json.loads(shlex.split(out["ready"]["try"])[-1])["model"] == "tiny"
+    plan = out["front"]["plan"]
+    assert (plan["served_name"], plan["entry_model"]) == ("tiny", "ensemble")
+    assert plan["config"].endswith("/ensemble/config.pbtxt")
+
+
+def test_an_openai_name_may_be_a_hub_id_and_triton_keeps_its_own(image):
+    out = ready_fields(image, FRONTEND="openai", SERVED_MODEL_NAME="meta-llama/Llama-3.1-8B-Instruct")
+    assert out["served_model_name"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert (image.repo / "ensemble" / "config.pbtxt").is_file()
+    refused = image.run("prepare", SERVED_MODEL_NAME="meta-llama/Llama-3.1-8B-Instruct")  # a Triton model name
+    assert refused.returncode == 2 and "SERVED_MODEL_NAME" in refused.stderr

@@ -120,9 +120,13 @@ def test_the_openai_front_is_one_value_of_the_launch_plan():
     default = decide_serve_plan(settings(FRONTEND="openai"), model("checkpoint"))
     default_front = LaunchPlan(plan=default, facts=FACTS, repository=Path("/r"), engine_dir=None).front
     assert default_front is not None
-    assert (default_front.served_name, default_front.entry_model, default_front.workflow) == ("tensorrt_llm",) * 2 + (
+    # Clients send the model's own name (the directory's, /models/m); Triton keeps the entry model's.
+    assert (default_front.served_name, default_front.entry_model, default_front.workflow) == (
+        "m",
+        "tensorrt_llm",
         "llmapi",
     )
+    assert default_front.config == "/r/tensorrt_llm/config.pbtxt"
     assert (
         LaunchPlan(
             plan=decide_serve_plan(settings(), model("checkpoint")), facts=FACTS, repository=Path("/r"), engine_dir=None

@@ -345,6 +345,15 @@ def test_allow_patterns_llama():
     ]
 
 
+def test_allow_patterns_take_the_chat_templates_transformers_reads():
+    files = [*LLAMA_FILES, "chat_template.jinja", "additional_chat_templates/tool_use.jinja"]
+    files += ["additional_chat_templates/notes.md", "additional_chat_templates/deeper/x.jinja", "other/x.jinja"]
+    taken = hub_allow_patterns(files)
+    assert "chat_template.jinja" in taken and "additional_chat_templates/tool_use.jinja" in taken
+    assert not {"additional_chat_templates/notes.md", "additional_chat_templates/deeper/x.jinja"} & set(taken)
+    assert "other/x.jinja" not in taken
+
+
 def test_allow_patterns_bin_only_without_safetensors():
     files = [
         "config.json",

@@ -6,6 +6,7 @@ why.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -81,7 +82,18 @@ def make_kserve_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
         "Change the options and regenerate rather than edit (regenerating replaces this file); docs/kserve.md\n"
         "lists the options, placement and resources included."
     )
+    if options.frontend == "openai":  # the model's name on the OpenAI API is the service's (SERVED_MODEL_NAME)
+        header += "\n" + openai_example(options.name)
     return KServePlan(documents=tuple(documents), header=header)
+
+
+def openai_example(name: str) -> str:
+    """One request to copy and paste: the OpenAI API through the predictor's Service, the service's name as model."""
+    body = {"model": name, "messages": [{"role": "user", "content": "What is TensorRT-LLM?"}], "max_tokens": 64}
+    return (
+        f"Ask it: kubectl port-forward svc/{name}-predictor 8080:80, then\n"
+        f"curl -s localhost:8080/v1/chat/completions -H 'Content-Type: application/json' -d '{json.dumps(body)}'"
+    )
 
 
 def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:

@@ -224,9 +224,13 @@ def _decoupled(env: Env, frontend: str) -> bool:
 def _server_values(env: Env, facts: ImageFacts, command_line: CommandLine) -> dict[str, Any]:
     frontend = "triton" if command_line.typed_server else env.choice("FRONTEND")
     name = env.text("SERVED_MODEL_NAME")
-    if name is not None and not SERVED_NAME.fullmatch(name):
+    # The OpenAI front serves under a model's id too (`org/name`); Triton's entry model keeps its own name then.
+    if name is not None and not (SERVED_NAME.fullmatch(name) or (frontend == "openai" and contract.is_hub_id(name))):
+        also = f", or with FRONTEND=openai {contract.HUB_ID_RULE}" if frontend == "openai" else ""
         raise bad(
-            "SERVED_MODEL_NAME", name, "up to 128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            "SERVED_MODEL_NAME",
+            name,
+            f"up to 128 letters, digits, '.', '_' or '-', starting with a letter or digit{also}",
         )
     raw_args = env.text("TRITON_ARGS") or ""
     try:

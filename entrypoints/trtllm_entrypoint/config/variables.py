@@ -368,9 +368,12 @@ TABLE: tuple[Variable, ...] = (
         "SERVED_MODEL_NAME",
         SERVER,
         "special",
-        "Name clients use for the model.",
-        shown_default="unset: the workflow's default name",
-        shown_allowed="up to 128 letters, digits, `.`, `_`, `-`, starting with a letter or digit",
+        "Name clients use for the model. With `FRONTEND=openai` it is the name OpenAI clients send as `model`; "
+        "Triton's entry model takes it too where it is a Triton model name (not `org/name`).",
+        shown_default="unset: the workflow's default name (`ensemble`, `tensorrt_llm`); with `FRONTEND=openai`, "
+        "OpenAI clients use the model's own: `MODEL_ID` as given for a hub id, else the model directory's name",
+        shown_allowed="up to 128 letters, digits, `.`, `_`, `-`, starting with a letter or digit; with "
+        "`FRONTEND=openai` also a Hugging Face id (`org/name`)",
     ),
     Variable(
         "TEMPLATES_DIR",

@@ -26,6 +26,7 @@ from trtllm_entrypoint.engine.config import BuiltEngine
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.launch import argv as launch
 from trtllm_entrypoint.launch import security
+from trtllm_entrypoint.model import name as model_name
 from trtllm_entrypoint.model.locate import ModelSource
 from trtllm_entrypoint.model.support import Converter
 from trtllm_entrypoint.openai.plan import FrontPlan
@@ -212,16 +213,17 @@ def front_plan(plan: ServePlan, repository: Path) -> FrontPlan | None:
     s = plan.settings
     if s.frontend != "openai" or plan.tokenizer is None:
         return None
-    name = fill.served_name(s, plan.workflow)
+    entry = fill.served_name(s, plan.workflow)
     return FrontPlan(
         host="0.0.0.0",  # every address of the container, as tritonserver's own endpoints
         port=s.openai_port,
         workers=s.openai_workers,
         triton_url=f"http://127.0.0.1:{s.http_port}",
-        served_name=name,
-        entry_model=name,  # the repository names its entry model as clients name the model
+        # What clients send: the model's own name (vLLM's and NIM's), or SERVED_MODEL_NAME.
+        served_name=model_name.served_name(s.served_model_name, s.model_id, plan.model, plan.model_dir),
+        entry_model=entry,  # the Triton model the front asks
         workflow=plan.workflow,
-        config=str(repository / name / "config.pbtxt"),
+        config=str(repository / entry / "config.pbtxt"),
         tokenizer=str(plan.tokenizer),
         restricted=security.front_restricted(s),
         max_seq_len=s.max_seq_len,

@@ -6,14 +6,17 @@ first write or the first expensive step (download, engine build). Each failure i
 
 from __future__ import annotations
 
-import json
 import os
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_entrypoint.config.environment import bad
 from trtllm_entrypoint.engine import config as engine_config
 from trtllm_entrypoint.errors import EntrypointError, UsageError
+from trtllm_entrypoint.launch import supervise
+from trtllm_entrypoint.model import chat_templates
 from trtllm_entrypoint.model import files as model_files
 from trtllm_entrypoint.model.locate import TOKENIZER_FILES
 from trtllm_entrypoint.repository import fill
@@ -141,14 +144,14 @@ def check_tokenizer_files(path: Path) -> None:
 
 
 def has_chat_template(tokenizer: Path) -> bool:
-    """Whether transformers finds a chat template beside the tokenizer (tokenizer_config.json's, or its own file)."""
-    if any((tokenizer / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
-        return True
-    try:
-        config = json.loads((tokenizer / "tokenizer_config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(config, dict) and bool(config.get("chat_template"))
+    """Whether the front finds a chat template beside the tokenizer (chat_templates: as transformers looks)."""
+    return bool(chat_templates.discover(tokenizer).templates)
+
+
+def check_chat_template(tokenizer: Path, env: Mapping[str, str]) -> str:
+    """FRONTEND=openai: the model's chat templates compile in the front's environment, checked by the front's own code
+    with the front's Python and path (chat_templates.check_with); one line and exit 2 when they do not."""
+    return chat_templates.check_with(tokenizer, sys.executable or "python3", supervise.front_path_environ(env))
 
 
 def check_prebuilt_engine(settings: Settings, engine: BuiltEngine, installed: str) -> None:

@@ -33,7 +33,10 @@ POLL_S = 1.0
 
 
 def served_names(launch: LaunchPlan) -> list[str]:
-    """The names clients use: the entry model of a repository we fill, or every model of one given as is."""
+    """The names clients use: the OpenAI front's, the entry model of a repository we fill, or every model of one
+    given as is."""
+    if launch.front is not None:
+        return [launch.front.served_name]
     if launch.plan.fills_repository:
         return [fill.served_name(launch.settings, launch.plan.workflow)]
     return sorted(path.parent.name for path in launch.repository.glob("*/config.pbtxt"))

@@ -23,17 +23,22 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 POLL_S = 0.2
 
 
-def front_environ(base: Mapping[str, str], key: str, plan: FrontPlan) -> dict[str, str]:
-    """The front's environment: the container's, the vendored libraries first on its path (the pure ones and the
-    compiled set of this Python, the one that runs the front), its plan as one JSON value, and the admin key (read
-    and dropped from its environment at start: never on a command line)."""
+def front_path_environ(base: Mapping[str, str]) -> dict[str, str]:
+    """The container's environment with the front's vendored libraries first on the path: the pure ones and the
+    compiled set of this Python, the one that runs the front."""
     compiled = os.path.join(contract.FRONT_DIR, f"py{sys.version_info.major}.{sys.version_info.minor}")
     pure = os.path.join(contract.FRONT_DIR, "any")
     own = [compiled, pure] if os.path.isdir(pure) else []
     path = [*own, base.get("PYTHONPATH", "")]
     extra = {"PYTHONPATH": os.pathsep.join(p for p in path if p)} if any(path) else {}
+    return {**base, **extra}
+
+
+def front_environ(base: Mapping[str, str], key: str, plan: FrontPlan) -> dict[str, str]:
+    """The front's environment: front_path_environ's, its plan and the admin key (both read and dropped from its
+    environment at start; the key never on a command line)."""
     own_values = {contract.FRONT_PLAN_VARIABLE: plan.to_json(), contract.FRONT_KEY_VARIABLE: key}
-    return {**base, **extra, **own_values, "PYTHONUNBUFFERED": "1"}
+    return {**front_path_environ(base), **own_values, "PYTHONUNBUFFERED": "1"}
 
 
 def run(

@@ -8,6 +8,7 @@ import contextlib
 import fnmatch
 import glob
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.model import files as model_files
 from trtllm_entrypoint.model import hub_answer, hub_reach
+from trtllm_entrypoint.model.chat_templates import NAMED_DIR
 from trtllm_entrypoint.model.locate import TOKENIZER_FILES, ModelSource, classify_dir
 
 if TYPE_CHECKING:
@@ -31,6 +33,9 @@ METADATA_FILES = (
     "chat_template.json",
     "chat_template.jinja",
 )
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+# A check of a hub model's snapshot once its small files are there (the tokenizer's chat template, for the front).
+BeforeWeights = Callable[[Path], None]
 METADATA_GLOBS = ("tokenizer*", "vocab*", "*.model", "*.tiktoken", "*.py")
 
 
@@ -38,7 +43,8 @@ def hub_allow_patterns(files: list[str]) -> list[str]:
     """The top-level files of a hub repo to download: configs, tokenizer, and one copy of the weights.
 
     safetensors win over *.bin; Mistral-style `consolidated*.safetensors` duplicates are skipped when sharded
-    safetensors exist. Subfolders (original/, onnx/ …) and other formats (*.pth, *.gguf, *.h5 …) are never taken.
+    safetensors exist. Subfolders (original/, onnx/ …) and other formats (*.pth, *.gguf, *.h5 …) are never taken, but
+    for the named chat templates (additional_chat_templates/*.jinja).
     Names are glob-escaped so that each pattern matches exactly its file.
     """
     top = [f for f in files if "/" not in f]
@@ -50,6 +56,8 @@ def hub_allow_patterns(files: list[str]) -> list[str]:
     else:
         weights = [f for f in top if f.endswith((".bin", ".bin.index.json")) and f != "training_args.bin"]
     metadata = [f for f in top if f in METADATA_FILES or any(fnmatch.fnmatchcase(f, g) for g in METADATA_GLOBS)]
+    # The one subfolder taken: the named chat templates transformers keeps beside chat_template.jinja.
+    metadata += [f for f in files if f.count("/") == 1 and f.startswith(f"{NAMED_DIR}/") and f.endswith(".jinja")]
     return sorted(glob.escape(f) for f in set(weights) | set(metadata))
 
 
@@ -188,8 +196,12 @@ def _repo_dir(cache_dir: Path, repo_id: str) -> Path:
     return cache_dir / ("models--" + repo_id.replace("/", "--"))
 
 
-def _fetch(source: ModelSource, settings: Settings, cache_dir: Path, log: Log) -> tuple[str, str]:
-    """(snapshot directory, resolved commit) from the hub, or from the local cache when HF_HUB_OFFLINE is set."""
+def _fetch(
+    source: ModelSource, settings: Settings, cache_dir: Path, log: Log, before_weights: BeforeWeights | None = None
+) -> tuple[str, str]:
+    """(snapshot directory, resolved commit) from the hub, or from the local cache when HF_HUB_OFFLINE is set.
+    `before_weights` gets the snapshot directory once its small files (configs, tokenizer) are there, before any
+    weight is downloaded."""
     import huggingface_hub
 
     _quiet_hub()
@@ -204,7 +216,10 @@ def _fetch(source: ModelSource, settings: Settings, cache_dir: Path, log: Log) -
     if _offline():
         # The file list needs the network; a cached snapshot is served as is, and its folder name is the commit.
         path = huggingface_hub.snapshot_download(**common)
-        return str(path), hub_answer.commit(Path(path).name, repo_id)
+        commit = hub_answer.commit(Path(path).name, repo_id)
+        if before_weights is not None:
+            before_weights(Path(path))
+        return str(path), commit
     hub_reach.check(repo_id, source.revision, settings.hub_endpoint)
     info = huggingface_hub.HfApi().model_info(
         repo_id, revision=source.revision, token=settings.hf_token, files_metadata=True
@@ -229,6 +244,11 @@ def _fetch(source: ModelSource, settings: Settings, cache_dir: Path, log: Log) -
     log.info("downloading", repo_id=repo_id, commit=commit, files=len(sizes), **total)
     started = time.monotonic()
     with log.heartbeat("downloading", progress.fields, repo_id=repo_id):
+        if before_weights is not None:
+            small = [p for p in patterns if not p.endswith(WEIGHT_SUFFIXES)]
+            before_weights(
+                Path(huggingface_hub.snapshot_download(**{**common, "revision": commit}, allow_patterns=small))
+            )
         path = huggingface_hub.snapshot_download(**{**common, "revision": commit}, allow_patterns=patterns)
     seconds = time.monotonic() - started
     fetched = progress.measure()[1] - progress.already
@@ -274,13 +294,16 @@ def read_config(source: ModelSource, settings: Settings) -> dict[str, Any]:
     return model_files.check_names(Path(path), config)
 
 
-def download(source: ModelSource, settings: Settings, log: Log) -> ModelSource:
+def download(
+    source: ModelSource, settings: Settings, log: Log, before_weights: BeforeWeights | None = None
+) -> ModelSource:
     """Fetch a hub model into CACHE_DIR/models/hub. The result is local (normally a checkpoint) and keeps repo_id,
-    with the resolved commit as revision, so that identity() names the exact weights."""
+    with the resolved commit as revision, so that identity() names the exact weights. `before_weights` checks the
+    snapshot's small files before the weights come (what it raises stops the download)."""
     if source.kind != "hub":
         return source
     try:
-        path, commit = _fetch(source, settings, settings.cache.hub, log)
+        path, commit = _fetch(source, settings, settings.cache.hub, log, before_weights)
     except Exception as exc:
         error = _hub_error(exc, source) or hub_answer.client_failure(exc, source.repo_id)
         if error is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trtllm_entrypoint.openai.chat_template import ChatTemplateError
 from trtllm_entrypoint.openai.protocol import (
     ApiError,
     ChatChoice,
@@ -54,7 +55,10 @@ def messages_of(request: ChatRequest) -> list[dict[str, object]]:
 
 def work(served: Served, request: ChatRequest) -> Work:
     check(request)
-    prompt = served.template.render(messages_of(request))
+    try:
+        prompt = served.template.render(messages_of(request))
+    except ChatTemplateError as exc:  # the template's own refusal, or no template: the messages cannot be served
+        raise ApiError(400, str(exc), "messages") from None
     limit = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     if limit is None:  # as OpenAI's chat: up to the end of the context
         limit = room_left(served.count_tokens(prompt), served.max_seq_len)

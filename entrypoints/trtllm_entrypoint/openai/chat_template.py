@@ -1,76 +1,214 @@
-"""The tokenizer's chat template: found (tokenizer_config.json's `chat_template`, or chat_template.jinja beside it)
-and rendered by jinja2's sandbox with the variables Hugging Face templates read."""
+"""The model's chat template, rendered as transformers renders it (found by chat_templates, the discovery the
+entrypoint's preflight shares). Also `python -m trtllm_entrypoint.openai.chat_template --check DIR`, which the
+entrypoint runs once with the front's Python and path so that a template that does not compile stops the start with
+one line, never a crash loop of workers.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import msgspec
+from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.model.chat_templates import DEFAULT, ChatTemplateError, Found, discover
 
-from trtllm_entrypoint.openai.protocol import ApiError
+if TYPE_CHECKING:
+    import jinja2
 
+__all__ = ["DEFAULT", "ChatTemplate", "ChatTemplateError", "Found", "discover", "load"]
 
-class ChatTemplate:
-    def __init__(self, source: str | None, special_tokens: Mapping[str, str]) -> None:
-        import jinja2  # noqa: PLC0415  (lazy: only the front's processes render templates)
-        import jinja2.sandbox  # noqa: PLC0415
-
-        def raise_exception(message: str) -> None:
-            raise jinja2.TemplateError(message)
-
-        env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.globals["raise_exception"] = raise_exception
-        env.filters["tojson"] = lambda value, indent=None: msgspec.json.format(
-            msgspec.json.encode(value), indent=indent or 0
-        ).decode()
-        self.template = env.from_string(source) if source else None
-        self.special_tokens = dict(special_tokens)
-
-    def render(self, messages: list[dict[str, object]], add_generation_prompt: bool = True) -> str:
-        if self.template is None:
-            raise ApiError(
-                400,
-                "this model's tokenizer has no chat_template: use /v1/completions, or serve a model with one",
-                "messages",
-            )
-        import jinja2  # noqa: PLC0415
-
-        try:
-            return self.template.render(
-                messages=messages, add_generation_prompt=add_generation_prompt, tools=None, **self.special_tokens
-            )
-        except jinja2.TemplateError as exc:
-            raise ApiError(400, f"the chat template refused the messages: {exc}", "messages") from None
+# A message's reasoning, under the names templates read it by (the first is the standard one).
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 
-def template_source(config: Mapping[str, Any], beside: str | None) -> str | None:
-    """tokenizer_config.json's chat_template (a string, or a list of named ones: `default`), else the file's."""
-    found = config.get("chat_template")
-    if isinstance(found, list):
-        named = {t.get("name"): t.get("template") for t in found if isinstance(t, dict)}
-        found = named.get("default")
-    return found if isinstance(found, str) else beside
+# --- rendering (jinja2: the front's processes only) ----------------------------------------------------------------
 
 
-def special_tokens(config: Mapping[str, Any]) -> dict[str, str]:
-    """bos_token, eos_token … as strings (tokenizer_config.json writes them as strings or AddedToken dicts)."""
-    out = {}
-    for name in ("bos_token", "eos_token", "unk_token", "pad_token"):
-        value = config.get(name)
-        if isinstance(value, dict):
-            value = value.get("content")
-        if isinstance(value, str):
-            out[name] = value
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """transformers' template environment: the immutable sandbox with trim_blocks and lstrip_blocks, loop controls
+    (`{% break %}`, `{% continue %}`), the `{% generation %}` tag (its body, as rendered text), `raise_exception`,
+    `strftime_now` (local time, like transformers'), a `tojson` that neither escapes HTML nor forces ASCII and takes
+    json.dumps' keyword arguments, and `dict` and `namespace` that refuse private names."""
+    import jinja2  # noqa: PLC0415
+    import jinja2.ext  # noqa: PLC0415
+    import jinja2.nodes  # noqa: PLC0415
+    import jinja2.sandbox  # noqa: PLC0415
+    import jinja2.utils  # noqa: PLC0415
+
+    class GenerationTag(jinja2.ext.Extension):
+        # `{% generation %}...{% endgeneration %}` marks the assistant's part for training masks: serving renders it.
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller: Callable[[], str]) -> str:
+            return caller()
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.TemplateError(message)
+
+    def tojson(
+        value: object,
+        ensure_ascii: bool = False,
+        indent: int | str | None = None,
+        separators: tuple[str, str] | None = None,
+        sort_keys: bool = False,
+    ) -> str:
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(format: str) -> str:  # noqa: A002  (the name templates pass it by)
+        return datetime.now().strftime(format)
+
+    def refuse_private(name: object) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(f"a chat template may not set the private name {name!r}")
+
+    class SafeDict:
+        # `dict(...)` without the type itself: no attribute of the class reaches the template.
+        def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+            return dict(*args, **kwargs)
+
+        def fromkeys(self, *args: Any) -> dict[Any, Any]:
+            return dict.fromkeys(*args)
+
+    class SafeNamespace(jinja2.utils.Namespace):
+        def __init__(*args: Any, **kwargs: Any) -> None:  # jinja2's own signature: `self` may be an attribute name
+            self, rest = args[0], args[1:]
+            values = dict(*rest, **kwargs)
+            for name in values:
+                refuse_private(name)
+            jinja2.utils.Namespace.__init__(self, values)
+
+        def __setitem__(self, name: str, value: Any) -> None:
+            refuse_private(name)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = tojson
+    env.globals.update(
+        raise_exception=raise_exception, strftime_now=strftime_now, dict=SafeDict(), namespace=SafeNamespace
+    )
+    return env
+
+
+def compile_template(source: str) -> jinja2.Template:
+    import jinja2  # noqa: PLC0415
+
+    try:
+        return environment().from_string(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ChatTemplateError(f"does not compile: {exc.message} (line {exc.lineno})") from None
+    except jinja2.TemplateError as exc:
+        raise ChatTemplateError(f"does not compile: {exc}") from None
+
+
+def chat_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as transformers hands them to the template: keys whose value is null dropped, and a message's
+    reasoning under each of its names (`thinking` for gpt-oss' template, `reasoning_content` for most)."""
+    out = []
+    for message in messages:
+        plain = {key: value for key, value in message.items() if value is not None}
+        reasoning = next((plain[key] for key in REASONING_FIELDS if key in plain), None)
+        if reasoning is not None:
+            plain = {"thinking": reasoning, **plain, "reasoning_content": reasoning}
+        out.append(plain)
     return out
 
 
-def load(tokenizer_dir: Path) -> ChatTemplate:
-    """The template of the tokenizer in `tokenizer_dir` (one without a template answers chat with a 400)."""
-    config_path = tokenizer_dir / "tokenizer_config.json"
-    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
-    beside = tokenizer_dir / "chat_template.jinja"
-    source = template_source(config, beside.read_text() if beside.is_file() else None)
-    return ChatTemplate(source, special_tokens(config))
+class ChatTemplate:
+    """A tokenizer's chat templates, compiled once, rendered as transformers' apply_chat_template(tokenize=False)."""
+
+    def __init__(self, found: Found) -> None:
+        self.found = found
+        self.compiled: dict[str, jinja2.Template] = {}
+        for name, source in found.templates.items():
+            try:
+                self.compiled[source] = compile_template(source)
+            except ChatTemplateError as exc:
+                label = f"{found.origin}" if len(found.templates) == 1 else f"{found.origin} ({name!r})"
+                raise ChatTemplateError(f"the chat template in {label} {exc}") from None
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        variables: Mapping[str, Any] | None = None,
+    ) -> str:
+        """The prompt. `variables`: extra names the template reads (e.g. `enable_thinking`); they win over the
+        special tokens, as in transformers. Every failure of the template is a ChatTemplateError."""
+        import jinja2  # noqa: PLC0415
+
+        template = self.compiled[self.found.select(tools)]
+        names = {**self.found.special_tokens, **(variables or {})}
+        try:
+            return template.render(
+                messages=chat_messages(messages),
+                tools=None if tools is None else list(tools),
+                documents=None if documents is None else list(documents),
+                add_generation_prompt=add_generation_prompt,
+                **names,
+            )
+        except jinja2.TemplateError as exc:
+            raise ChatTemplateError(f"the chat template refused the messages: {exc}") from None
+        except (TypeError, ValueError, LookupError, ArithmeticError, AttributeError) as exc:
+            # The template's own code failed on these messages (e.g. `+` on a list of content parts).
+            raise ChatTemplateError(
+                f"the chat template failed on these messages ({type(exc).__name__}: {exc})"
+            ) from None
+
+
+def load(tokenizer: Path) -> ChatTemplate:
+    """A worker's template: found and compiled once (the entrypoint's start check already compiled it)."""
+    return ChatTemplate(discover(tokenizer))
+
+
+# --- the start check -----------------------------------------------------------------------------------------------
+
+
+def check(tokenizer: Path) -> str:
+    """One line: where the templates are and that they compile. Raises UsageError (one line) when they do not."""
+    found = discover(tokenizer)
+    if not found.templates:
+        return f"no chat template in {tokenizer}"
+    try:
+        ChatTemplate(found)
+    except ChatTemplateError as exc:
+        raise UsageError(
+            str(exc),
+            "fix the template (the front renders it as transformers does), or set FRONTEND=triton to serve it "
+            "with the image's own frontend",
+        ) from None
+    return f"chat template {', '.join(sorted(found.templates))} from {found.origin} compiles"
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) != 2 or argv[0] != "--check":
+        print(f"usage: python -m {__name__} --check TOKENIZER_DIR", file=sys.stderr)
+        return 2
+    try:
+        print(check(Path(argv[1])))
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return exc.exit_code
+    except ImportError as exc:  # jinja2 missing from the front's path: the front could not render either
+        print(f"the OpenAI front cannot render chat templates: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

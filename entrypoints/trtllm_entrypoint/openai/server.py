@@ -21,9 +21,11 @@ import msgspec
 from aiohttp import web
 
 from trtllm_entrypoint import contract
+from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.openai import chat, chat_template, completions, serving, tokens
 from trtllm_entrypoint.openai.backend import Backend
+from trtllm_entrypoint.openai.chat_template import ChatTemplateError
 from trtllm_entrypoint.openai.drain import ERROR_CODE, Drain
 from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.openai.protocol import (
@@ -228,8 +230,12 @@ def take_start(environ: MutableMapping[str, str]) -> tuple[FrontPlan, str]:
 
 def main() -> None:
     plan, key = take_start(os.environ)
+    try:
+        front = build(plan, key)
+    except (ChatTemplateError, UsageError) as exc:  # the entrypoint checked it at start: a front started by hand
+        raise SystemExit(f"error: {exc}") from None
     web.run_app(
-        make_app(build(plan, key)),
+        make_app(front),
         host=plan.host,
         port=plan.port,
         reuse_port=True,

@@ -21,7 +21,7 @@ from typing import Any
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.config.image_facts import ImageFacts
-from trtllm_entrypoint.config.settings import Settings
+from trtllm_entrypoint.config.settings import SERVED_NAME, Settings
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 
 WORKFLOW_DIR = {"engine": "inflight_batcher_llm", "llmapi": "llmapi"}
@@ -242,8 +242,10 @@ def rename_model(text: str, name: str) -> str:
 
 
 def served_name(settings: Settings, workflow: str) -> str:
-    """SERVED_MODEL_NAME (settings checked its form and that no inner model has it), or the entry model's name."""
-    return settings.served_model_name or contract.ENTRY_MODEL[workflow]
+    """The entry model's name in the repository: SERVED_MODEL_NAME where it is a Triton model name (settings checked
+    its form and that no inner model has it; an OpenAI name such as `org/name` is not one), else the workflow's."""
+    name = settings.served_model_name
+    return name if name and SERVED_NAME.fullmatch(name) else contract.ENTRY_MODEL[workflow]
 
 
 def workflow_templates(templates_dir: Path, workflow: str) -> Path:

@@ -350,3 +350,19 @@ def test_resources_default_to_a_memory_limit_and_no_cpu_limit():
     }
     pod = next(_pod_specs(documents(kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL))))
     assert not {"nodeSelector", "tolerations", "affinity", "imagePullSecrets", "serviceAccountName"} & set(pod)
+
+
+def test_the_openai_example_request_names_the_model_as_the_runtime_serves_it(the_matrix):
+    """SERVED_MODEL_NAME={{.Name}}: the service's name is the model on the OpenAI API, and the files say how to ask."""
+    options = kserve.KServeOptions(tag="25.01", model_id=HUB_MODEL, frontend="openai", name="chat")
+    plan = kserve.make_kserve_plan(the_matrix, options)
+    runtime, service = (
+        by_kind(list(plan.documents), "ClusterServingRuntime"),
+        by_kind(list(plan.documents), "InferenceService"),
+    )
+    env = {e["name"]: e["value"] for e in runtime["spec"]["containers"][0]["env"]}
+    assert env["SERVED_MODEL_NAME"] == "{{.Name}}" and service["metadata"]["name"] == "chat"
+    header = kserve.render_manifests(plan).split("---", 1)[0]
+    assert "svc/chat-predictor" in header and '"model": "chat"' in header and "/v1/chat/completions" in header
+    triton = kserve.make_kserve_plan(the_matrix, dataclasses.replace(options, frontend="triton"))
+    assert "/v1/chat/completions" not in triton.header

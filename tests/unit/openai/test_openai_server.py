@@ -152,6 +152,14 @@ def test_the_start_takes_the_plan_and_the_key_from_the_environment_and_drops_bot
         server.take_start({contract.FRONT_PLAN_VARIABLE: "not json"})
 
 
+def test_a_worker_started_by_hand_with_a_broken_chat_template_stops_with_one_line(kit, monkeypatch):
+    """The entrypoint refuses it at start; a worker started some other way says why in one line, no traceback."""
+    (Path(kit.plan.tokenizer) / "chat_template.jinja").write_text("{% for m in messages %}")
+    monkeypatch.setenv(contract.FRONT_PLAN_VARIABLE, kit.plan.to_json())
+    with pytest.raises(SystemExit, match=r"^error: the chat template in .*chat_template.jinja does not compile"):
+        server.main()
+
+
 @pytest.mark.process
 def test_the_worker_runs_as_its_own_process_from_the_plan_in_its_environment(kit, tmp_path):
     key = kit.key

@@ -38,15 +38,19 @@ PYTHON_MODEL_DOUBLES = DOUBLES_DIR / "python_models_double"
 
 
 def examples() -> dict[str, str]:
-    """Every converter models.yaml names, in both examples layouts (TensorRT-LLM <= 0.19 and >= 0.20), and the
-    quantization script: path under the app dir -> the double that plays it."""
+    """Every converter models.yaml names, in both examples layouts (TensorRT-LLM <= 0.19 and >= 0.20), the
+    quantization script and the LoRA adapter converter: path under the app dir -> the double that plays it."""
     paths = {
         f"{model.converter_dir(layout)}/convert_checkpoint.py": "convert_checkpoint_double.py"
         for model in load_models()
         if model.engine is not None
         for layout in LAYOUTS
     }
-    return {**dict(sorted(paths.items())), "examples/quantization/quantize.py": "quantize_double.py"}
+    return {
+        **dict(sorted(paths.items())),
+        "examples/quantization/quantize.py": "quantize_double.py",
+        "examples/hf_lora_convert.py": "hf_lora_convert_double.py",
+    }
 
 
 def wrapper_text(script: str) -> str:

@@ -11,7 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from trtllm_entrypoint.config.image_facts import ImageFacts
-from trtllm_entrypoint.config.records import EngineSpec
+from trtllm_entrypoint.config.records import DERIVED_FROM, EngineSpec
 from trtllm_entrypoint.config.variables import VARIABLES
 from trtllm_images import matrix, model_support
 
@@ -29,7 +29,9 @@ FACTS = ImageFacts(
 )
 
 # The engine spec of a start that sets none of its variables: the variable table's defaults.
-ENGINE_DEFAULTS = {f.name: VARIABLES[f.name.upper()].default for f in fields(EngineSpec)}
+ENGINE_DEFAULTS = {
+    f.name: f.default if DERIVED_FROM in f.metadata else VARIABLES[f.name.upper()].default for f in fields(EngineSpec)
+}
 
 
 def write_image_data(directory: Path, the_matrix: matrix.Matrix | None = None) -> Path:

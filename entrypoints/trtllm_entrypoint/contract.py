@@ -6,6 +6,8 @@ import re
 
 # Where KServe's storage initializer, PVC or modelcar puts the model; always treated as read-only.
 KSERVE_MODEL_DIR = "/mnt/models"
+# Where `build.py kserve --adapters` mounts the LoRA adapters' claim (read-only), named in LORA_DIR.
+KSERVE_ADAPTERS_DIR = "/mnt/adapters"
 
 # Written by build.py into every image: the whole matrix as JSON, and the tag that describes the image.
 MATRIX_FILE = "/etc/trtllm-images/matrix.json"
@@ -27,6 +29,9 @@ FRONT_KEY_VARIABLE = "TRTLLM_FRONT_ADMIN_KEY"
 ADMIN_KEY_HEADER = "admin-key"
 # The variable that hands the front's plan (openai/plan.py's FrontPlan, as JSON) to each of its processes.
 FRONT_PLAN_VARIABLE = "TRTLLM_FRONT_PLAN"
+# prometheus_client's own: the directory where every front process writes its metric values (multiprocess mode), made
+# fresh for each start by the supervisor; read when prometheus_client is first imported.
+FRONT_METRICS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 # PID 1 of the images (ENTRYPOINT): passes signals to the server and reaps the ready-line watcher.
 TINI = "/opt/trtllm-images/bin/tini"
 

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from trtllm_entrypoint.config import gpu, server_args
 from trtllm_entrypoint.config.credentials import check_typed_keys, token_values
@@ -28,7 +28,7 @@ from trtllm_entrypoint.inspection import flags as flagcheck
 from trtllm_entrypoint.inspection import probe
 from trtllm_entrypoint.inspection.check import check
 from trtllm_entrypoint.launch import argv as launch
-from trtllm_entrypoint.launch import group, preflight, ready, security, serve_files, supervise
+from trtllm_entrypoint.launch import group, lora, preflight, ready, security, serve_files, supervise
 from trtllm_entrypoint.launch import plan as serve_plan
 from trtllm_entrypoint.launch.group import group_from_env
 from trtllm_entrypoint.launch.health import health, health_url, record_health_url
@@ -269,12 +269,20 @@ def locate_model(settings: Settings, facts: ImageFacts, log: Log, given: locate.
 def checked_model(settings: Settings, facts: ImageFacts, log: Log, located: Located) -> Located:
     """The model, after every check that needs no download: the first write or download comes after them."""
     source = located.source
+    lora.check_servable(settings, facts)
+    config: dict[str, Any] = {}
     if source.kind in ("hub", "checkpoint"):
         # Refuse a checkpoint this image cannot serve with its workflow before any weight is downloaded or built;
         # the model list is read this once, and the converter an engine would be built with is kept.
         table, config = models.load(facts.models_file), hub.read_config(source, settings)
         models.require_support(table, config, facts, settings.workflow)
         located = dataclasses.replace(located, converter=models.engine_converter(table, config, facts))
+    built = located.built.config if located.built is not None else None
+    if built is not None:
+        config = built.get("pretrained_config") or {}
+    build_config = built.get("build_config") or {} if built else None
+    found, flags = lora.read(settings, source, config, log, build_config, located.model_dir)
+    located = dataclasses.replace(located, adapters=found, lora_flags=flags)
     preflight.check(settings, facts, located)
     if source.kind != "hub":
         return located
@@ -332,8 +340,9 @@ def prepare(
         plan = serve_plan.with_engine(plan, engine_config.read(engine_dir))
     if plan.taken:
         log.info("serving the limits the engine was built with", **plan.taken)
+    lora_values = lora.fill_values(plan, facts, env, log)  # the adapters converted for the engine, once per set
     with log.phase("fill"):
-        repo = serve_files.write_repository(plan, facts, log, engine_dir)
+        repo = serve_files.write_repository(plan, facts, log, engine_dir, lora_values)
     resolved = LaunchPlan(
         plan=plan,
         facts=facts,

@@ -62,7 +62,15 @@ TRTLLM_BUILD = {
     "--reduce_fusion": ((0, 12), None),
     "--builder_force_num_profiles": ((0, 12), (0, 15)),
     "--monitor_memory": ((0, 17), None),
+    # LoRA: build.py's own flags and the lora_plugin plugin flag (engine-build-cli.md snapshots from ~0.9 on)
+    "--lora_plugin": ((0, 9), None),
+    "--lora_target_modules": ((0, 9), None),
+    "--max_lora_rank": ((0, 9), None),
+    "--lora_dir": ((0, 9), None),
+    "--lora_ckpt_source": ((0, 9), None),
 }
+# examples/hf_lora_convert.py (TensorRT-LLM's PEFT adapter converter; its argparse at main 05316d33 and later).
+HF_LORA_CONVERT = dict.fromkeys(("--out-dir", "-o", "--in-file", "-i", "--verbose", "--storage-type"), ALWAYS)
 
 CONVERTER = dict.fromkeys(
     (
@@ -229,6 +237,8 @@ def program_flags(program: str, version: tuple[int, ...], folder: str = "") -> l
         return flags_at(TRTLLM_BUILD, version)
     if program == "quantize":
         return flags_at(QUANTIZE, version)
+    if program == "hf_lora_convert":
+        return flags_at(HF_LORA_CONVERT, version)
     return flags_at({**CONVERTER, **CONVERTER_EXTRA.get(folder, {})}, version)
 
 

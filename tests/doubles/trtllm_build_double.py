@@ -25,6 +25,14 @@ def typed(value: str) -> object:
     return value
 
 
+def nargs(argv: list[str], flag: str) -> list[str]:
+    """The words after `flag` up to the next flag (argparse's nargs='+')."""
+    if flag not in argv:
+        return []
+    rest = argv[argv.index(flag) + 1 :]
+    return rest[: next((i for i, word in enumerate(rest) if word.startswith("--")), len(rest))]
+
+
 def world_size(checkpoint_config: dict) -> int:
     mapping = checkpoint_config.get("mapping") or {}
     if "world_size" in mapping:
@@ -59,6 +67,14 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     time.sleep(float(os.environ.get("TRTLLM_BUILD_DOUBLE_SLEEP") or 0))
     build_config = {k: typed(v[-1]) for k, v in flags.items() if k and k not in ("checkpoint_dir", "output_dir")}
+    if "lora_plugin" in flags:  # where the real build_config keeps them: plugin_config and lora_config
+        build_config["plugin_config"] = {"lora_plugin": build_config.pop("lora_plugin")}
+        build_config["lora_config"] = {
+            "lora_target_modules": nargs(argv, "--lora_target_modules"),
+            "max_lora_rank": int(last(flags, "max_lora_rank", "64")),
+        }
+        build_config.pop("lora_target_modules", None)
+        build_config.pop("max_lora_rank", None)
     ranks = world_size(checkpoint)
     for rank in range(ranks):
         (out / f"rank{rank}.engine").write_bytes(b"double-engine rank %d\n" % rank)

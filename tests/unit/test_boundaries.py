@@ -33,7 +33,7 @@ def imports(path: Path) -> list[tuple[str, bool]]:
 
 # The OpenAI front runs in processes of its own, with its libraries on a private path (contract.FRONT_DIR): every module
 # of openai/ but the plan the entrypoint hands it.
-FRONT_LIBRARIES = {"aiohttp", "msgspec", "jinja2", "tokenizers", "transformers"}
+FRONT_LIBRARIES = {"aiohttp", "msgspec", "jinja2", "tokenizers", "transformers", "prometheus_client"}
 # What the front takes from the rest of the container package: leaves only, which never import the front back.
 # and the model's chat templates and special tokens, found as preflight finds them (model.chat_templates reads them
 # with model.files' bounds), and the log's format for the drain's lines.

@@ -109,7 +109,7 @@ def test_every_documented_docker_run_is_copy_paste_safe():
         if run.serves and (len(stop) != 1 or int(stop[0]) < drain + margin):
             problems.append(f"--stop-timeout must outlast the drain ({drain} s) by {margin} s: {where}")
         model = env.get("MODEL_ID") or ""
-        if is_hub_id(model) and "HF_TOKEN" not in env:
+        if is_hub_id(model) and not {"HF_TOKEN", "HF_TOKEN_FILE"} & set(env):
             problems.append(f"a hub model (gated ones need the token): -e HF_TOKEN missing: {where}")
         answering = {contract.DEFAULT_HTTP_PORT, contract.DEFAULT_GRPC_PORT, contract.DEFAULT_METRICS_PORT}
         if "openai" in run.text.lower():

@@ -230,3 +230,18 @@ def test_exec_argv_replaces_the_process_with_the_given_environment(monkeypatch):
 def test_exec_argv_missing_program_is_a_clear_error(tmp_path):
     with pytest.raises(EntrypointError, match="cannot run no-such-tritonserver: not found"):
         launch.exec_argv(["no-such-tritonserver"], {"PATH": str(tmp_path)})
+
+
+def test_tags_whose_triton_has_the_first_response_histogram_get_it_before_the_users_arguments():
+    import dataclasses
+
+    facts = dataclasses.replace(FACTS, features=("triton_histogram_latencies",))
+    argv = launch.server_argv(
+        make_settings(TRITON_ARGS="--metrics-config=summary_latencies=true"), facts, REPO, 2, uid=1
+    )
+    flag = "--metrics-config=histogram_latencies=true"
+    assert argv.count(flag) == 1 and argv.index(flag) < argv.index("--metrics-config=summary_latencies=true")
+    assert argv.index(flag) < argv.index(":")  # rank 0 only: the other ranks serve no metrics
+    assert flag not in launch.server_argv(make_settings(), FACTS, REPO, 1, uid=1)  # 24.10 and before have none
+    assert flag in launch.server_argv(make_settings(), image_facts("24.11"), REPO, 1, uid=1)
+    assert flag not in launch.server_argv(make_settings(), image_facts("24.10"), REPO, 1, uid=1)

@@ -86,3 +86,25 @@ def test_the_fronts_environment_carries_its_plan_the_key_and_its_own_libraries_o
     assert supervise.front_environ({}, "k", PLAN)["PYTHONPATH"] == os.pathsep.join(
         [str(tmp_path / python), str(tmp_path / "any")]
     )
+
+
+def test_every_worker_gets_one_private_metrics_directory_removed_at_the_end(tmp_path):
+    # each worker writes, into a file of its own, the directory it was given and that directory's mode
+    probe = (
+        "import os, sys; d = os.environ['PROMETHEUS_MULTIPROC_DIR']; "
+        "open(os.path.join(sys.argv[1], str(os.getpid())), 'w').write(f'{d} {oct(os.stat(d).st_mode & 0o777)}')"
+    )
+    front = ["sh", "-c", f'{sys.executable} -c "{probe}" {tmp_path}; sleep 60']
+    tree = start(tmp_path, ["sh", "-c", "sleep 3; exit 0"], front, workers=2)
+    assert tree.wait(timeout=30) == 0
+    seen = {p.read_text() for p in tmp_path.iterdir() if p.name.isdigit()}
+    assert len(seen) == 1, seen  # one directory for all the workers, private to this UID
+    directory, mode = seen.pop().split()
+    assert mode == "0o700" and not Path(directory).exists()  # gone with the front
+
+
+def test_each_start_gets_an_empty_metrics_directory():
+    with supervise.metrics_dir() as first, supervise.metrics_dir() as second:
+        assert first != second and os.listdir(first) == os.listdir(second) == []
+        Path(first, "counter_1.db").write_text("x")
+    assert not Path(first).exists() and not Path(second).exists()

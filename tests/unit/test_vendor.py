@@ -83,7 +83,7 @@ def test_unsafe_paths_in_the_lock_are_refused(tmp_path, take):
 def test_the_projects_lock_pins_every_artifact():
     artifacts = vendor.load()
     front = {"aiohttp", "aiohappyeyeballs", "aiosignal", "attrs", "frozenlist", "idna", "msgspec", "multidict"}
-    front |= {"propcache", "typing-extensions", "yarl", "jinja2", "markupsafe"}
+    front |= {"prometheus-client", "propcache", "typing-extensions", "yarl", "jinja2", "markupsafe"}
     assert {a.name for a in artifacts} == {"protobuf", "tritonclient", "tini"} | front
     # The front's compiled libraries: one wheel each for every Python of the matrix's tags (and the stand-in's).
     pythons = {".".join(e.python.split(".")[:2]) for e in matrix.load().supported() if e.python}

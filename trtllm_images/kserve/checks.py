@@ -78,6 +78,12 @@ def problems_of(o: KServeFields) -> list[str]:
     if not _DNS_1035_LABEL.fullmatch(o.name):
         problems.append(f"--name {o.name!r} must start with a lowercase letter (KServe's rule for service names)")
     problems += _storage_problems(o.storage_uri)
+    if o.adapters is not None:
+        if not o.adapters.startswith("pvc://"):
+            problems.append(f"--adapters {o.adapters!r} must name a PersistentVolumeClaim: pvc://<claim>[/<path>]")
+        problems += _storage_problems(o.adapters, "--adapters")
+        if isinstance(o.nodes, int) and o.nodes > 1:
+            problems.append("--adapters serves on one node (a multi-node group takes no --adapters)")
     for label, ref in (("image", o.image), ("registry", o.registry and f"{o.registry}/trtllm-serve:x")):
         if ref and not _IMAGE_REF.fullmatch(ref):
             problems.append(f"--{label} {getattr(o, label)!r} is not an image reference such as ghcr.io/org/name:tag")
@@ -255,16 +261,16 @@ def _parallelism_problems(o: KServeFields) -> list[str]:
     return problems
 
 
-def _storage_problems(uri: str | None) -> list[str]:
+def _storage_problems(uri: str | None, label: str = "--storage-uri") -> list[str]:
     """A pvc:// URI names a claim (a DNS subdomain) and a path inside it that stays inside it."""
     if uri is None or not uri.startswith("pvc://"):
         return []
     claim, _, path = uri[len("pvc://") :].partition("/")
     problems = []
     if len(claim) > 253 or not _DNS_SUBDOMAIN.fullmatch(claim):
-        problems.append(f"--storage-uri {uri!r} must name a PersistentVolumeClaim: pvc://<claim>[/<path>]")
+        problems.append(f"{label} {uri!r} must name a PersistentVolumeClaim: pvc://<claim>[/<path>]")
     if any(part in (".", "..") for part in path.split("/")):
-        problems.append(f"--storage-uri {uri!r} may not leave the claim ('.' or '..' in the path)")
+        problems.append(f"{label} {uri!r} may not leave the claim ('.' or '..' in the path)")
     return problems
 
 

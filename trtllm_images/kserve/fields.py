@@ -17,6 +17,7 @@ class KServeFields:
     model_id: str | None = None  # hub id; None -> the model that storage_uri puts at /mnt/models
     model_revision: str | None = None
     storage_uri: str | None = None
+    adapters: str | None = None  # pvc://<claim>[/<path>]: LoRA adapters mounted read-only for LORA_DIR (docs/lora.md)
     tp_size: int = cast(int, VARIABLES["TP_SIZE"].default)
     pp_size: int = cast(int, VARIABLES["PP_SIZE"].default)
     namespace: str = "default"

@@ -83,6 +83,12 @@ OPTIONS = (
     Option("model_id", "Hugging Face model id the pod downloads (or give --storage-uri)."),
     Option("model_revision", "Pin the hub model to a revision."),
     Option("storage_uri", "KServe puts the model at /mnt/models: s3://, gs://, pvc://, hf://, …"),
+    Option(
+        "adapters",
+        "LoRA adapters (docs/lora.md): a claim of PEFT adapters, one per subdirectory, mounted read-only at "
+        "/mnt/adapters as LORA_DIR (tags from 25.05; the engine workflow).",
+        metavar="pvc://CLAIM[/PATH]",
+    ),
     Option("tp_size", "Tensor parallelism."),
     Option("pp_size", "Pipeline parallelism (GPUs = TP x PP)."),
     Option("namespace"),

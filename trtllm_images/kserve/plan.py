@@ -19,6 +19,7 @@ from trtllm_entrypoint import contract
 from trtllm_entrypoint.contract import DEFAULT_CACHE_DIR, DEFAULT_METRICS_PORT, KSERVE_MODEL_DIR, UID
 from trtllm_entrypoint.errors import Error, UsageError
 from trtllm_images.atomic import write_atomic
+from trtllm_images.capabilities import load_capabilities
 from trtllm_images.kserve import multinode, pod, scaling
 from trtllm_images.kserve.findings import CONTAINER, semantic_findings
 from trtllm_images.kserve.options import KServeOptions, to_flags
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from trtllm_images.matrix import Matrix, MatrixEntry
 
 MODEL_FORMAT = "tensorrt-llm"  # our own format, so auto-selection never competes with kserve-tritonserver
+HTTP_PORT_NAME = "http1"  # KServe's name for the port it routes HTTP to (the OpenAI front's with --frontend openai)
 PROTOCOLS = ("v2", "grpc-v2")  # --frontend openai declares none: the OpenAI API is none of KServe's protocols
 MODELS_VOLUME = "models"
 ISVC_LABEL = "serving.kserve.io/inferenceservice"  # KServe puts it on every predictor pod
@@ -57,6 +59,12 @@ def make_kserve_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
             f"--frontend openai: image {entry.tag} has no Triton OpenAI frontend",
             f"use --tag {first} or later" if first else "use --frontend triton",
         )
+    if options.adapters and "lora_prefetch" not in load_capabilities().features_of(entry):
+        first = next((e.tag for e in matrix.supported() if "lora_prefetch" in load_capabilities().features_of(e)), None)
+        raise UsageError(
+            f"--adapters: image {entry.tag}'s backend cannot serve LoRA adapters (docs/lora.md)",
+            f"use --tag {first} or later" if first else "leave out --adapters",
+        )
     image = options.image or default_image
     if options.nodes > 1:  # KServe's multi-node path is Ray's: a LeaderWorkerSet instead (docs/kserve.md)
         documents = [_pvc(options)] if options.cache == "pvc" else []
@@ -67,7 +75,8 @@ def make_kserve_plan(matrix: Matrix, options: KServeOptions) -> KServePlan:
             documents.append(_pvc(options))
         documents.append(_inference_service(options, entry.default_workflow))
         if options.autoscaled:  # the autoscaler's data; it needs the Prometheus Operator (docs/kserve.md)
-            documents.append(pod.pod_monitor(options, f"{options.name}-triton", {ISVC_LABEL: options.name}))
+            labels = {ISVC_LABEL: options.name}
+            documents.append(pod.pod_monitor(options, f"{options.name}-triton", labels, front_port=HTTP_PORT_NAME))
         if options.warm_job:
             documents.append(_warm_job(options, image))
     # An image given with --image is the user's own; only the default one must be an image build.py makes.
@@ -118,7 +127,7 @@ def _runtime(entry: MatrixEntry, o: KServeOptions, image: str) -> dict:
             }
         ),
         # One port only: Knative rejects more, and KServe's Service sends port 80 to the first one.
-        "ports": [{"name": "http1", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        "ports": [{"name": HTTP_PORT_NAME, "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": pod.gpu_resources(o, o.gpus),
         **pod.serving_probes(o.frontend),
         "securityContext": pod.security_context(),
@@ -162,11 +171,11 @@ def _inference_service(o: KServeOptions, workflow: str) -> dict:
             "env": pod.model_env(o) + pod.admin_key_env(o),
             # Both ports, HTTP first: raw deployments expose every declared port, the first one as the Service's
             # port 80.
-            "ports": [{"name": "http1", "containerPort": HTTP_PORT, "protocol": "TCP"}]
+            "ports": [{"name": HTTP_PORT_NAME, "containerPort": HTTP_PORT, "protocol": "TCP"}]
             + ([] if o.frontend == "openai" else [{"name": "grpc-v2", "containerPort": GRPC_PORT, "protocol": "TCP"}])
             + [{"name": pod.METRICS_PORT_NAME, "containerPort": DEFAULT_METRICS_PORT, "protocol": "TCP"}],
             "resources": pod.gpu_resources(o, o.gpus),
-            "volumeMounts": [{"name": pod.CACHE_VOLUME, "mountPath": DEFAULT_CACHE_DIR}],
+            "volumeMounts": [{"name": pod.CACHE_VOLUME, "mountPath": DEFAULT_CACHE_DIR}, *pod.adapters_volume(o)[1]],
         }
     )
     predictor: dict[str, Any] = {"minReplicas": o.min_replicas, "maxReplicas": o.max_replicas}
@@ -184,7 +193,7 @@ def _inference_service(o: KServeOptions, workflow: str) -> dict:
             "securityContext": {"fsGroup": UID},
             **pod.pod_settings(o),
             "model": model,
-            "volumes": [pod.cache_volume(o)],
+            "volumes": [pod.cache_volume(o), *pod.adapters_volume(o)[0]],
         }
     )
     return {
@@ -241,6 +250,8 @@ def _warm_job(o: KServeOptions, image: str) -> dict:
             mount["subPath"] = sub_path
         mounts.append(mount)
         volumes.append({"name": MODELS_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+    volumes += pod.adapters_volume(o)[0]
+    mounts += pod.adapters_volume(o)[1]
     container = {
         "name": "prepare",
         "image": image,

@@ -24,7 +24,7 @@ GPU = "nvidia.com/gpu"
 STARTUP_BUDGET_SECONDS = 2 * 3600  # a cold engine build of a large model
 STARTUP_PERIOD_SECONDS = 30
 _TRITON_PATHS = (contract.READY_PATHS["triton"], "/v2/health/live")  # readiness, liveness
-CACHE_VOLUME, SHM_VOLUME = "trtllm-cache", "devshm"
+CACHE_VOLUME, SHM_VOLUME, ADAPTERS_VOLUME = "trtllm-cache", "devshm", "lora-adapters"
 TOKEN_KEY = "token"
 ADMIN_KEY_KEY = "key"  # key of the admin-key Secret (Triton's restricted APIs, README "Security")
 PART_OF = {"app.kubernetes.io/part-of": "trtllm-images"}
@@ -111,6 +111,8 @@ def model_env(o: KServeOptions) -> list[dict]:
             "PP_SIZE": o.pp_size,
         }
     )
+    if o.adapters:  # the adapters are part of what is prepared: the warm Job converts them as the service would
+        env += env_list({"LORA_DIR": contract.KSERVE_ADAPTERS_DIR, "WORKFLOW": "engine"})
     env += [{"name": name, "value": value} for name, _, value in (item.partition("=") for item in o.env)]
     if o.model_id and o.hf_token_secret:
         env.append(
@@ -144,12 +146,26 @@ def cache_volume(o: KServeOptions) -> dict:
     return {"name": CACHE_VOLUME, "emptyDir": {}}
 
 
-def pod_monitor(o: KServeOptions, name: str, labels: dict[str, str]) -> dict:
-    """How Prometheus (through the Prometheus Operator) scrapes Triton's metrics port of the serving pods."""
-    endpoint = {"port": METRICS_PORT_NAME, "path": "/metrics", "interval": SCRAPE_INTERVAL}
+def pod_monitor(o: KServeOptions, name: str, labels: dict[str, str], front_port: str | None = None) -> dict:
+    """How Prometheus (through the Prometheus Operator) scrapes the serving pods: Triton's metrics port, and with
+    --frontend openai the front's own /metrics on `front_port` (its LLM metrics, docs/metrics.md)."""
+    endpoints = [{"port": METRICS_PORT_NAME, "path": "/metrics", "interval": SCRAPE_INTERVAL}]
+    if o.frontend == "openai" and front_port is not None:
+        endpoints.append({"port": front_port, "path": "/metrics", "interval": SCRAPE_INTERVAL})
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
         "metadata": meta(name, o.namespace),
-        "spec": {"selector": {"matchLabels": labels}, "podMetricsEndpoints": [endpoint]},
+        "spec": {"selector": {"matchLabels": labels}, "podMetricsEndpoints": endpoints},
     }
+
+
+def adapters_volume(o: KServeOptions) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts) for --adapters: its claim, read-only, at contract.KSERVE_ADAPTERS_DIR (LORA_DIR)."""
+    if not o.adapters:  # validated: pvc://<claim>[/<path>]
+        return [], []
+    claim, _, sub_path = o.adapters[len("pvc://") :].partition("/")
+    mount = {"name": ADAPTERS_VOLUME, "mountPath": contract.KSERVE_ADAPTERS_DIR, "readOnly": True}
+    if sub_path:
+        mount["subPath"] = sub_path
+    return [{"name": ADAPTERS_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}], [mount]

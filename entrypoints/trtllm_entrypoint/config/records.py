@@ -11,6 +11,9 @@ from pathlib import Path
 
 from trtllm_entrypoint.config.variables import Dtype, Frontend, LogFormat, LogLevel, Quantization, Workflow
 
+# A field of EngineSpec that no variable sets: the variable it is derived from (docs/cache.md names that one).
+DERIVED_FROM = "derived_from"
+
 
 @dataclass(frozen=True)
 class CommandLine:
@@ -39,6 +42,8 @@ class ModelSettings:
     cache_fallback_reason: str | None = None
     model_init_async: bool = False  # MODEL_INIT_MODE=async: a modelcar may put the model in place after we start
     workflow: Workflow
+    lora_dir: Path | None = None  # LORA_DIR: PEFT adapters, one per subdirectory (model/adapters.py)
+    lora_max_rank: int = 64  # LORA_MAX_RANK
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +77,8 @@ class EngineSpec(Parallelism, Limits):
     dtype: Dtype
     quantization: Quantization
     enable_kv_cache_reuse: bool  # also turns on paged context FMHA at build time
+    # trtllm-build's LoRA flags, derived from LORA_DIR's adapters once they are read (launch/lora.py); empty without.
+    lora_flags: tuple[str, ...] = field(default=(), metadata={DERIVED_FROM: "LORA_DIR"})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -174,6 +174,8 @@ def _model_values(env: Env, facts: ImageFacts) -> dict[str, Any]:
         "engine_dir": engine_dir,
         "templates_dir": templates_dir,
         "repository_dir": env.path("REPOSITORY_DIR"),
+        "lora_dir": env.path("LORA_DIR"),
+        "lora_max_rank": env.integer("LORA_MAX_RANK"),
         "workflow": workflow.lower() if workflow else default_workflow,
         "tp_size": env.integer("TP_SIZE"),
         "pp_size": env.integer("PP_SIZE"),

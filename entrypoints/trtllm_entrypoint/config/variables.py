@@ -181,6 +181,28 @@ TABLE: tuple[Variable, ...] = (
         shown_allowed="a directory holding a prebuilt engine (`config.json` and one `rank<N>.engine` per rank)",
     ),
     Variable(
+        "LORA_DIR",
+        MODEL,
+        "path",
+        "LoRA adapters to serve beside the base model: Hugging Face PEFT adapters (`adapter_config.json` + "
+        "`adapter_model.safetensors`), one per subdirectory, each served under its directory's name (`model` in "
+        "OpenAI requests; `lora_task_id` on Triton's API). Checked against the base before any download, converted "
+        "into the cache, and built into the engine's LoRA flags; see [LoRA adapters](lora.md). NIM: "
+        "`NIM_PEFT_SOURCE`; vLLM: `--enable-lora --lora-modules name=path`.",
+        shown_allowed="a directory, one adapter per subdirectory; only with `WORKFLOW=engine` on tags from 25.05 "
+        "(TensorRT-LLM 0.19), refused elsewhere at start",
+    ),
+    Variable(
+        "LORA_MAX_RANK",
+        MODEL,
+        "integer",
+        "The largest adapter rank (`r`) `LORA_DIR` may hold; an adapter above it is refused at start. The engine is "
+        "built for the largest rank the adapters have, not for this limit. vLLM: `--max-lora-rank` (default 16).",
+        default=64,
+        low=1,
+        high=1024,
+    ),
+    Variable(
         "WORKFLOW",
         ENGINE,
         "special",
@@ -609,6 +631,7 @@ OWN_PREFIXES = (
     "LOG_",
     "PROGRESS_",
     "LOCK_",
+    "LORA_",
 )
 # Names with one of those prefixes that others set: the NGC image's own.
 FOREIGN_PREFIXES = ("TRITON_SERVER_",)

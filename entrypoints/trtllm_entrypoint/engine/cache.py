@@ -57,7 +57,10 @@ def key_inputs(
     return {
         "schema": SCHEMA,
         "model": model_identity,
-        "build": {f.name: getattr(spec, f.name) for f in fields(EngineSpec)},
+        # lora_flags only when there are adapters: engines keyed before LORA_DIR existed keep their keys.
+        "build": {
+            f.name: getattr(spec, f.name) for f in fields(EngineSpec) if f.name != "lora_flags" or spec.lora_flags
+        },
         "tensorrt_llm": facts.tensorrt_llm,
         "tensorrt": facts.tensorrt,
         "compute_capability": gpu_info.compute_capability,

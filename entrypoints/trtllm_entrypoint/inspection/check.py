@@ -15,6 +15,7 @@ from trtllm_entrypoint.config.image_facts import ImageFacts, installation
 from trtllm_entrypoint.config.settings import Settings
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.inspection import probe
+from trtllm_entrypoint.launch import lora
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.model import hub, locate
 from trtllm_entrypoint.model import support as models
@@ -25,6 +26,7 @@ def check(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Lo
     """Print what was detected and resolved; non-zero when the image and the matrix disagree."""
     gpus = gpu.detect_gpus(settings.gpu_visibility)
     model = model_support(settings, facts)
+    lora_report = served_adapters(settings, facts, log)
     report = {
         "facts": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(facts).items()},
         "gpus": [dataclasses.asdict(g) for g in gpus.gpus],
@@ -32,11 +34,14 @@ def check(settings: Settings, facts: ImageFacts, env: Mapping[str, str], log: Lo
         "installed": probe.probe(installation(env, facts)),
         "model": model,
         "template_parameters": template_parameters(settings, facts),
+        "adapters": lora_report,
     }
     print(json.dumps(report, indent=2, default=str))
     problems = compatibility_problems(facts, settings, gpus)
     if model is not None and isinstance(model["problem"], str):
         problems.append(model["problem"])
+    if lora_report is not None and "problem" in lora_report:
+        problems.append(str(lora_report["problem"]))
     for problem in problems:
         log.error(problem)
     return 1 if problems else 0
@@ -56,6 +61,21 @@ def model_support(settings: Settings, facts: ImageFacts) -> dict[str, object] | 
         "workflow": settings.workflow,
         "problem": models.unsupported_reason(models.load(facts.models_file), config, facts, settings.workflow),
     }
+
+
+def served_adapters(settings: Settings, facts: ImageFacts, log: Log) -> dict[str, object] | None:
+    """LORA_DIR's adapters as a start would serve them (name -> task id, the engine's LoRA flags), or the one line
+    a start would refuse them with (None without LORA_DIR). Reads the adapters and the model's config.json only."""
+    if settings.lora_dir is None:
+        return None
+    try:
+        lora.check_servable(settings, facts)
+        source = locate.resolve(settings)
+        config = hub.read_config(source, settings) if source.kind in ("hub", "checkpoint") else {}
+        found, flags = lora.read(settings, source, config, log, model_dir=locate.model_id_dir(settings))
+    except UsageError as exc:
+        return {"problem": exc.message}
+    return {"task_ids": {a.name: a.task_id for a in found}, "engine_flags": list(flags)}
 
 
 def template_parameters(settings: Settings, facts: ImageFacts) -> dict[str, str] | str:

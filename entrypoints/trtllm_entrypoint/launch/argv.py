@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 # The model that ranks other than 0 load: the C++ backend runs the engine on every rank, everything else on rank 0.
 RANK_MODEL = "tensorrt_llm"
+# Rank 0's metrics options by the capability that names the Triton releases having them: the time to each model's
+# first response (nv_inference_first_response_histogram_ms), TTFT for the decoupled models the front streams from.
+METRICS_OPTIONS = {"triton_histogram_latencies": "--metrics-config=histogram_latencies=true"}
 
 
 def _common(settings: Settings, repository: Path, rank: int, auto_complete: bool) -> list[str]:
@@ -68,8 +71,10 @@ def tritonserver_argv(
     restrict: Sequence[str] = (),
     mpi_options: Sequence[str] = (),
     rank_options: Sequence[str] = (),
+    metrics: Sequence[str] = (),
 ) -> list[str]:
-    """`restrict`: the flags that close admin APIs on rank 0's endpoints (security.Restriction.argv);
+    """`restrict`: the flags that close admin APIs on rank 0's endpoints (security.Restriction.argv); `metrics`: rank
+    0's metrics options (before TRITON_ARGS, so a user's own --metrics-config comes later and wins);
     `mpi_options`: where mpirun puts the ranks when they span pods (group.mpirun_options); `rank_options`: what
     each rank's app context gets, the environment for ranks on other pods (group.rank_options)."""
     # The llmapi model reads max_batch_size/decoupled from model.yaml through auto-complete, and starts its own
@@ -80,6 +85,7 @@ def tritonserver_argv(
         _common(settings, repository, 0, auto_complete=llmapi)
         + _ports(settings)
         + list(restrict)
+        + list(metrics)
         + list(settings.triton_args)
     )
     if ranks == 1:
@@ -118,6 +124,7 @@ def server_argv(
         security.restriction(settings, facts).argv(),
         mpi_options,
         rank_options,
+        [option for feature, option in METRICS_OPTIONS.items() if feature in facts.features],
     )
 
 

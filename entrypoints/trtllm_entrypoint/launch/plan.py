@@ -27,6 +27,7 @@ from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.launch import argv as launch
 from trtllm_entrypoint.launch import security
 from trtllm_entrypoint.model import name as model_name
+from trtllm_entrypoint.model.adapters import Adapter
 from trtllm_entrypoint.model.locate import ModelSource
 from trtllm_entrypoint.model.support import Converter
 from trtllm_entrypoint.openai.plan import FrontPlan
@@ -50,6 +51,9 @@ class Located:
     # Where the pre/postprocessing models (and the OpenAI front) find the tokenizer: found and checked before any
     # build (preflight.tokenizer_dir); None for a complete repository, which brings its own.
     tokenizer: Path | None = None
+    # LORA_DIR's adapters, read and checked (launch/lora.py), and the engine flags they need.
+    adapters: tuple[Adapter, ...] = ()
+    lora_flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class ServePlan:
     converter: Converter | str | None = None  # as Located's: what a cached engine is built with
     model_dir: Path | None = None  # as Located's
     tokenizer: Path | None = None  # as Located's
+    adapters: tuple[Adapter, ...] = ()  # as Located's: what the model serves beside the base
 
     @property
     def workflow(self) -> str:
@@ -106,7 +111,7 @@ def decide_serve_plan(settings: Settings, located: Located, typed_argv: tuple[st
             )
         notes.append("the model is a prebuilt engine: using the engine workflow (this image's default is llmapi)")
         workflow = "engine"
-    settings = dataclasses.replace(settings, workflow=workflow)
+    settings = dataclasses.replace(settings, workflow=workflow, lora_flags=located.lora_flags)
     if settings.frontend == "openai" and model.kind == "repository":
         raise UsageError(
             f"FRONTEND=openai serves the repositories the entrypoint fills, not the complete one at {model.path}",
@@ -134,6 +139,7 @@ def decide_serve_plan(settings: Settings, located: Located, typed_argv: tuple[st
         converter=located.converter,
         model_dir=located.model_dir,
         tokenizer=located.tokenizer,
+        adapters=located.adapters,
     )
     return plan if engine != "prebuilt" or located.built is None else with_engine(plan, located.built)
 
@@ -229,4 +235,5 @@ def front_plan(plan: ServePlan, repository: Path) -> FrontPlan | None:
         max_seq_len=s.max_seq_len,
         shutdown_timeout=float(s.exit_timeout_secs),
         log_format=s.log_format,
+        adapters={a.name: a.task_id for a in plan.adapters},
     )

@@ -54,12 +54,15 @@ def ensure_engine(
     return engine_dir
 
 
-def write_repository(serve: ServePlan, facts: ImageFacts, log: Log, engine_dir: Path | None) -> Path:
-    """The plan's repository, filled: REPOSITORY_DIR as named, or below the cache's repositories by its content."""
+def write_repository(
+    serve: ServePlan, facts: ImageFacts, log: Log, engine_dir: Path | None, extra: Mapping[str, str] | None = None
+) -> Path:
+    """The plan's repository, filled: REPOSITORY_DIR as named, or below the cache's repositories by its content.
+    `extra`: more placeholder values (the LoRA adapters' prefetch directory and cache sizes, launch/lora.py)."""
     settings = serve.settings
     if serve.tokenizer is None:
         raise EntrypointError("a repository to fill needs the tokenizer the plan found", "report this as a bug")
-    values = fill.fill_values(settings, facts, engine_dir, serve.tokenizer)
+    values = {**fill.fill_values(settings, facts, engine_dir, serve.tokenizer), **(extra or {})}
     plan = fill.plan_fill(settings.templates_dir, values, settings=settings, model_path=serve.model.path)
     log.info(
         "template parameters you set (LOG_LEVEL=debug or `trtllm-entrypoint check` lists every one)",

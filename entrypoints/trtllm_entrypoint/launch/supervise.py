@@ -9,15 +9,20 @@ code (tritonserver's when it is the one), so a restart policy restarts all of it
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.openai.plan import FrontPlan
+from trtllm_entrypoint.storage import paths
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 POLL_S = 0.2
@@ -41,6 +46,18 @@ def front_environ(base: Mapping[str, str], key: str, plan: FrontPlan) -> dict[st
     return {**front_path_environ(base), **own_values, "PYTHONUNBUFFERED": "1"}
 
 
+@contextlib.contextmanager
+def metrics_dir() -> Iterator[str]:
+    """Where the front's workers keep their metric values (prometheus_client's multiprocess mode), summed by whichever
+    worker answers a scrape: in this start's private state directory (storage/paths.py), created empty (a previous
+    run's files would add its counts), mode 0700, removed when the front stops."""
+    path = Path(tempfile.mkdtemp(prefix="front-metrics-", dir=paths.state_dir()))
+    try:
+        yield str(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def run(
     server_argv: Sequence[str],
     front_argv: Sequence[str],
@@ -49,6 +66,18 @@ def run(
     front_env: Mapping[str, str],
 ) -> int:
     """Start them all, wait until one ends or a stop signal comes, stop the rest; the exit code."""
+    with metrics_dir() as metrics:
+        front_env = {**front_env, contract.FRONT_METRICS_VARIABLE: metrics}
+        return _run(server_argv, front_argv, workers, server_env, front_env)
+
+
+def _run(
+    server_argv: Sequence[str],
+    front_argv: Sequence[str],
+    workers: int,
+    server_env: Mapping[str, str],
+    front_env: Mapping[str, str],
+) -> int:
     stopping: list[int] = []
     for sig in STOP_SIGNALS:
         signal.signal(sig, lambda number, _frame: stopping.append(number))

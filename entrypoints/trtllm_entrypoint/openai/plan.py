@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -27,6 +27,7 @@ class FrontPlan:
     max_seq_len: int  # prompt plus answer, in tokens
     shutdown_timeout: float  # EXIT_TIMEOUT_SECS: how long the workers let streams finish on SIGTERM
     log_format: str = "text"  # LOG_FORMAT: the workers' own lines (the drain's) as the entrypoint writes its lines
+    adapters: Mapping[str, int] = field(default_factory=dict)  # LORA_DIR's adapters: name -> the backend's task id
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -39,4 +40,4 @@ class FrontPlan:
             raise ValueError(
                 f"front plan fields differ: missing {sorted(names - set(data))}, unknown {sorted(set(data) - names)}"
             )
-        return cls(**{**data, "restricted": tuple(data["restricted"])})
+        return cls(**{**data, "restricted": tuple(data["restricted"]), "adapters": dict(data["adapters"])})

@@ -172,6 +172,8 @@ class ModelCard(msgspec.Struct, tag_field="object", tag="model"):
     id: str
     created: int
     owned_by: str
+    root: str | None = None  # as vLLM: the base model a card serves
+    parent: str | None = None  # as vLLM: the base model of a LoRA adapter (None for the base itself)
 
 
 class ModelList(msgspec.Struct, tag_field="object", tag="list"):

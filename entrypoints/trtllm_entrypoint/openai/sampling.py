@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from trtllm_entrypoint.openai.protocol import ApiError, SamplingRequest, Stop
@@ -29,6 +29,7 @@ INPUT_NAMES: dict[str, dict[str, str]] = {
         "seed": "random_seed",
         "logprobs": "return_log_probs",
         "stop": "stop_words",
+        "lora_task_id": "lora_task_id",  # ensemble and BLS from v0.15.0; served only where lora_prefetch_dir loads it
     },
     "llmapi": {
         "prompt": "text_input",
@@ -131,6 +132,15 @@ def sampling(request: SamplingRequest, model: Model, max_tokens: int | None, log
         stops=_stops(request.stop),
         logprobs=logprobs,
     )
+
+
+def with_adapter(model: Model, s: Sampling, task_id: int | None) -> Sampling:
+    """The sampling of a request that names a LoRA adapter: its task id goes to the model's `lora_task_id`."""
+    if task_id is None:
+        return s
+    if model.input_name("lora_task_id") is None:  # the entrypoint serves adapters only where it is declared
+        raise ApiError(400, f"model {model.name} ({model.workflow} workflow) takes no LoRA adapter", "model")
+    return replace(s, values={**s.values, "lora_task_id": task_id})
 
 
 def backend_body(model: Model, prompt: str, s: Sampling, choice: int) -> dict[str, object]:

@@ -4,13 +4,15 @@ routes, the admin key's check, OpenAI's error shape for every failure, and the s
 (contract.FRONT_PLAN_VARIABLE) and the admin key (contract.FRONT_KEY_VARIABLE) from the environment and drops both.
 
 Routes and the RESTRICTED_APIS group that closes them: inference (completions, chat), metadata (/v1/models);
-/health/ready and /health/live stay open, as Triton's health routes do.
+/health/ready, /health/live and /metrics stay open, as Triton's health routes and metrics port do (counts and
+timings, never a prompt or an answer).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -27,6 +29,7 @@ from trtllm_entrypoint.openai import chat, chat_template, completions, serving, 
 from trtllm_entrypoint.openai.backend import Backend
 from trtllm_entrypoint.openai.chat_template import ChatTemplateError
 from trtllm_entrypoint.openai.drain import ERROR_CODE, Drain
+from trtllm_entrypoint.openai.metrics import Metrics
 from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.openai.protocol import (
     ApiError,
@@ -37,7 +40,7 @@ from trtllm_entrypoint.openai.protocol import (
     Request,
     decode,
 )
-from trtllm_entrypoint.openai.sampling import Model
+from trtllm_entrypoint.openai.sampling import Model, with_adapter
 
 ADMIN_HEADER = contract.ADMIN_KEY_HEADER
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -71,14 +74,18 @@ class Front:
                 401, f"RESTRICTED_APIS closes {group}: send the admin key as the API key", code="invalid_api_key"
             )
 
-    def check_model(self, name: str) -> None:
-        if name != self.model.name:
+    def check_model(self, name: str) -> serving.Target:
+        """The base model or the LoRA adapter a request names; anything else is OpenAI's 404."""
+        target = self.served.target(name)
+        if target is None:
+            adapters = f" and its adapters {', '.join(sorted(self.served.adapters))}" if self.served.adapters else ""
             raise ApiError(
                 404,
-                f"the model {name!r} does not exist; this server serves {self.model.name!r}",
+                f"the model {name!r} does not exist; this server serves {self.model.name!r}{adapters}",
                 "model",
                 "model_not_found",
             )
+        return target
 
 
 FRONT = web.AppKey("front", Front)
@@ -107,21 +114,30 @@ async def openai_errors(
         return _json(error.body(), exc.status, {"Allow": exc.headers.get("Allow", "")})
 
 
-def _card(model: Model) -> ModelCard:
-    return ModelCard(model.name, model.created, OWNER)
+def _card(model: Model, target: serving.Target) -> ModelCard:
+    """vLLM's card: an adapter names the base model as its parent."""
+    return ModelCard(
+        target.name, model.created, OWNER, root=model.name, parent=model.name if target.lora_name else None
+    )
 
 
 async def models(request: web.Request) -> web.Response:
     front = request.app[FRONT]
     front.authorize(request, "metadata")
-    return _json(ModelList([_card(front.model)]))
+    names = [front.model.name, *sorted(front.served.adapters)]
+    return _json(ModelList([_card(front.model, front.check_model(name)) for name in names]))
 
 
 async def model(request: web.Request) -> web.Response:
     front = request.app[FRONT]
     front.authorize(request, "metadata")
-    front.check_model(request.match_info["name"])
-    return _json(_card(front.model))
+    return _json(_card(front.model, front.check_model(request.match_info["name"])))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus' text: every worker's values summed (metrics.py)."""
+    measured = request.app[FRONT].served.metrics
+    return web.Response(body=measured.exposition(), headers={"Content-Type": measured.content_type})
 
 
 async def ready(request: web.Request) -> web.Response:
@@ -134,23 +150,33 @@ async def live(_: web.Request) -> web.Response:
     return web.Response(text="live")
 
 
-async def _read(request: web.Request, kind: type[Request]) -> tuple[Front, Request]:
-    """The front and the request's body as `kind`, once the key (where asked for) and the model name are right."""
+async def _read(request: web.Request, kind: type[Request]) -> tuple[Front, Request, serving.Target]:
+    """The front, the request's body as `kind` and the model it names, once the key (where asked for) and the model
+    name are right."""
     front = request.app[FRONT]
     front.authorize(request, "inference")
     req = decode(await request.read(), kind)
-    front.check_model(req.model)
-    return front, req
+    return front, req, front.check_model(req.model)
+
+
+def _targeted(served: serving.Served, work: serving.Work, target: serving.Target) -> serving.Work:
+    """The work for the model the request named (an adapter's task id in its sampling), measured from here on."""
+    return dataclasses.replace(
+        work,
+        sampling=with_adapter(served.model, work.sampling, target.task_id),
+        target=target,
+        measure=served.metrics.request(served.model.name, target.lora_name),
+    )
 
 
 async def completions_route(request: web.Request) -> web.StreamResponse:
-    front, req = await _read(request, CompletionRequest)
-    return await answer(request, front.served, completions.work(front.served, req))
+    front, req, target = await _read(request, CompletionRequest)
+    return await answer(request, front.served, _targeted(front.served, completions.work(front.served, req), target))
 
 
 async def chat_route(request: web.Request) -> web.StreamResponse:
-    front, req = await _read(request, ChatRequest)
-    return await answer(request, front.served, chat.work(front.served, req))
+    front, req, target = await _read(request, ChatRequest)
+    return await answer(request, front.served, _targeted(front.served, chat.work(front.served, req), target))
 
 
 async def answer(request: web.Request, served: serving.Served, work: serving.Work) -> web.StreamResponse:
@@ -195,11 +221,13 @@ def make_app(front: Front) -> web.Application:
     app.router.add_post("/v1/chat/completions", chat_route)
     app.router.add_get("/health/ready", ready)
     app.router.add_get("/health/live", live)
+    app.router.add_get("/metrics", metrics)
     return app
 
 
-def build(plan: FrontPlan, key: str) -> Front:
-    """The worker's state from its plan: the served model's declared inputs, its tokenizer, the backend."""
+def build(plan: FrontPlan, key: str, metrics_dir: str | None = None) -> Front:
+    """The worker's state from its plan: the served model's declared inputs, its tokenizer, the backend, and its
+    metrics (`metrics_dir`: where every worker's values are summed; None: this process's alone)."""
     tokenizer = Path(plan.tokenizer)
     served_model = Model.from_config(plan.served_name, plan.workflow, Path(plan.config).read_text(), plan.config)
     # Triton closes inference to clients without the key when RESTRICTED_APIS has it; we carry it then.
@@ -210,6 +238,8 @@ def build(plan: FrontPlan, key: str) -> Front:
         template=chat_template.load(tokenizer),
         count_tokens=tokens.counter(tokenizer),
         max_seq_len=plan.max_seq_len,
+        metrics=Metrics(plan.max_seq_len, metrics_dir),
+        adapters=dict(plan.adapters),
     )
     return Front(served, frozenset(plan.restricted), key, Drain(plan.shutdown_timeout, Log(plan.log_format).info))
 
@@ -231,7 +261,7 @@ def take_start(environ: MutableMapping[str, str]) -> tuple[FrontPlan, str]:
 def main() -> None:
     plan, key = take_start(os.environ)
     try:
-        front = build(plan, key)
+        front = build(plan, key, os.environ.get(contract.FRONT_METRICS_VARIABLE))
     except (ChatTemplateError, UsageError) as exc:  # the entrypoint checked it at start: a front started by hand
         raise SystemExit(f"error: {exc}") from None
     web.run_app(

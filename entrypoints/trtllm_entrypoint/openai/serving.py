@@ -1,6 +1,7 @@
 """Answering one request of either endpoint: each choice generated from its own backend stream (stop sequences cut
 exactly), then one whole answer or a stream of chunks as they come (several choices interleaved), with finish
-reasons and usage. What differs between the endpoints is only their Shape (completions.py, chat.py)."""
+reasons and usage. What differs between the endpoints is only their Shape (completions.py, chat.py). Every request is
+measured from its arrival to its end (metrics.py), whatever way it ends."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,6 +17,7 @@ import msgspec
 
 from trtllm_entrypoint.openai.backend import Backend, first_float
 from trtllm_entrypoint.openai.chat_template import ChatTemplate
+from trtllm_entrypoint.openai.metrics import Metrics, RequestMetrics
 from trtllm_entrypoint.openai.protocol import ApiError, FinishReason, Usage
 from trtllm_entrypoint.openai.sampling import Model, Sampling, backend_body
 from trtllm_entrypoint.openai.stops import StopScanner
@@ -31,6 +33,24 @@ class Served:
     template: ChatTemplate
     count_tokens: Callable[[str], int]
     max_seq_len: int  # the served model's (MAX_SEQ_LEN, or the engine's own): a chat answer's default room
+    metrics: Metrics
+    adapters: Mapping[str, int] = field(default_factory=dict)  # LoRA adapters: name -> task id
+
+    def target(self, name: str) -> Target | None:
+        """The model a request's `model` names: the base, one of its adapters, or None (unknown)."""
+        if name == self.model.name:
+            return Target(name)
+        task_id = self.adapters.get(name)
+        return Target(name, name, task_id) if task_id is not None else None
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a request asked for: the base model (lora_name empty) or one of its LoRA adapters, with its task id."""
+
+    name: str  # as the client sent it; the answer's `model`
+    lora_name: str = ""
+    task_id: int | None = None
 
 
 @dataclass
@@ -43,6 +63,7 @@ class Choice:
     tokens: int = 0
     stopped: bool = False
     logprobs: list[tuple[str, float]] = field(default_factory=list)
+    done: bool = False  # its generation ended by itself (not cut by the client leaving or an error)
 
     def finish_reason(self, max_tokens: int) -> FinishReason:
         return "length" if not self.stopped and self.tokens >= max_tokens else "stop"
@@ -83,6 +104,8 @@ class Work:
     shape: Shape
     stream: bool
     include_usage: bool
+    target: Target | None = None  # set by the server once the model is known; None: the base
+    measure: RequestMetrics | None = None  # this request's metrics, from its arrival
 
 
 def refuse_unsupported(checks: Iterable[tuple[bool, str, str]]) -> None:
@@ -92,7 +115,9 @@ def refuse_unsupported(checks: Iterable[tuple[bool, str, str]]) -> None:
             raise ApiError(400, f"{message} is not supported (see docs/openai.md)", param)
 
 
-async def generate(served: Served, s: Sampling, choice: Choice) -> AsyncGenerator[tuple[str, float | None], None]:
+async def generate(
+    served: Served, s: Sampling, choice: Choice, measure: RequestMetrics | None = None
+) -> AsyncGenerator[tuple[str, float | None], None]:
     """One choice's text as it comes (stop sequences cut, held back while they may be starting)."""
     scanner = StopScanner(s.stops)
     body = backend_body(served.model, choice.prompt, s, choice.index)
@@ -100,6 +125,8 @@ async def generate(served: Served, s: Sampling, choice: Choice) -> AsyncGenerato
     async with contextlib.aclosing(served.backend.events(body)) as events:
         async for event in events:
             choice.tokens += 1
+            if measure is not None:
+                measure.token(choice.index)
             piece = event.get("text_output", "")
             shown, stopped = scanner.feed(piece if isinstance(piece, str) else str(piece))
             logprob = first_float(event.get(logprob_output)) if logprob_output else None
@@ -109,8 +136,9 @@ async def generate(served: Served, s: Sampling, choice: Choice) -> AsyncGenerato
                 choice.text.append(shown)
                 yield shown, logprob
             if stopped:
-                choice.stopped = True
+                choice.stopped = choice.done = True
                 return  # leaving the block closes the connection: Triton stops generating
+    choice.done = True
     rest = scanner.flush()
     if rest:
         choice.text.append(rest)
@@ -118,7 +146,8 @@ async def generate(served: Served, s: Sampling, choice: Choice) -> AsyncGenerato
 
 
 def _head(served: Served, work: Work) -> Head:
-    return Head(f"{work.shape.prefix}-{secrets.token_hex(12)}", int(time.time()), served.model.name)
+    name = work.target.name if work.target is not None else served.model.name
+    return Head(f"{work.shape.prefix}-{secrets.token_hex(12)}", int(time.time()), name)
 
 
 def _usage(served: Served, work: Work) -> Usage:
@@ -126,38 +155,58 @@ def _usage(served: Served, work: Work) -> Usage:
     return Usage.of(sum(served.count_tokens(p) for p in prompts), sum(c.tokens for c in work.choices))
 
 
+def _finish(served: Served, work: Work, usage: Usage | None = None) -> None:
+    """The request's end for its metrics: each choice's finish reason (`abort` where it did not end by itself) and
+    the tokens its `usage` reports."""
+    if work.measure is None or work.measure.done:
+        return
+    usage = usage or _usage(served, work)
+    reasons = [c.finish_reason(work.sampling.max_tokens) if c.done else "abort" for c in work.choices]
+    work.measure.finish(reasons, usage.prompt_tokens, usage.completion_tokens)
+
+
 async def whole(served: Served, work: Work) -> msgspec.Struct:
     """The whole answer, once every choice has ended."""
     head = _head(served, work)
 
     async def drain(choice: Choice) -> None:
-        async for _ in generate(served, work.sampling, choice):
+        async for _ in generate(served, work.sampling, choice, work.measure):
             pass
 
-    await asyncio.gather(*(drain(choice) for choice in work.choices))
+    usage = None
+    try:
+        await asyncio.gather(*(drain(choice) for choice in work.choices))
+        usage = _usage(served, work)
+    finally:
+        _finish(served, work, usage)
     reasons = [(c, c.finish_reason(work.sampling.max_tokens)) for c in work.choices]
-    return work.shape.whole(head, reasons, _usage(served, work))
+    return work.shape.whole(head, reasons, usage)
 
 
 async def stream(served: Served, work: Work) -> AsyncGenerator[msgspec.Struct, None]:
     """The answer's chunks as they come; closing it early (the client left) closes every backend stream."""
     head = _head(served, work)
-    opening = work.shape.opening(head, work.choices)
-    if opening is not None:
-        yield opening
-    if len(work.choices) == 1:
-        chunks = _chunks_of(served, work, head, work.choices[0])
-    else:
-        chunks = _interleaved(served, work, head)
-    async with contextlib.aclosing(chunks):
-        async for chunk in chunks:
-            yield chunk
-    if work.include_usage:
-        yield work.shape.usage(head, _usage(served, work))
+    try:
+        opening = work.shape.opening(head, work.choices)
+        if opening is not None:
+            yield opening
+        if len(work.choices) == 1:
+            chunks = _chunks_of(served, work, head, work.choices[0])
+        else:
+            chunks = _interleaved(served, work, head)
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                yield chunk
+        usage = _usage(served, work)
+        _finish(served, work, usage)
+        if work.include_usage:
+            yield work.shape.usage(head, usage)
+    finally:
+        _finish(served, work)  # the client left or the model failed: once only (RequestMetrics.finish)
 
 
 async def _chunks_of(served: Served, work: Work, head: Head, choice: Choice) -> AsyncGenerator[msgspec.Struct, None]:
-    async with contextlib.aclosing(generate(served, work.sampling, choice)) as pieces:
+    async with contextlib.aclosing(generate(served, work.sampling, choice, work.measure)) as pieces:
         async for text, logprob in pieces:
             yield work.shape.piece(head, choice, text, logprob)
     yield work.shape.last(head, choice, choice.finish_reason(work.sampling.max_tokens))

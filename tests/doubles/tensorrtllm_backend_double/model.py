@@ -9,6 +9,11 @@ our images depend on it:
 - answers a prompt longer than the engine's max_input_len with an error response;
 - "generates" deterministic tokens: the prompt's ids, last to first, repeated up to the requested length;
 - streams one response per token when the model is decoupled and the request asks for `streaming`;
+- LoRA as the C++ backend does it from v0.19.0: loads every numeric folder of the `lora_prefetch_dir` parameter at
+  start (model.lora_weights.npy and model.lora_config.npy, read with numpy; other names are skipped with a warning),
+  refuses a request's `lora_task_id` when the engine was built without the LoRA plugin or when the task is not
+  cached ("LoRA task … not found in cache"), and records each request's `lora_task_id` (null without one) as a JSON
+  line in $DOUBLE_RECORD_DIR/tensorrtllm_backend.jsonl, for tests to read back;
 - returns the outputs the request asks for (all the config declares when it names none), with their declared
   types, as the real backend does. Sending more crashes a Python >= 3.12 stub: the stub drops the outputs nobody asked
   for after it has released the GIL, and 3.12's allocator needs the GIL to free them (a segfault, which Triton reports
@@ -43,6 +48,41 @@ def _engine_world_size(engine_config):
     if "world_size" in mapping:
         return int(mapping["world_size"])
     return int(mapping.get("tp_size", 1)) * int(mapping.get("pp_size", 1))
+
+
+def _record(entry):
+    """One JSON line per request (one write on an O_APPEND descriptor: lines never interleave)."""
+    directory = os.environ.get("DOUBLE_RECORD_DIR")
+    if not directory:
+        return
+    os.makedirs(directory, exist_ok=True)
+    fd = os.open(os.path.join(directory, "tensorrtllm_backend.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        os.write(fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _prefetch(directory):
+    """The LoRA tasks the real backend loads from lora_prefetch_dir at start: folder name -> rows of its config."""
+    tasks = {}
+    if not directory or not os.path.isdir(directory):
+        return tasks
+    for entry in sorted(os.listdir(directory)):
+        folder = os.path.join(directory, entry)
+        if not os.path.isdir(folder):
+            continue
+        if not entry.isdigit():
+            print(f"[TensorRT-LLM][WARNING] lora task name {entry} is invalid, skipping", flush=True)
+            continue
+        weights = np.load(os.path.join(folder, "model.lora_weights.npy"))
+        config = np.load(os.path.join(folder, "model.lora_config.npy"))
+        if config.ndim != 3 or config.shape[2] != 3 or weights.shape[:2] != config.shape[:2]:
+            raise pb_utils.TritonModelException(
+                f"[TensorRT-LLM][ERROR] LoRA task {entry}: weights {weights.shape} and config {config.shape} disagree"
+            )
+        tasks[int(entry)] = int(config.shape[1])
+    return tasks
 
 
 def _first(request, name, default):
@@ -85,6 +125,12 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(f"[TensorRT-LLM][ERROR] no rank{rank}.engine in {engine_dir}")
         build = engine_config.get("build_config") or {}
         self.max_input_len = int(build.get("max_input_len", 1024))
+        # The real engine records --lora_plugin in its build_config (plugin_config.lora_plugin); the build double
+        # keeps every flag it was given at the top of build_config.
+        self.lora_plugin = bool(build.get("lora_plugin") or (build.get("plugin_config") or {}).get("lora_plugin"))
+        self.lora_tasks = _prefetch(_param(config, "lora_prefetch_dir"))
+        if self.lora_tasks:
+            print(f"tensorrtllm backend double: prefetched LoRA tasks {sorted(self.lora_tasks)}", flush=True)
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.exclude_input = _param(config, "exclude_input_in_output") == "true"
         self.delay_s = float(os.environ.get("TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S") or 0)
@@ -120,6 +166,15 @@ class TritonPythonModel:
         request the real backend rejects."""
         ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy().reshape(-1).tolist()
         ids = ids[: int(_first(request, "input_lengths", len(ids)))]
+        task = _first(request, "lora_task_id", None)
+        task = None if task is None else int(task)
+        _record({"lora_task_id": task, "input_ids": len(ids), "pid": os.getpid()})
+        if task is not None and not self.lora_plugin:
+            raise ValueError(f"[TensorRT-LLM][ERROR] lora_task_id {task} given, but the engine has no LoRA plugin")
+        if task is not None and task not in self.lora_tasks:
+            raise ValueError(
+                f"[TensorRT-LLM][ERROR] LoRA task {task} not found in cache. Please send LoRA weights with request"
+            )
         if len(ids) > self.max_input_len:
             raise ValueError(
                 f"[TensorRT-LLM][ERROR] the prompt has {len(ids)} tokens, more than the engine's "

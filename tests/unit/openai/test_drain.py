@@ -72,7 +72,7 @@ def test_a_stream_that_outlasts_the_grace_ends_with_an_openai_error_event_and_do
         assert len(events) - 2 >= 5, "the tokens before the cut reached the client"
     assert [message for message, _ in said] == ["draining the OpenAI front", "drain done"]
     assert said[0][1]["streams_in_flight"] == 2 and said[0][1]["grace_s"] == 0.7
-    assert said[1][1]["cut"] == 2 and said[1][1]["finished"] == 0 and said[1][1]["seconds"] < 1.0
+    assert said[1][1]["cut"] == 2 and said[1][1]["finished"] == 0 and said[1][1]["seconds"] < 2.0
 
 
 def test_streams_that_finish_within_the_grace_are_not_cut_and_the_drain_says_so():
@@ -81,12 +81,13 @@ def test_streams_that_finish_within_the_grace_are_not_cut_and_the_drain_says_so(
         assert not isinstance(events, BaseException), events
         assert events[-1] == "data: [DONE]" and len(events) == 11 and "error" not in events[-2]
     assert said[1][0] == "drain done" and said[1][1]["cut"] == 0 and said[1][1]["finished"] == 2
-    assert said[1][1]["seconds"] < 2.0, "the drain ends when the last stream does, not at the grace"
+    assert said[1][1]["seconds"] < 4.0, "the drain ends when the last stream does (0.5 s), not at the grace (4.7 s)"
 
 
 def test_with_nothing_in_flight_the_drain_ends_at_once():
     said, _ = asyncio.run(_serve_and_stop(tokens=1, step_s=0.0, grace_s=5.0, clients=0))
-    assert said[0][1]["streams_in_flight"] == 0 and said[1][1] == {"finished": 0, "cut": 0, "seconds": 0.0}
+    assert said[0][1]["streams_in_flight"] == 0 and said[1][1]["finished"] == said[1][1]["cut"] == 0
+    assert said[1][1]["seconds"] < 1.0
 
 
 @pytest.mark.process  # the client asks `uname -p` for its headers

@@ -40,6 +40,11 @@ class _Hub:
         self.server.server_close()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_process():
+    hub_reach._ANSWERED.clear()
+
+
 @pytest.fixture
 def hub(request):
     made = []
@@ -82,7 +87,7 @@ def test_nothing_listening_is_unreachable_at_once():
 
 def test_a_hub_that_never_answers_is_unreachable_within_the_deadline(hub):
     started = time.monotonic()
-    with pytest.raises(hub_reach.HubUnreachable, match="did not answer within 0.5 s"):
+    with pytest.raises(hub_reach.HubUnreachable):  # the socket's timeout or the deadline, whichever comes first
         hub_reach.check("org/model", None, hub(200, delay=4).url, seconds=0.5)
     assert time.monotonic() - started < 3, "the deadline, not the 4 s answer"
 
@@ -96,3 +101,11 @@ def test_the_probe_asks_the_revision_and_sends_a_mirrors_userinfo_as_basic_auth_
     assert path == "/hf/api/models/org/model/revision/refs%2Fpr%2F1"
     assert headers["Authorization"] == "Basic " + base64.b64encode(b"mirror@corp:p:ss").decode()
     assert "hf_secret" not in repr(headers)
+
+
+def test_a_hub_that_answered_is_not_asked_again_in_the_same_start(hub):
+    endpoint = hub(200)
+    hub_reach.check("org/model", None, endpoint.url)
+    hub_reach.check("org/model", None, endpoint.url + "/")
+    hub_reach.check("org/other", None, endpoint.url)
+    assert [path for _, path, _ in endpoint.seen] == ["/api/models/org/model", "/api/models/org/other"]

@@ -79,10 +79,15 @@ def _ask(request: urllib.request.Request, timeout: float) -> int | Exception | N
         return exc
 
 
+_ANSWERED: set[tuple[str, str, str | None]] = set()  # asked once per start: config.json first, then the download
+
+
 def check(repo_id: str, revision: str | None, base: str, seconds: float = PROBE_SECONDS) -> None:
     """Raise HubUnreachable or HubFailing when one probe of `base` (settings: HF_ENDPOINT or the hub's own) says the
-    hub cannot serve `repo_id`; return otherwise."""
+    hub cannot serve `repo_id`; return otherwise (at once when this process asked already and the hub answered)."""
     base = base.rstrip("/")
+    if (base, repo_id, revision) in _ANSWERED:
+        return
     request = probe_request(base, repo_id, revision)
     result: list[int | Exception | None] = []
     # A thread, so that name resolution (which no socket timeout bounds) is inside the deadline too.
@@ -97,3 +102,4 @@ def check(repo_id: str, revision: str | None, base: str, seconds: float = PROBE_
         raise HubUnreachable(f"{where}: {type(answer).__name__}")
     if answer is not None and (answer >= 500 or answer == 429):
         raise HubFailing(answer)
+    _ANSWERED.add((base, repo_id, revision))

@@ -114,7 +114,10 @@ class FakeTriton:
                 await self._send(response, {"error": reply.error}, reply.delay_s)
             await response.write_eof()
             seen.finished = True
-        except (ConnectionResetError, asyncio.CancelledError):
+        except (
+            ConnectionError,
+            asyncio.CancelledError,
+        ):  # aiohttp raises ConnectionError("Connection lost") in a blocked write
             seen.closed_by_client = True
             if self.client_closed is not None:
                 self.client_closed.set()

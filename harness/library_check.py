@@ -1,6 +1,6 @@
 """Run by a library env's Python (harness/library_envs.py): what the OpenAI front's tokenizer and chat-template code
-makes of fixed inputs under that env's tokenizers, transformers and jinja2, printed as one JSON object. The tests
-compare it across every env: the same inputs must give the same answers under every release line an image carries.
+makes of fixed inputs under that env's tokenizers and transformers (jinja2: the vendored one), as one JSON object.
+The tests compare it across every env: the same inputs must give the same answers under every release line.
 
     <env python> harness/library_check.py TOKENIZER_DIR SLOW_TOKENIZER_DIR
 """

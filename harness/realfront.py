@@ -30,8 +30,10 @@ from trtllm_entrypoint.launch import supervise
 from trtllm_entrypoint.openai.plan import FrontPlan
 plan = json.loads(sys.argv[1])
 key = os.environ.pop({KEY_FOR_TEST!r})
-front_env = supervise.front_environ(os.environ, key, FrontPlan.from_json(json.dumps(plan["front_plan"])))
-sys.exit(supervise.run(plan["server"], plan["front"], plan["workers"], dict(os.environ), front_env))
+front_plan = FrontPlan.from_json(json.dumps(plan["front_plan"]))
+front_env = supervise.front_environ(os.environ, key, front_plan)
+grace = front_plan.shutdown_timeout + supervise.KILL_MARGIN_S  # as exec_server: the children's drain, then SIGKILL
+sys.exit(supervise.run(plan["server"], plan["front"], plan["workers"], dict(os.environ), front_env, grace_s=grace))
 """
 
 

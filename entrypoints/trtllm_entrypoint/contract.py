@@ -29,6 +29,9 @@ FRONT_KEY_VARIABLE = "TRTLLM_FRONT_ADMIN_KEY"
 ADMIN_KEY_HEADER = "admin-key"
 # The variable that hands the front's plan (openai/plan.py's FrontPlan, as JSON) to each of its processes.
 FRONT_PLAN_VARIABLE = "TRTLLM_FRONT_PLAN"
+# The variable that names the pipe (a file descriptor) each front process writes a byte to every second, so that the
+# supervisor notices a worker whose event loop is stuck (supervise.py, openai/liveness.py).
+FRONT_HEARTBEAT_VARIABLE = "TRTLLM_FRONT_HEARTBEAT_FD"
 # prometheus_client's own: the directory where every front process writes its metric values (multiprocess mode), made
 # fresh for each start by the supervisor; read when prometheus_client is first imported.
 FRONT_METRICS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"

@@ -379,7 +379,8 @@ def exec_server(prepared: Prepared, env: Mapping[str, str], log: Log) -> NoRetur
         launch.exec_argv(prepared.argv, env)
     log.info("starting the OpenAI front", workers=front.workers, port=front.port)
     front_env = supervise.front_environ(env, prepared.launch.settings.admin_key, front)
-    sys.exit(supervise.run(prepared.argv, prepared.front, front.workers, env, front_env))
+    grace = front.shutdown_timeout + supervise.KILL_MARGIN_S  # the children's drain, then SIGKILL
+    sys.exit(supervise.run(prepared.argv, prepared.front, front.workers, env, front_env, grace_s=grace, warn=log.warn))
 
 
 def passthrough(args: list[str], env: dict[str, str]) -> int:

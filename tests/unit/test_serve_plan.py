@@ -115,6 +115,7 @@ def test_the_openai_front_is_one_value_of_the_launch_plan():
         restricted=("inference",),
         max_seq_len=4096,
         shutdown_timeout=7.0,
+        max_generations=256,
     )
     assert FrontPlan.from_json(front.to_json()) == front
     default = decide_serve_plan(settings(FRONTEND="openai"), model("checkpoint"))

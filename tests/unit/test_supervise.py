@@ -21,12 +21,35 @@ pytestmark = pytest.mark.process
 RUN = """
 import sys
 from trtllm_entrypoint.launch import supervise
-sys.exit(supervise.run({server!r}, {front!r}, {workers}, {{}}, {{}}))
+supervise.STALL_S, supervise.START_S = {stall_s}, {start_s}
+sys.exit(supervise.run({server!r}, {front!r}, {workers}, {{}}, {{}}, grace_s={grace_s}))
+"""
+# A worker of the front as far as the supervisor sees it: it notes its pid, its loop beats (openai/liveness.py) for
+# `beats` seconds, then the loop is stuck (a blocking call, as a runaway template or tokenizer call would be).
+STUCK_WORKER = """
+import asyncio, os, sys, time
+from trtllm_entrypoint.openai import liveness
+with open(sys.argv[1], "a") as starts:
+    starts.write(f"{{os.getpid()}}\\n")
+async def main():
+    liveness.start(asyncio.get_running_loop(), liveness.heartbeat_fd(os.environ.get({var!r})))
+    await asyncio.sleep({beats})
+    time.sleep(600)
+asyncio.run(main())
 """
 
 
-def start(tmp_path: Path, server: list[str], front: list[str], workers: int = 2) -> subprocess.Popen:
-    code = RUN.format(server=server, front=front, workers=workers)
+def start(
+    tmp_path: Path,
+    server: list[str],
+    front: list[str],
+    workers: int = 2,
+    *,
+    grace_s: float = 30,
+    stall_s: float = 20,
+    start_s: float = 300,
+) -> subprocess.Popen:
+    code = RUN.format(server=server, front=front, workers=workers, grace_s=grace_s, stall_s=stall_s, start_s=start_s)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "entrypoints")}
     return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=tmp_path)
 
@@ -71,12 +94,110 @@ PLAN = FrontPlan(
     restricted=("inference",),
     max_seq_len=2048,
     shutdown_timeout=30.0,
+    max_generations=256,
 )
 
 
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] not in "ZX"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_worker_whose_loop_is_stuck_is_killed_and_started_again_while_the_rest_serves_on(tmp_path):
+    starts = tmp_path / "starts"
+    front = [sys.executable, "-c", STUCK_WORKER.format(beats=1, var=contract.FRONT_HEARTBEAT_VARIABLE), str(starts)]
+    tree = start(tmp_path, ["sleep", "60"], front, workers=1, stall_s=1.5)
+    deadline = time.monotonic() + 20
+    while len(starts.read_text().split() if starts.exists() else []) < 2:
+        assert time.monotonic() < deadline, "the stuck worker was never replaced"
+        assert tree.poll() is None, "the tree ended instead of replacing the worker"
+        time.sleep(0.1)
+    first = int(starts.read_text().split()[0])
+    assert not alive(first), "the stuck worker still runs beside its replacement"
+    tree.send_signal(signal.SIGTERM)
+    assert tree.wait(timeout=20) == 128 + signal.SIGTERM  # `sleep` as the server dies of the SIGTERM
+
+
+def test_a_worker_that_never_beats_is_replaced_after_the_start_limit(tmp_path):
+    starts = tmp_path / "starts"
+    never_beats = "import os, sys, time; open(sys.argv[1], 'a').write(f'{os.getpid()}\\n'); time.sleep(600)"
+    front = [sys.executable, "-c", never_beats, str(starts)]
+    tree = start(tmp_path, ["sleep", "60"], front, workers=1, start_s=1.5)
+    deadline = time.monotonic() + 20
+    while len(starts.read_text().split() if starts.exists() else []) < 2:
+        assert time.monotonic() < deadline, "the silent worker was never replaced"
+        time.sleep(0.1)
+    tree.send_signal(signal.SIGTERM)
+    tree.wait(timeout=20)
+
+
+@pytest.mark.parametrize("how", ["ignores SIGTERM", "is stopped"])
+def test_the_tree_never_outlives_the_server_by_more_than_the_grace(tmp_path, how):
+    """tritonserver dies while a worker does not end on SIGTERM: the worker gets SIGKILL after the grace."""
+    pids = tmp_path / "pids"
+    worker = "trap '' TERM; sleep 60 & wait; sleep 60" if how == "ignores SIGTERM" else "kill -STOP $$; sleep 60"
+    front = ["sh", "-c", f"echo $$ >> {pids}; {worker}"]
+    tree = start(tmp_path, ["sh", "-c", "sleep 1; exit 3"], front, workers=2, grace_s=1)
+    began = time.monotonic()
+    assert tree.wait(timeout=20) == 3
+    assert time.monotonic() - began < 1 + 1 + 5, "the tree waited for the stuck workers past the grace"
+    assert not any(alive(int(pid)) for pid in pids.read_text().split())
+
+
+def test_a_worker_stops_itself_when_the_supervisor_is_gone(tmp_path):
+    read_end, write_end = os.pipe()
+    code = (
+        "import asyncio, os\n"
+        "from trtllm_entrypoint.openai import liveness\n"
+        "async def main():\n"
+        f"    liveness.start(asyncio.get_running_loop(), {write_end})\n"
+        "    await asyncio.sleep(600)\n"
+        "asyncio.run(main())\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "entrypoints"),
+        contract.FRONT_HEARTBEAT_VARIABLE: str(write_end),
+    }
+    worker = subprocess.Popen([sys.executable, "-c", code], env=env, pass_fds=(write_end,))
+    os.close(write_end)
+    os.set_blocking(read_end, True)
+    assert os.read(read_end, 1) == b"."  # it beats
+    os.close(read_end)
+    assert worker.wait(timeout=20) == -signal.SIGTERM
+
+
+def test_the_limits_hold_the_documented_bounds():
+    from trtllm_entrypoint.openai import liveness  # noqa: PLC0415
+
+    assert supervise.STALL_S + supervise.POLL_S + liveness.BEAT_S <= 30  # a stuck worker is noticed within 30 s
+    assert contract.DEFAULT_EXIT_TIMEOUT_SECS + supervise.KILL_MARGIN_S < contract.STOP_GRACE_SECS
+
+
+def test_the_fronts_environment_holds_no_secret_but_the_key_it_reads_and_drops():
+    container = {
+        "PATH": "/usr/bin",
+        "LC_ALL": "C.UTF-8",
+        "HF_TOKEN": "hf_secret",
+        "TRITON_ADMIN_KEY": "admin-secret",
+        "TRITON_ADMIN_KEY_FILE": "/run/secrets/k",
+        "AWS_SECRET_ACCESS_KEY": "aws-secret",
+        "HTTPS_PROXY": "http://user:pass@proxy:3128",
+        "MODEL_ID": "org/name",
+    }
+    env = supervise.front_environ(container, "the-key", PLAN)
+    assert env["PATH"] == "/usr/bin" and env["LC_ALL"] == "C.UTF-8"
+    assert FrontPlan.from_json(env[contract.FRONT_PLAN_VARIABLE]) == PLAN
+    assert env[contract.FRONT_KEY_VARIABLE] == "the-key" and env["HF_HUB_OFFLINE"] == "1"
+    leaked = [v for v in ("hf_secret", "admin-secret", "aws-secret", "pass", "/run/secrets") if v in str(env)]
+    assert not leaked and "MODEL_ID" not in env
+
+
 def test_the_fronts_environment_carries_its_plan_the_key_and_its_own_libraries_only_when_present(tmp_path, monkeypatch):
-    env = supervise.front_environ({"PYTHONPATH": "/given", "A": "b"}, "the-key", PLAN)
-    assert env[contract.FRONT_KEY_VARIABLE] == "the-key" and env["A"] == "b"
+    env = supervise.front_environ({"PYTHONPATH": "/given", "LANG": "b"}, "the-key", PLAN)
+    assert env[contract.FRONT_KEY_VARIABLE] == "the-key" and env["LANG"] == "b"
     assert FrontPlan.from_json(env[contract.FRONT_PLAN_VARIABLE]) == PLAN
     assert "the-key" not in env[contract.FRONT_PLAN_VARIABLE]
     assert env["PYTHONPATH"].split(os.pathsep)[-1] == "/given"  # the vendored libraries come first, where present

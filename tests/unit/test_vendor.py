@@ -11,8 +11,10 @@ import zipfile
 import pytest
 
 from trtllm_entrypoint.errors import Error
+from trtllm_entrypoint.openai import sandbox
 from trtllm_images import matrix
 from trtllm_images.sources import vendor
+from trtllm_images.sources.cache import cache_root
 
 
 def lock_with(tmp_path, artifacts: list[dict]):
@@ -83,7 +85,7 @@ def test_unsafe_paths_in_the_lock_are_refused(tmp_path, take):
 def test_the_projects_lock_pins_every_artifact():
     artifacts = vendor.load()
     front = {"aiohttp", "aiohappyeyeballs", "aiosignal", "attrs", "frozenlist", "idna", "msgspec", "multidict"}
-    front |= {"prometheus-client", "propcache", "typing-extensions", "yarl", "jinja2", "markupsafe"}
+    front |= {"prometheus-client", "propcache", "typing-extensions", "yarl", "jinja2", "markupsafe", "async-timeout"}
     assert {a.name for a in artifacts} == {"protobuf", "tritonclient", "tini"} | front
     # The front's compiled libraries: one wheel each for every Python of the matrix's tags (and the stand-in's).
     pythons = {".".join(e.python.split(".")[:2]) for e in matrix.load().supported() if e.python}
@@ -91,3 +93,47 @@ def test_the_projects_lock_pins_every_artifact():
     for name in {a.name for a in compiled}:
         assert pythons <= {t.split("/")[1][2:] for a in compiled if a.name == name for t in a.take.values()}, name
     assert all(len(a.sha256) == 64 and a.url.endswith(a.file_name) for a in artifacts)
+    # The front renders untrusted chat templates: never with a jinja2 that has the sandbox escapes fixed in 3.1.6.
+    (jinja2,) = [a for a in artifacts if a.name == "jinja2"]
+    assert sandbox.version_of(jinja2.version) >= sandbox.MIN_JINJA2 and jinja2.take == {"jinja2/": "front/any/jinja2/"}
+
+
+def _front_pythons() -> set[str]:
+    """X.Y of every Python that runs the front: the matrix's tags' and the stand-in images' (front/pyX.Y sets)."""
+    return {a.take[t].split("/")[1][2:] for a in vendor.load() for t in a.take if a.take[t].startswith("front/py")}
+
+
+def _requirements(wheel, python: str) -> set[str]:
+    """The distributions a wheel requires on Python `python` (no extras), names normalized."""
+    import re  # noqa: PLC0415
+
+    from packaging.requirements import Requirement  # noqa: PLC0415
+
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(name).decode()
+    found = set()
+    for line in metadata.splitlines():
+        if line.startswith("Requires-Dist:"):
+            requirement = Requirement(line.split(":", 1)[1].strip())
+            env = {"python_version": python, "python_full_version": f"{python}.0", "extra": ""}
+            if requirement.marker is None or requirement.marker.evaluate(env):
+                found.add(re.sub(r"[-_.]+", "-", requirement.name).lower())
+    return found
+
+
+@pytest.mark.process
+def test_every_python_that_runs_the_front_gets_everything_its_libraries_require():
+    """aiohttp imports async_timeout below Python 3.11: a missing dependency stops the front on such images."""
+    import re  # noqa: PLC0415
+
+    artifacts = [a for a in vendor.load() if any(t.startswith("front/") for t in a.take.values())]
+    for python in sorted(_front_pythons()):
+        mine = [
+            a for a in artifacts if all(t.startswith(("front/any/", f"front/py{python}/")) for t in a.take.values())
+        ]
+        present = {re.sub(r"[-_.]+", "-", a.name).lower() for a in mine}
+        for artifact in mine:
+            wheel = vendor.fetch(artifact, cache_root(), lambda message: None)  # the user cache, as build.py
+            missing = _requirements(wheel, python) - present
+            assert not missing, f"Python {python}: {artifact.name} requires {sorted(missing)}, which the lock lacks"

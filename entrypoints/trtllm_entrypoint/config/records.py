@@ -104,6 +104,7 @@ class ServerSettings:
     openai_port: int
     frontend: Frontend
     openai_workers: int  # processes of the OpenAI front (FRONTEND=openai), sharing OPENAI_PORT
+    openai_max_generations: int  # OPENAI_MAX_GENERATIONS: prompts x n of one OpenAI request, at most
     served_model_name: str | None
     log_format: LogFormat
     log_level: LogLevel = "info"  # LOG_LEVEL: debug adds the full tables and command lines

@@ -208,6 +208,7 @@ def _instance_values(env: Env, usable_cpus: int) -> dict[str, Any]:
         "preprocessing_instances": env.integer("PREPROCESSING_INSTANCES", default),
         "postprocessing_instances": env.integer("POSTPROCESSING_INSTANCES", default),
         "openai_workers": env.integer("OPENAI_WORKERS", cpus.default_front_workers(usable_cpus)),
+        "openai_max_generations": env.integer("OPENAI_MAX_GENERATIONS"),
     }
 
 

@@ -387,6 +387,16 @@ TABLE: tuple[Variable, ...] = (
         high=64,
     ),
     Variable(
+        "OPENAI_MAX_GENERATIONS",
+        SERVER,
+        "integer",
+        "Most generations one OpenAI request may run (with `FRONTEND=openai`): its prompts times `n`, each a stream "
+        "to the model. A request asking for more is answered 400 before any starts.",
+        default=256,
+        low=1,
+        high=65536,
+    ),
+    Variable(
         "SERVED_MODEL_NAME",
         SERVER,
         "special",

@@ -1,16 +1,24 @@
 """The client to tritonserver's own HTTP endpoint on this host: one streamed `generate_stream` request per choice,
 its events as they come, its errors (and a tritonserver that does not answer) as ApiError, and the entry model's
-readiness."""
+readiness. A client's error names no internal address and no library's message: the worker's log line has the
+detail, under the reference the client's message gives."""
 
 from __future__ import annotations
 
+import json
+import logging
+import re
+import secrets
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import aiohttp
 import msgspec
 
+from trtllm_entrypoint.openai import limits
 from trtllm_entrypoint.openai.protocol import ApiError
+
+LOG = logging.getLogger("trtllm_entrypoint.openai")
 
 
 class Backend:
@@ -21,7 +29,8 @@ class Backend:
         self.session: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+        # Bounded: a worker holds at most BACKEND_CONNECTIONS streams to tritonserver; further ones wait for one.
+        connector = aiohttp.TCPConnector(limit=limits.BACKEND_CONNECTIONS, keepalive_timeout=60)
         self.session = aiohttp.ClientSession(
             connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)
         )
@@ -48,7 +57,11 @@ class Backend:
                         raise backend_error(400, line[6:])
                     yield event
         except aiohttp.ClientError as exc:
-            raise ApiError(503, f"tritonserver did not answer: {exc}", code="backend_unavailable") from None
+            ref = log_detail("tritonserver did not answer", f"{self.stream_url}: {type(exc).__name__}: {exc}")
+            raise ApiError(503, f"the model server did not answer (ref {ref})", code="backend_unavailable") from None
+        except msgspec.DecodeError as exc:
+            ref = log_detail("tritonserver sent an event that is not JSON", str(exc))
+            raise ApiError(502, f"the model server's answer was malformed (ref {ref})", code="backend_error") from None
 
     async def ready(self) -> bool:
         """Whether tritonserver serves the entry model now."""
@@ -61,11 +74,39 @@ class Backend:
 
 
 def backend_error(status: int, raw: bytes) -> ApiError:
+    """tritonserver's error (its JSON body, or one SSE event's data) as the client's: a refusal keeps the model's
+    first line, without addresses or paths; anything else is only named. The log has it whole."""
     try:
-        message = str(msgspec.json.decode(raw).get("error", raw.decode(errors="replace")))
-    except (msgspec.DecodeError, AttributeError):
-        message = raw.decode(errors="replace")
-    return ApiError(400 if status == 400 else 502, f"the model answered: {message}", code="backend_error")
+        decoded = msgspec.json.decode(raw)
+        message = str(decoded.get("error", "")) if isinstance(decoded, dict) else ""
+    except msgspec.DecodeError:
+        message = ""
+    text = message or raw.decode(errors="replace")
+    ref = log_detail(f"tritonserver answered {status}", text)
+    if status == 400 and message:
+        return ApiError(400, f"the model refused the request: {public(message)} (ref {ref})", code="backend_error")
+    return ApiError(502, f"the model failed to generate an answer (ref {ref})", code="backend_error")
+
+
+# What a client never sees of a backend's message: URLs, host:port pairs, IP addresses, file paths.
+_INTERNAL = re.compile(
+    r"[a-z][a-z0-9+.-]*://\S+|\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b|\[[0-9a-fA-F:]+\](?::\d+)?|"
+    r"\b[\w.-]+:\d{2,5}\b|\(\s*'[^']*'\s*,\s*\d+[^)]*\)|(?<![\w.])/[\w.@+-]+(?:/[\w.@+-]+)+"
+)
+
+
+def public(message: str, limit: int = 300) -> str:
+    """The first line of a backend's message, addresses and paths replaced by `…`, at most `limit` characters."""
+    first = next((line.strip() for line in message.splitlines() if line.strip()), "")
+    return _INTERNAL.sub("…", first)[:limit]
+
+
+def log_detail(what: str, detail: str) -> str:
+    """Log `detail` on one line (control characters escaped, so no value can forge a line); the reference that
+    the client's message gives."""
+    ref = secrets.token_hex(6)
+    LOG.warning("%s (ref %s): %s", what, ref, json.dumps(detail)[1:-1])
+    return ref
 
 
 def first_float(value: object) -> float | None:

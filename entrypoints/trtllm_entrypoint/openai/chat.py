@@ -21,8 +21,17 @@ from trtllm_entrypoint.openai.protocol import (
     TokenLogprob,
     Usage,
 )
-from trtllm_entrypoint.openai.sampling import room_left, sampling
-from trtllm_entrypoint.openai.serving import Choice, Head, Served, Work, refuse_unsupported
+from trtllm_entrypoint.openai.sampling import sampling
+from trtllm_entrypoint.openai.serving import (
+    Choice,
+    Head,
+    Served,
+    Work,
+    answer_room,
+    check_fanout,
+    prompt_tokens,
+    refuse_unsupported,
+)
 
 
 def check(request: ChatRequest) -> None:
@@ -54,17 +63,31 @@ def messages_of(request: ChatRequest) -> list[dict[str, object]]:
 
 
 def work(served: Served, request: ChatRequest) -> Work:
+    """Renders the template and counts the prompt's tokens: call it off the loop."""
     check(request)
+    if request.stream_options is not None and not request.stream:
+        raise ApiError(400, "stream_options is only allowed with stream: true", "stream_options")
+    check_fanout(served, 1, request.n)
+    messages = messages_of(request)
+    forged = served.special.find(messages, "messages") or served.special.find(request.tools, "tools")
+    if forged is not None:
+        where, token = forged
+        raise ApiError(
+            400,
+            f"{where} holds {token!r}, one of the model's special tokens: they come only from the chat template",
+            where.split("[")[0],
+        )
     try:
-        prompt = served.template.render(messages_of(request))
+        prompt = served.template.render(messages)
     except ChatTemplateError as exc:  # the template's own refusal, or no template: the messages cannot be served
         raise ApiError(400, str(exc), "messages") from None
-    limit = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
-    if limit is None:  # as OpenAI's chat: up to the end of the context
-        limit = room_left(served.count_tokens(prompt), served.max_seq_len)
-    s = sampling(request, served.model, limit, logprobs=request.logprobs)
+    tokens = prompt_tokens(served, prompt)
+    field = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
+    given = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    limit = answer_room(served, tokens, given, field, "messages")  # as OpenAI's chat: up to the end of the context
+    s = sampling(request, served.model, limit, logprobs=request.logprobs, max_tokens_field=field)
     choices = [Choice(k, prompt) for k in range(request.n)]
-    return Work(s, choices, ChatShape(request.logprobs), request.stream, request.include_usage)
+    return Work(s, choices, ChatShape(request.logprobs), request.stream, request.include_usage, tokens)
 
 
 def _logprobs(pieces: list[tuple[str, float]]) -> ChoiceLogprobs:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.model.chat_templates import DEFAULT, ChatTemplateError, Found, discover
+from trtllm_entrypoint.openai import cpu, sandbox
 
 if TYPE_CHECKING:
     import jinja2
@@ -92,9 +93,9 @@ def environment() -> jinja2.Environment:
             refuse_private(name)
             jinja2.utils.Namespace.__setitem__(self, name, value)
 
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, jinja2.ext.loopcontrols]
-    )
+    # The vendored jinja2 (>= 3.1.6), its single operations bounded (sandbox.py).
+    extensions = [GenerationTag, jinja2.ext.loopcontrols]
+    env: jinja2.Environment = sandbox.environment(trim_blocks=True, lstrip_blocks=True, extensions=extensions)
     env.filters["tojson"] = tojson
     env.globals.update(
         raise_exception=raise_exception, strftime_now=strftime_now, dict=SafeDict(), namespace=SafeNamespace
@@ -154,14 +155,21 @@ class ChatTemplate:
 
         template = self.compiled[self.found.select(tools)]
         names = {**self.found.special_tokens, **(variables or {})}
-        try:
-            return template.render(
-                messages=chat_messages(messages),
-                tools=None if tools is None else list(tools),
-                documents=None if documents is None else list(documents),
-                add_generation_prompt=add_generation_prompt,
-                **names,
-            )
+        context = {
+            "messages": chat_messages(messages),
+            "tools": None if tools is None else list(tools),
+            "documents": None if documents is None else list(documents),
+            "add_generation_prompt": add_generation_prompt,
+            **names,
+        }
+        try:  # bounded in time and size: the template comes with the model, untrusted (cpu.py)
+            return cpu.bounded(lambda: template.generate(**context), cpu.RENDER_TIMEOUT_S, cpu.MAX_RENDER_CHARS)
+        except cpu.RenderTimeout:
+            raise ChatTemplateError(
+                f"the chat template ran over {cpu.RENDER_TIMEOUT_S:g} s on these messages"
+            ) from None
+        except (cpu.RenderTooLong, sandbox.TooBig) as exc:
+            raise ChatTemplateError(f"the chat template's output is too large: {exc}") from None
         except jinja2.TemplateError as exc:
             raise ChatTemplateError(f"the chat template refused the messages: {exc}") from None
         except (TypeError, ValueError, LookupError, ArithmeticError, AttributeError) as exc:

@@ -3,6 +3,7 @@ objects, whole and streamed; `echo` puts the prompt first)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from trtllm_entrypoint.openai.protocol import (
@@ -13,35 +14,86 @@ from trtllm_entrypoint.openai.protocol import (
     FinishReason,
     Usage,
 )
-from trtllm_entrypoint.openai.sampling import sampling
-from trtllm_entrypoint.openai.serving import Choice, Head, Served, Work, refuse_unsupported
+from trtllm_entrypoint.openai.sampling import DEFAULT_MAX_TOKENS, sampling
+from trtllm_entrypoint.openai.serving import (
+    Choice,
+    Head,
+    Served,
+    Work,
+    answer_room,
+    check_fanout,
+    prompt_tokens,
+    refuse_unsupported,
+)
 
 
 def check(request: CompletionRequest) -> None:
+    if request.best_of is not None and request.best_of < request.n:
+        raise ApiError(400, f"best_of ({request.best_of}) must be at least n ({request.n})", "best_of")
+    if request.stream_options is not None and not request.stream:
+        raise ApiError(400, "stream_options is only allowed with stream: true", "stream_options")
     refuse_unsupported(
         [
-            (request.best_of not in (None, 1, request.n), "best_of other than n", "best_of"),
+            (request.best_of not in (None, request.n), "best_of above n", "best_of"),
             (bool(request.suffix), "suffix", "suffix"),
             (bool(request.logit_bias), "logit_bias", "logit_bias"),
-            (bool(request.logprobs), "completions' logprobs (top alternatives; chat's logprobs serve)", "logprobs"),
+            (
+                request.logprobs is not None,
+                "completions' logprobs, 0 included (top alternatives; chat's logprobs serve)",
+                "logprobs",
+            ),
         ]
     )
 
 
-def prompts_of(request: CompletionRequest) -> list[str]:
-    prompts = [request.prompt] if isinstance(request.prompt, str) else list(request.prompt)
-    if not prompts:
+def _ids(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
+
+
+def prompts_of(request: CompletionRequest, decode: Callable[[list[int]], str] | None = None) -> list[str]:
+    """The prompts: a string, a list of strings, a list of token ids, or a list of such lists (ids decoded to text
+    with the model's tokenizer)."""
+    given = request.prompt
+    if isinstance(given, str):
+        items: list[object] = [given]
+    elif _ids(given) and given:
+        items = [given]
+    else:
+        items = list(given)
+    if not items:
         raise ApiError(400, "prompt is empty", "prompt")
+    prompts = []
+    for item in items:
+        if isinstance(item, str):
+            prompts.append(item)
+        elif _ids(item) and item and decode is not None:
+            try:
+                prompts.append(decode(item))  # type: ignore[arg-type]
+            except ValueError as exc:
+                raise ApiError(400, f"prompt: {exc}", "prompt") from None
+        else:
+            raise ApiError(
+                400,
+                "prompt must be a string, a list of strings, a list of token ids, or a list of such lists",
+                "prompt",
+            )
     return prompts
 
 
 def work(served: Served, request: CompletionRequest) -> Work:
-    """n choices per prompt, numbered prompt by prompt."""
+    """n choices per prompt, numbered prompt by prompt. Decodes ids and counts tokens: call it off the loop."""
     check(request)
-    s = sampling(request, served.model, request.max_tokens, logprobs=False)
     n = request.n
-    choices = [Choice(p * n + k, prompt) for p, prompt in enumerate(prompts_of(request)) for k in range(n)]
-    return Work(s, choices, CompletionShape(request.echo), request.stream, request.include_usage)
+    if isinstance(request.prompt, list) and not _ids(request.prompt):
+        check_fanout(served, len(request.prompt), n)  # before any prompt is decoded or counted
+    prompts = prompts_of(request, served.decode)
+    check_fanout(served, len(prompts), n)
+    counts = [prompt_tokens(served, p) for p in prompts]
+    limit = DEFAULT_MAX_TOKENS if request.max_tokens is None else request.max_tokens
+    answer_room(served, max(counts), limit, "max_tokens", "prompt")
+    s = sampling(request, served.model, request.max_tokens, logprobs=False)
+    choices = [Choice(p * n + k, prompt) for p, prompt in enumerate(prompts) for k in range(n)]
+    return Work(s, choices, CompletionShape(request.echo), request.stream, request.include_usage, sum(counts))
 
 
 @dataclass(frozen=True)

@@ -3,34 +3,42 @@ usage, the model list and OpenAI's error shape; `decode` reads a request body as
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
-Positive = Annotated[int, msgspec.Meta(ge=1, le=16)]
+Positive = Annotated[int, msgspec.Meta(ge=1, le=128)]  # OpenAI's bounds of n
 Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
 Probability = Annotated[float, msgspec.Meta(gt=0, le=1)]
 Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
 Stop = str | list[str] | None
 FinishReason = Literal["stop", "length"]
+# OpenAI's roles (`function` is deprecated there, still accepted); any other is a 400 naming the message's role.
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
 
 # --- requests -----------------------------------------------------------------------------------------------------
 
 
-class StreamOptions(msgspec.Struct, kw_only=True):
+class StreamOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     include_usage: bool = False
 
 
-class SamplingRequest(msgspec.Struct, kw_only=True):
-    """What both endpoints take: the model and how to sample."""
+class SamplingRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What both endpoints take: the model and how to sample. An unknown field is a 400 naming it; the extensions
+    (not OpenAI's; vLLM's names) are mapped where the served model declares an input for them (sampling.py)."""
 
     model: str
     max_tokens: NonNegative | None = None
     temperature: Temperature | None = None
     top_p: Probability | None = None
-    top_k: NonNegative | None = None  # not OpenAI's, as vLLM takes it
+    top_k: NonNegative | None = None  # extension
+    min_tokens: NonNegative | None = None  # extension
+    repetition_penalty: Annotated[float, msgspec.Meta(gt=0)] | None = None  # extension
+    length_penalty: float | None = None  # extension
+    ignore_eos: bool | None = None  # extension
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     seed: int | None = None
@@ -46,7 +54,7 @@ class SamplingRequest(msgspec.Struct, kw_only=True):
 
 
 class CompletionRequest(SamplingRequest, kw_only=True):
-    prompt: str | list[str]
+    prompt: str | list[Any]  # or a list of strings, token ids, or lists of token ids (completions.prompts_of)
     logprobs: Annotated[int, msgspec.Meta(ge=0, le=5)] | None = None
     echo: bool = False
     best_of: int | None = None
@@ -59,8 +67,8 @@ class ContentPart(msgspec.Struct, kw_only=True):
     text: str | None = None
 
 
-class Message(msgspec.Struct, kw_only=True):
-    role: str
+class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
 
@@ -217,12 +225,24 @@ Request = TypeVar("Request", CompletionRequest, ChatRequest)
 
 
 def decode(raw: bytes, kind: type[Request]) -> Request:
+    """The body as `kind`; anything else is a 400 naming what was wrong (never a 500: not UTF-8, nested too deep)."""
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
-        # "Expected `int`, got `str` - at `$.max_tokens`": the field is the param
+        # "Expected `int`, got `str` - at `$.max_tokens`", "Object contains unknown field `x` - at `$.messages[0]`"
         text = str(exc)
+        unknown = re.match(r"Object contains unknown field `([^`]*)`", text)
+        if unknown:
+            where = text.rsplit("`$", 1)[1].rstrip("`").lstrip(".") if "`$" in text else ""
+            field = f"{where}.{unknown.group(1)}" if where else unknown.group(1)
+            raise ApiError(
+                400, f"unknown field `{field}` (see docs/openai.md for the extensions taken)", field
+            ) from None
         param = text.rsplit("`$.", 1)[1].rstrip("`").split("[")[0] if "`$." in text else None
         raise ApiError(400, text, param) from None
     except msgspec.DecodeError as exc:
         raise ApiError(400, f"the body is not JSON: {exc}") from None
+    except UnicodeDecodeError:
+        raise ApiError(400, "the body is not UTF-8 text") from None
+    except RecursionError:
+        raise ApiError(400, "the body's JSON is nested too deeply") from None

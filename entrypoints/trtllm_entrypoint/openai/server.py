@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
@@ -23,10 +24,21 @@ import msgspec
 from aiohttp import web
 
 from trtllm_entrypoint import contract
-from trtllm_entrypoint.errors import UsageError
+from trtllm_entrypoint.errors import Error
 from trtllm_entrypoint.log import Log
-from trtllm_entrypoint.openai import chat, chat_template, completions, serving, tokens
-from trtllm_entrypoint.openai.backend import Backend
+from trtllm_entrypoint.openai import (
+    chat,
+    chat_template,
+    completions,
+    limits,
+    listen,
+    liveness,
+    readiness,
+    serving,
+    special_tokens,
+    tokens,
+)
+from trtllm_entrypoint.openai.backend import Backend, log_detail
 from trtllm_entrypoint.openai.chat_template import ChatTemplateError
 from trtllm_entrypoint.openai.drain import ERROR_CODE, Drain
 from trtllm_entrypoint.openai.metrics import Metrics
@@ -46,6 +58,9 @@ ADMIN_HEADER = contract.ADMIN_KEY_HEADER
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
 OWNER = "trtllm-images"
+# How the worker's aiohttp server runs (main, and the tests' server): a client that leaves cancels its handler, which
+# closes its backend streams; aiohttp stopped doing so by default in 3.9.
+HANDLER_CANCELLATION = True
 _encode = msgspec.json.encode
 
 
@@ -69,7 +84,9 @@ class Front:
         bearer = request.headers.get("Authorization", "")
         if not given and bearer.lower().startswith("bearer "):
             given = bearer[7:].strip()
-        if not (self.key and given and hmac.compare_digest(given.encode(), self.key.encode())):
+        # Compared as the bytes that came: a header that is not UTF-8 is a wrong key (401), never a 500.
+        wanted, sent = self.key.encode(), given.encode("utf-8", "surrogateescape")
+        if not (self.key and given and hmac.compare_digest(sent, wanted)):
             raise ApiError(
                 401, f"RESTRICTED_APIS closes {group}: send the admin key as the API key", code="invalid_api_key"
             )
@@ -89,6 +106,17 @@ class Front:
 
 
 FRONT = web.AppKey("front", Front)
+
+
+class Gate(readiness.Gate):
+    """readiness.Gate over the backend, asked again at once while it says no."""
+
+    async def require(self) -> None:
+        if not self.ready and not await self.check():
+            raise ApiError(503, readiness.LOADING_MESSAGE, code="model_not_ready")
+
+
+GATE = web.AppKey("gate", Gate)
 
 
 def _json(body: msgspec.Struct, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -112,6 +140,9 @@ async def openai_errors(
             raise
         error = ApiError(exc.status, f"{request.method} {request.path}: {exc.reason}")
         return _json(error.body(), exc.status, {"Allow": exc.headers.get("Allow", "")})
+    except Exception as exc:  # a bug: one log line, and OpenAI's shape (never a traceback per request)
+        ref = log_detail("unexpected error", f"{request.method} {request.path}: {type(exc).__name__}: {exc}")
+        return _json(ApiError(500, f"internal error (ref {ref})", code="internal_error").body(), 500)
 
 
 def _card(model: Model, target: serving.Target) -> ModelCard:
@@ -121,16 +152,23 @@ def _card(model: Model, target: serving.Target) -> ModelCard:
     )
 
 
-async def models(request: web.Request) -> web.Response:
+async def _open(request: web.Request, group: str) -> Front:
+    """The front, once the key (where `group` asks for it) is right and the model is ready: every /v1/* route
+    answers 503 'the model is loading' until tritonserver reports it ready."""
     front = request.app[FRONT]
-    front.authorize(request, "metadata")
+    front.authorize(request, group)
+    await request.app[GATE].require()
+    return front
+
+
+async def models(request: web.Request) -> web.Response:
+    front = await _open(request, "metadata")
     names = [front.model.name, *sorted(front.served.adapters)]
     return _json(ModelList([_card(front.model, front.check_model(name)) for name in names]))
 
 
 async def model(request: web.Request) -> web.Response:
-    front = request.app[FRONT]
-    front.authorize(request, "metadata")
+    front = await _open(request, "metadata")
     return _json(_card(front.model, front.check_model(request.match_info["name"])))
 
 
@@ -152,9 +190,8 @@ async def live(_: web.Request) -> web.Response:
 
 async def _read(request: web.Request, kind: type[Request]) -> tuple[Front, Request, serving.Target]:
     """The front, the request's body as `kind` and the model it names, once the key (where asked for) and the model
-    name are right."""
-    front = request.app[FRONT]
-    front.authorize(request, "inference")
+    name are right, and the model is ready."""
+    front = await _open(request, "inference")
     req = decode(await request.read(), kind)
     return front, req, front.check_model(req.model)
 
@@ -171,12 +208,14 @@ def _targeted(served: serving.Served, work: serving.Work, target: serving.Target
 
 async def completions_route(request: web.Request) -> web.StreamResponse:
     front, req, target = await _read(request, CompletionRequest)
-    return await answer(request, front.served, _targeted(front.served, completions.work(front.served, req), target))
+    work = await front.served.cpu.run(completions.work, front.served, req)  # decoding, counting: off the loop
+    return await answer(request, front.served, _targeted(front.served, work, target))
 
 
 async def chat_route(request: web.Request) -> web.StreamResponse:
     front, req, target = await _read(request, ChatRequest)
-    return await answer(request, front.served, _targeted(front.served, chat.work(front.served, req), target))
+    work = await front.served.cpu.run(chat.work, front.served, req)  # rendering, counting: off the loop
+    return await answer(request, front.served, _targeted(front.served, work, target))
 
 
 async def answer(request: web.Request, served: serving.Served, work: serving.Work) -> web.StreamResponse:
@@ -190,16 +229,18 @@ async def answer(request: web.Request, served: serving.Served, work: serving.Wor
             try:
                 async with contextlib.aclosing(serving.stream(served, work)) as chunks:
                     async for chunk in chunks:
-                        await response.write(_event(chunk))
+                        await limits.write(response, _event(chunk))
+            except ApiError as exc:  # the status is sent already: the error goes into the stream, as OpenAI's does
+                await limits.write(response, _event(exc.body()))
             except asyncio.CancelledError:  # the drain's grace ran out: the answer ends with why, never broken off
                 if not drain.was_cut(live):
                     raise
-                await response.write(_event(ApiError(503, drain.cut_message, code=ERROR_CODE).body()))
-    except ApiError as exc:  # the status is sent already: the error goes into the stream, as OpenAI's does
-        await response.write(_event(exc.body()))
-    except ConnectionResetError:  # the client left: closing the chunks closed the backend's streams, ending generation
+                await limits.write(response, _event(ApiError(503, drain.cut_message, code=ERROR_CODE).body()))
+        await limits.write(response, DONE)
+    except limits.ClientGone:  # left, or read nothing for WRITE_TIMEOUT_S: closing the chunks ended the generations
+        if request.transport is not None:
+            request.transport.abort()  # nothing more is written to it, not even the end
         return response
-    await response.write(DONE)
     await response.write_eof()
     return response
 
@@ -208,10 +249,14 @@ def make_app(front: Front) -> web.Application:
     app = web.Application(middlewares=[openai_errors], client_max_size=16 << 20)
     app[FRONT] = front
 
+    gate = app[GATE] = Gate(front.served.backend.ready)
+
     async def session(_: web.Application) -> AsyncIterator[None]:
         await front.served.backend.open()
-        yield
+        async with gate.watching():
+            yield
         await front.served.backend.close()
+        front.served.cpu.close()
 
     app.cleanup_ctx.append(session)
     app.on_shutdown.append(front.drain.shutdown)  # after the listener closed, before aiohttp cancels the handlers
@@ -238,6 +283,9 @@ def build(plan: FrontPlan, key: str, metrics_dir: str | None = None) -> Front:
         template=chat_template.load(tokenizer),
         count_tokens=tokens.counter(tokenizer),
         max_seq_len=plan.max_seq_len,
+        decode=tokens.decoder(tokenizer),
+        special=special_tokens.Guard(special_tokens.of_tokenizer(tokenizer)),
+        max_generations=plan.max_generations,
         metrics=Metrics(plan.max_seq_len, metrics_dir),
         adapters=dict(plan.adapters),
     )
@@ -260,16 +308,18 @@ def take_start(environ: MutableMapping[str, str]) -> tuple[FrontPlan, str]:
 
 def main() -> None:
     plan, key = take_start(os.environ)
+    beats = liveness.heartbeat_fd(os.environ.pop(contract.FRONT_HEARTBEAT_VARIABLE, None))
+    logging.basicConfig(format="openai front %(process)d: %(levelname)s: %(message)s", level=logging.INFO)
     try:
-        front = build(plan, key, os.environ.get(contract.FRONT_METRICS_VARIABLE))
-    except (ChatTemplateError, UsageError) as exc:  # the entrypoint checked it at start: a front started by hand
+        app = make_app(build(plan, key, os.environ.get(contract.FRONT_METRICS_VARIABLE)))
+    except (ChatTemplateError, Error) as exc:  # one line (the entrypoint checked the template at start)
         raise SystemExit(f"error: {exc}") from None
+    app.on_startup.append(liveness.beating(beats))  # the supervisor replaces a worker whose loop stops beating
     web.run_app(
-        make_app(front),
-        host=plan.host,
-        port=plan.port,
-        reuse_port=True,
+        app,
+        sock=listen.listening_socket(plan.host, plan.port),  # dual-stack: no other UID can take the port's IPv6 side
         shutdown_timeout=plan.shutdown_timeout,
+        handler_cancellation=HANDLER_CANCELLATION,
         access_log=None,
         print=None,
     )

@@ -5,8 +5,8 @@ measured from its arrival to its end (metrics.py), whatever way it ends."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import secrets
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
@@ -15,8 +15,10 @@ from typing import Protocol
 
 import msgspec
 
+from trtllm_entrypoint.openai import limits, rules, special_tokens
 from trtllm_entrypoint.openai.backend import Backend, first_float
 from trtllm_entrypoint.openai.chat_template import ChatTemplate
+from trtllm_entrypoint.openai.cpu import Pool, count_within
 from trtllm_entrypoint.openai.metrics import Metrics, RequestMetrics
 from trtllm_entrypoint.openai.protocol import ApiError, FinishReason, Usage
 from trtllm_entrypoint.openai.sampling import Model, Sampling, backend_body
@@ -35,6 +37,10 @@ class Served:
     max_seq_len: int  # the served model's (MAX_SEQ_LEN, or the engine's own): a chat answer's default room
     metrics: Metrics
     adapters: Mapping[str, int] = field(default_factory=dict)  # LoRA adapters: name -> task id
+    decode: Callable[[list[int]], str] | None = None  # a prompt given as token ids, as text
+    special: special_tokens.Guard = field(default_factory=lambda: special_tokens.Guard(()))
+    max_generations: int = limits.DEFAULT_MAX_GENERATIONS  # OPENAI_MAX_GENERATIONS
+    cpu: Pool = field(default_factory=Pool)  # rendering and tokenizing, off the event loop
 
     def target(self, name: str) -> Target | None:
         """The model a request's `model` names: the base, one of its adapters, or None (unknown)."""
@@ -104,6 +110,7 @@ class Work:
     shape: Shape
     stream: bool
     include_usage: bool
+    prompt_tokens: int = 0  # counted with the request's checks, off the loop
     target: Target | None = None  # set by the server once the model is known; None: the base
     measure: RequestMetrics | None = None  # this request's metrics, from its arrival
 
@@ -113,6 +120,31 @@ def refuse_unsupported(checks: Iterable[tuple[bool, str, str]]) -> None:
     for asked, message, param in checks:
         if asked:
             raise ApiError(400, f"{message} is not supported (see docs/openai.md)", param)
+
+
+def refused(exc: rules.Refused) -> ApiError:
+    return ApiError(400, exc.message, exc.field)
+
+
+def prompt_tokens(served: Served, prompt: str) -> int:
+    """The prompt's tokens; for a prompt far over the context, a count over it that stopped early (cpu.count_within).
+    Call it off the loop (the server runs each request's checks on served.cpu)."""
+    return count_within(served.count_tokens, prompt, served.max_seq_len)
+
+
+def answer_room(served: Served, tokens: int, max_tokens: int | None, field: str, prompt_field: str) -> int:
+    """`max_tokens`, or all the room left when None; a 400 naming both numbers when it is more than the room left."""
+    try:
+        return rules.check_room(tokens, max_tokens, served.max_seq_len, field, prompt_field)
+    except rules.Refused as exc:
+        raise refused(exc) from None
+
+
+def check_fanout(served: Served, prompts: int, n: int) -> None:
+    try:
+        limits.check_fanout(prompts, n, served.max_generations)
+    except rules.Refused as exc:
+        raise refused(exc) from None
 
 
 async def generate(
@@ -151,8 +183,7 @@ def _head(served: Served, work: Work) -> Head:
 
 
 def _usage(served: Served, work: Work) -> Usage:
-    prompts = dict.fromkeys(choice.prompt for choice in work.choices)  # n choices of one prompt count it once
-    return Usage.of(sum(served.count_tokens(p) for p in prompts), sum(c.tokens for c in work.choices))
+    return Usage.of(work.prompt_tokens, sum(c.tokens for c in work.choices))
 
 
 def _finish(served: Served, work: Work, usage: Usage | None = None) -> None:
@@ -175,7 +206,7 @@ async def whole(served: Served, work: Work) -> msgspec.Struct:
 
     usage = None
     try:
-        await asyncio.gather(*(drain(choice) for choice in work.choices))
+        await limits.together([drain(choice) for choice in work.choices])  # one fails or the client leaves: all end
         usage = _usage(served, work)
     finally:
         _finish(served, work, usage)
@@ -213,30 +244,9 @@ async def _chunks_of(served: Served, work: Work, head: Head, choice: Choice) -> 
 
 
 async def _interleaved(served: Served, work: Work, head: Head) -> AsyncGenerator[msgspec.Struct, None]:
-    """Several choices streamed at once, each chunk as it comes."""
-    queue: asyncio.Queue[msgspec.Struct | BaseException | None] = asyncio.Queue()
-
-    async def run(choice: Choice) -> None:
-        try:
-            async with contextlib.aclosing(_chunks_of(served, work, head, choice)) as chunks:
-                async for chunk in chunks:
-                    queue.put_nowait(chunk)
-        except BaseException as exc:  # noqa: BLE001  (handed to the reader, which raises it)
-            queue.put_nowait(exc)
-        finally:
-            queue.put_nowait(None)
-
-    tasks = [asyncio.ensure_future(run(choice)) for choice in work.choices]
-    try:
-        done = 0
-        while done < len(tasks):
-            item = await queue.get()
-            if item is None:
-                done += 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield item
-    finally:
-        for task in tasks:
-            task.cancel()
+    """Several choices streamed at once, each chunk as it comes, through a bounded queue (limits.interleave): a
+    client that does not read holds its generations back; closing this ends them all."""
+    makers = [functools.partial(_chunks_of, served, work, head, choice) for choice in work.choices]
+    async with contextlib.aclosing(limits.interleave(makers)) as chunks:
+        async for chunk in chunks:
+            yield chunk

@@ -46,7 +46,10 @@ class Kit:
         async def run() -> Any:
             async with fake.serve() as url:
                 front = server.build(dataclasses.replace(self.plan, **{"triton_url": url, **plan}), self.key)
-                async with TestServer(server.make_app(front), host="127.0.0.1") as served:
+                app = server.make_app(front)
+                async with TestServer(
+                    app, host="127.0.0.1", handler_cancellation=server.HANDLER_CANCELLATION
+                ) as served:
                     return await calls(str(served.make_url("")).rstrip("/"))
 
         return asyncio.run(run())
@@ -73,5 +76,6 @@ def kit(tmp_path: Path) -> Kit:
             restricted=(),
             max_seq_len=64,
             shutdown_timeout=5.0,
+            max_generations=256,
         )
     )

@@ -150,7 +150,7 @@ def test_the_fronts_own_stream_is_cut_with_the_error_event_and_the_backends_stre
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", 0).start()
             port = runner.addresses[0][1]
-            body = {"model": "ensemble", "prompt": "What is TensorRT-LLM?", "max_tokens": 200, "stream": True}
+            body = {"model": "ensemble", "prompt": "What is TensorRT-LLM?", "max_tokens": 50, "stream": True}
 
             async def read():
                 async with (

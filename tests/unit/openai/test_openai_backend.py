@@ -13,6 +13,7 @@ from harness.realtriton import free_port
 
 pytest.importorskip("aiohttp")
 
+from trtllm_entrypoint.openai import backend  # noqa: E402
 from trtllm_entrypoint.openai.backend import Backend, first_float  # noqa: E402
 from trtllm_entrypoint.openai.protocol import ApiError  # noqa: E402
 
@@ -57,9 +58,11 @@ def test_tritonservers_errors_become_openai_errors():
         return {prompt: await collect(backend, {"text_input": prompt}) for prompt in replies}
 
     found = run(fake, calls)
-    assert (found["bad"].status, found["bad"].message) == (400, "the model answered: bad")
+    assert found["bad"].status == 400 and found["bad"].message.startswith("the model refused the request: bad (ref ")
     assert (found["crash"].status, found["crash"].code) == (502, "backend_error")
-    assert (found["late"].status, found["late"].message) == (400, "the model answered: late")
+    assert "crash" not in found["crash"].message  # only named: the log has tritonserver's words
+    # An error event's text, parsed from its SSE event: never the `data:` framing or the JSON around it.
+    assert found["late"].status == 400 and found["late"].message.startswith("the model refused the request: late (")
     unknown = run(fake, lambda backend: collect(backend, {"text_input": "bad"}), entry_model="other")
     assert unknown.status == 400 and "unknown model: 'other'" in unknown.message
 
@@ -75,6 +78,23 @@ def test_a_tritonserver_that_does_not_answer_is_a_503_and_not_ready():
 
     error, ready = asyncio.run(calls())
     assert (error.status, error.code, ready) == (503, "backend_unavailable", False)
+    # No internal address or library message reaches the client: the log has them, under the same reference.
+    assert "127.0.0.1" not in error.message and "Cannot connect" not in error.message and "(ref " in error.message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Cannot connect to host 127.0.0.1:8000 ssl:default [Connect call failed ('127.0.0.1', 8000)]",
+        "in ensemble 'ensemble', Failed to open http://10.1.2.3:8001/v2 from /opt/tritonserver/backends/python/m.py",
+        "Cannot connect to host localhost:8000 ssl:default [Connect call failed ('::1', 8000, 0, 0)]",
+        'error at [::1]:8000\nTraceback (most recent call last):\n  File "/opt/x/model.py", line 3',
+    ],
+)
+def test_a_backend_refusal_keeps_its_first_line_without_addresses_or_paths(message):
+    shown = backend.public(message)
+    for internal in ("127.0.0.1", "10.1.2.3", "localhost:8000", "::1", "/opt/", "Traceback", "model.py"):
+        assert internal not in shown, shown
 
 
 def test_ready_follows_the_entry_models_readiness():

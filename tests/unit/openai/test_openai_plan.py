@@ -12,7 +12,7 @@ from trtllm_entrypoint.openai.plan import FrontPlan
 PLAN = FrontPlan(
     host="0.0.0.0", port=9000, workers=4, triton_url="http://127.0.0.1:8000", served_name="served",
     entry_model="ensemble", workflow="llmapi", config="/repo/ensemble/config.pbtxt", tokenizer="/models/x",
-    restricted=("inference", "metadata"), max_seq_len=4096, shutdown_timeout=30.0,
+    restricted=("inference", "metadata"), max_seq_len=4096, shutdown_timeout=30.0, max_generations=256,
 )  # fmt: skip
 
 

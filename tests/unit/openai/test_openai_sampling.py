@@ -12,6 +12,7 @@ from harness.image import templates_for
 
 pytest.importorskip("msgspec")
 
+from trtllm_entrypoint.openai import rules
 from trtllm_entrypoint.openai import sampling as sp  # noqa: E402
 from trtllm_entrypoint.openai.protocol import ApiError, ChatRequest, CompletionRequest, decode  # noqa: E402
 
@@ -34,13 +35,11 @@ def request(kind, **body):
 def test_the_ensemble_gets_its_own_names_and_only_declared_inputs(templates):
     served = model(templates, "engine")
     req = request(CompletionRequest, max_tokens=5, seed=3, temperature=0.5, top_p=0.9)
-    if "random_seed" not in served.inputs:  # v0.7.0's ensemble has no seed: refused, never dropped silently
-        with pytest.raises(ApiError, match="seed is not supported"):
-            sp.sampling(req, served, req.max_tokens, False)
-        req = request(CompletionRequest, max_tokens=5, temperature=0.5, top_p=0.9)
+    seed = served.input_name("seed")  # random_seed; `seed` in TensorRT-LLM 0.20's templates
+    assert seed == ("seed" if templates == "triton_backend" else "random_seed")
     body = sp.backend_body(served, "hi", sp.sampling(req, served, req.max_tokens, False), choice=1)
     assert body["text_input"] == "hi" and body["max_tokens"] == 5 and body["stream"] is True
-    assert body.get("random_seed", 4) == 4  # the choice's own seed
+    assert body[seed] == 4  # the choice's own seed: the request's + the choice's index
     assert body["stop_words"] == ""  # older ensembles need the list, empty when no stop is asked for
     stopping = sp.sampling(request(CompletionRequest, stop="END"), served, None, False)
     assert sp.backend_body(served, "hi", stopping, choice=0)["stop_words"] == ["END"]
@@ -82,11 +81,50 @@ def test_at_most_four_stop_sequences_and_empty_ones_are_dropped():
     assert sp.sampling(request(CompletionRequest, stop=["", "x"]), served, None, False).stops == ("x",)
 
 
-def test_a_chat_answer_without_a_limit_gets_the_rest_of_the_context():
-    assert sp.room_left(6, 256) == 250
-    with pytest.raises(ApiError, match="the prompt has 256 tokens and the model takes 256") as full:
-        sp.room_left(256, 256)
-    assert full.value.param == "messages"
+def test_an_answer_gets_the_rest_of_the_context_and_no_more():
+    assert rules.check_room(6, None, 256) == 250
+    with pytest.raises(rules.Refused, match="the prompt has 256 tokens and the model's context is 256") as full:
+        rules.check_room(256, None, 256, prompt_field="messages")
+    assert full.value.field == "messages"
+
+
+@pytest.mark.parametrize("templates", ["v0.7.0", "v0.17.0", "triton_backend"])
+def test_values_that_do_not_fit_the_declared_input_are_refused_naming_the_field(templates):
+    served = model(templates, "engine")
+    for field, value in (("max_tokens", 2**32 + 3), ("top_k", 2**31)):
+        with pytest.raises(ApiError) as refused:
+            sp.sampling(
+                request(CompletionRequest, **{field: value}), served, 2**32 + 3 if field == "max_tokens" else 5, False
+            )
+        assert refused.value.status == 400 and refused.value.param == field and "TYPE_INT32" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    "workflow,templates", [("engine", "v0.17.0"), ("engine", "triton_backend"), ("llmapi", "triton_backend")]
+)
+def test_seeds_map_into_the_models_type_and_choices_sample_independently(workflow, templates):
+    served = model(templates, workflow)
+    seed = served.input_name("seed")
+    minus_one = sp.sampling(request(CompletionRequest, seed=-1), served, None, False)
+    assert sp.backend_body(served, "x", minus_one, choice=0)[seed] == 2**64 - 1  # a 502 before
+    unseeded = sp.sampling(request(CompletionRequest, n=3, temperature=0.7), served, None, False)
+    seeds = {sp.backend_body(served, "x", unseeded, choice=k)[seed] for k in range(3)}
+    assert len(seeds) == 3  # TensorRT-LLM's default seed is fixed: without these, three identical choices
+
+
+@pytest.mark.parametrize("templates", ["v0.7.0", "v0.17.0", "triton_backend"])
+def test_extensions_map_to_declared_inputs_and_are_refused_elsewhere(templates):
+    served = model(templates, "engine")
+    s = sp.sampling(request(CompletionRequest, min_tokens=2, repetition_penalty=1.1), served, None, False)
+    body = sp.backend_body(served, "x", s, choice=0)
+    assert body[served.input_name("min_tokens")] == 2 and body["repetition_penalty"] == 1.1
+    with pytest.raises(ApiError) as refused:
+        sp.sampling(request(CompletionRequest, ignore_eos=True), served, None, False)
+    assert refused.value.param == "ignore_eos"
+    llmapi = model("triton_backend", "llmapi")
+    with pytest.raises(ApiError) as refused:
+        sp.sampling(request(CompletionRequest, min_tokens=2), llmapi, None, False)
+    assert refused.value.param == "min_tokens"
 
 
 def test_an_unknown_workflow_is_refused():

@@ -76,23 +76,38 @@ def test_wrong_routes_models_and_bodies_answer_in_openais_error_shape(kit):
 
 
 def test_a_tritonserver_that_does_not_answer_is_a_503_and_the_front_is_not_ready(kit):
+    """Honest readiness: until tritonserver reports the model ready, every /v1/* route is a 503 in OpenAI's shape
+    saying the model is loading (before a stream starts), naming no internal address."""
+
     async def calls(url):
         async with aiohttp.ClientSession() as client:
             whole = await answer(await client.post(f"{url}/v1/completions", json={"model": "ensemble", "prompt": "x"}))
             body = {"model": "ensemble", "prompt": "x", "stream": True}
-            streamed = await client.post(f"{url}/v1/completions", json=body)
-            events = (streamed.status, streamed.headers["Content-Type"], await streamed.text())
+            streamed = await answer(await client.post(f"{url}/v1/completions", json=body))
+            listed = await answer(await client.get(f"{url}/v1/models"))
             ready = (await client.get(f"{url}/health/ready")).status
-            return whole, events, ready, (await client.get(f"{url}/health/live")).status
+            return whole, streamed, listed, ready, (await client.get(f"{url}/health/live")).status
 
     fake = FakeTriton(lambda body: Reply(), models=())  # answers, but serves no model: tritonserver still loading
-    whole, (status, kind, events), ready, live = kit.ask(fake, calls, triton_url=f"http://127.0.0.1:{free_port()}")
-    assert whole[0] == 503 and whole[1]["error"]["code"] == "backend_unavailable"
-    # A stream has sent its status already: the error is an event of it, then [DONE], as OpenAI's streams end.
-    assert status == 200 and kind == "text/event-stream" and '"backend_unavailable"' in events
-    assert events.rstrip().endswith("data: [DONE]")
-    assert (ready, live) == (503, 200)
-    assert kit.ask(fake, asking(("GET", "/health/ready", None, None)))[0][0] == 503
+    for triton_url in (f"http://127.0.0.1:{free_port()}", None):  # nothing listens yet; it listens, still loading
+        *answers, ready, live = kit.ask(fake, calls, **({"triton_url": triton_url} if triton_url else {}))
+        for status, body in answers:
+            assert status == 503 and body["error"]["code"] == "model_not_ready", body
+            assert "loading" in body["error"]["message"] and "127.0.0.1" not in body["error"]["message"]
+        assert (ready, live) == (503, 200)
+
+
+def test_the_front_serves_once_the_model_is_ready(kit):
+    fake = FakeTriton(lambda body: Reply(pieces=["a"]), ready=False)
+
+    async def calls(url):
+        async with aiohttp.ClientSession() as client:
+            before = (await client.get(f"{url}/v1/models")).status
+            fake.ready = True
+            after = (await client.get(f"{url}/v1/models")).status
+            return before, after
+
+    assert kit.ask(fake, calls) == (503, 200)
 
 
 def test_restricted_routes_want_the_admin_key_as_the_api_key_and_tritonserver_gets_it(kit):
@@ -121,7 +136,8 @@ def test_restricted_routes_want_the_admin_key_as_the_api_key_and_tritonserver_ge
 
 def test_every_route_of_a_restricted_group_wants_the_key_however_its_path_is_spelt(kit):
     """`metadata` closes the list and each model's card; `inference` closes both completions routes, also when the
-    path is spelt otherwise (percent-encoded); health stays open."""
+    path is spelt otherwise (percent-encoded); health stays open. The key is checked before readiness: a client
+    without it learns nothing, one with it hears that the model is loading."""
     key = kit.key
     body = {"model": "ensemble", "prompt": "x", "messages": [{"role": "user", "content": "x"}]}
     found = kit.ask(
@@ -138,7 +154,8 @@ def test_every_route_of_a_restricted_group_wants_the_key_however_its_path_is_spe
         ),
         restricted=("metadata", "inference"),
     )
-    assert [status for status, _ in found] == [401, 401, 200, 401, 401, 401, 401, 503]
+    assert [status for status, _ in found] == [401, 401, 503, 401, 401, 401, 401, 503]
+    assert found[2][1]["error"]["code"] == "model_not_ready"
 
 
 def test_the_start_takes_the_plan_and_the_key_from_the_environment_and_drops_both(kit):

@@ -33,6 +33,7 @@ class ModelSettings:
     model_id: str | None
     model_revision: str | None
     hf_token: str | None = field(repr=False)
+    hub_endpoint: str = field(repr=False)  # HF_ENDPOINT or the hub's own; may hold a mirror's password
     engine_dir: Path | None
     templates_dir: Path
     repository_dir: Path | None

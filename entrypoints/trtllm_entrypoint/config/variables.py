@@ -676,14 +676,20 @@ def lookalikes(names: Iterable[str]) -> list[tuple[str, str]]:
     return found
 
 
-def markdown() -> str:
-    """docs/environment.md's tables, one per section."""
+def markdown(width: int = 116) -> str:
+    """docs/environment.md's sections: one list item per variable, wrapped to `width` (a table row per variable made
+    lines of 600 characters that no editor or diff shows whole)."""
+    import textwrap  # noqa: PLC0415  (only the docs generator needs it)
+
     out: list[str] = []
     for section in SECTIONS:
-        out += [f"### {section}", "", "| variable | default | allowed values | meaning |", "|---|---|---|---|"]
-        out += [
-            f"| `{v.name}` | {v.default_text} | {v.allowed_text} | {v.help} |" for v in TABLE if v.section == section
-        ]
+        out += [f"### {section}", ""]
+        for v in TABLE:
+            if v.section == section:
+                item = f"- `{v.name}`: default {v.default_text}; allowed: {v.allowed_text}. {v.help}"
+                out += textwrap.wrap(
+                    item, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
+                )
         out.append("")
     return "\n".join(out)
 

@@ -235,6 +235,7 @@ def front_plan(plan: ServePlan, repository: Path, guided_off: str = "") -> Front
         restricted=security.front_restricted(s),
         max_seq_len=s.max_seq_len,
         shutdown_timeout=float(s.exit_timeout_secs),
+        log_format=s.log_format,
         max_generations=s.openai_max_generations,
         adapters={a.name: a.task_id for a in plan.adapters},
         tool_parser=s.tool_call_parser,

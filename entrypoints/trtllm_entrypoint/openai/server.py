@@ -10,6 +10,7 @@ timings, never a prompt or an answer).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hmac
@@ -26,6 +27,7 @@ from aiohttp import web
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import Error
+from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.openai import (
     chat,
     chat_template,
@@ -41,6 +43,7 @@ from trtllm_entrypoint.openai import (
 )
 from trtllm_entrypoint.openai.backend import Backend, log_detail
 from trtllm_entrypoint.openai.chat_template import ChatTemplateError
+from trtllm_entrypoint.openai.drain import ERROR_CODE, Drain
 from trtllm_entrypoint.openai.metrics import Metrics
 from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.openai.protocol import (
@@ -69,6 +72,8 @@ class Front:
     served: serving.Served
     restricted: frozenset[str]  # the RESTRICTED_APIS groups that want the admin key
     key: str = field(repr=False)
+    # What SIGTERM does to the streams in flight (EXIT_TIMEOUT_SECS, the plan's shutdown_timeout), said in the log.
+    drain: Drain = field(default_factory=lambda: Drain(30.0, Log().info))
 
     @property
     def model(self) -> Model:
@@ -221,13 +226,19 @@ async def answer(request: web.Request, served: serving.Served, work: serving.Wor
         return _json(await serving.whole(served, work))
     response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
+    drain = request.app[FRONT].drain
     try:
-        try:
-            async with contextlib.aclosing(serving.stream(served, work)) as chunks:
-                async for chunk in chunks:
-                    await limits.write(response, _event(chunk))
-        except ApiError as exc:  # the status is sent already: the error goes into the stream, as OpenAI's does
-            await limits.write(response, _event(exc.body()))
+        with drain.stream() as live:
+            try:
+                async with contextlib.aclosing(serving.stream(served, work)) as chunks:
+                    async for chunk in chunks:
+                        await limits.write(response, _event(chunk))
+            except ApiError as exc:  # the status is sent already: the error goes into the stream, as OpenAI's does
+                await limits.write(response, _event(exc.body()))
+            except asyncio.CancelledError:  # the drain's grace ran out: the answer ends with why, never broken off
+                if not drain.was_cut(live):
+                    raise
+                await limits.write(response, _event(ApiError(503, drain.cut_message, code=ERROR_CODE).body()))
         await limits.write(response, DONE)
     except limits.ClientGone:  # left, or read nothing for WRITE_TIMEOUT_S: closing the chunks ended the generations
         if request.transport is not None:
@@ -251,6 +262,7 @@ def make_app(front: Front) -> web.Application:
         front.served.cpu.close()
 
     app.cleanup_ctx.append(session)
+    app.on_shutdown.append(front.drain.shutdown)  # after the listener closed, before aiohttp cancels the handlers
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{name}", model)
     app.router.add_post("/v1/completions", completions_route)
@@ -282,7 +294,7 @@ def build(plan: FrontPlan, key: str, metrics_dir: str | None = None) -> Front:
         adapters=dict(plan.adapters),
         support=tool_support(plan, template, tokenizer),
     )
-    return Front(served, frozenset(plan.restricted), key)
+    return Front(served, frozenset(plan.restricted), key, Drain(plan.shutdown_timeout, Log(plan.log_format).info))
 
 
 def tool_support(plan: FrontPlan, template: chat_template.ChatTemplate, tokenizer: Path) -> structured.Support:

@@ -8,6 +8,7 @@ Prints a table (metric | value | target | status) and writes the results as JSON
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
@@ -39,7 +40,8 @@ REPEATS = {
 }
 # Seconds each serving load is measured (after a warm-up of a fifth of it): full, and --quick.
 SERVING_SECONDS = (5.0, 2.0)
-DEFAULT_JSON = REPO / "out" / "benchmarks.json"  # out/ is not tracked; docs/benchmarks.md keeps the numbers
+DEFAULT_JSON = REPO / "out" / "benchmarks.json"  # out/ is not tracked; --record keeps a run in RESULTS_DIR
+RESULTS_DIR = REPO / "benchmarks" / "results"  # one file per run, committed; docs/benchmarks.md shows the latest
 DEFAULT_PLOT = REPO / "out" / "serving-throughput.png"  # docs/serving-throughput.png is the committed one
 DEFAULT_OPENAI_PLOT = REPO / "out" / "openai-vs-generate-stream.png"  # docs/ keeps the committed one
 DEFAULT_PROFILE = REPO / "out" / "openai-frontend-profile.txt"  # written only when an openai target is missed
@@ -62,6 +64,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (docs/benchmarks.md)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write the results [{DEFAULT_JSON}]")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="also keep the results as benchmarks/results/<date>-<time>-<suites>.json, one file per run, to commit",
+    )
     parser.add_argument(
         "--build-sleep",
         type=float,
@@ -238,6 +245,12 @@ def _docker_cli_version() -> str | None:
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
 
 
+def record_path(suites: list[str], now: datetime.datetime) -> Path:
+    """Where --record keeps a run: named by its UTC start and its suites ("all" for every one)."""
+    name = "all" if set(suites) == set(SUITES) else "+".join(suites)
+    return RESULTS_DIR / f"{now:%Y-%m-%d-%H%M}-{name}.json"
+
+
 def write_json(path: Path, data: dict) -> None:
     """Atomically: an interrupted run never leaves a truncated results file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -251,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C, so the servers and scratch directories are cleaned up by their finally blocks.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     suites = selected_suites(args.only)
+    started = datetime.datetime.now(datetime.timezone.utc)
     repeats = {suite: full_quick[1 if args.quick else 0] for suite, full_quick in REPEATS.items()}
 
     def say(message: str) -> None:
@@ -292,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.json, result)
     print(markdown_table(metrics) if args.markdown else table(metrics))
     say(f"results written to {args.json}")
+    if args.record:
+        kept = record_path(suites, started)
+        write_json(kept, {"started_utc": started.isoformat(timespec="seconds"), **result})
+        say(f"run kept as {kept.relative_to(REPO)}: commit it, and refresh docs/benchmarks.md from it")
     return 0 if result["ok"] else 1
 
 

@@ -26,6 +26,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +48,7 @@ from trtllm_entrypoint.errors import Error  # noqa: E402
 from trtllm_entrypoint.versions import version_tuple  # noqa: E402
 from trtllm_images.matrix import DEFAULT_PATH, MatrixEntry, load  # noqa: E402
 from trtllm_images.plan import STANDIN_NAME, STANDIN_PYTHON_LABEL, is_standin  # noqa: E402
+from trtllm_images.sources import upstream  # noqa: E402
 
 OS_IMAGE = "trtllm-standin-os:bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -55,6 +60,8 @@ PYTHON_MODELS_LABEL = "io.trtllm-images.standin.python-models"
 SCRIPTS_DIR = "/opt/trtllm-doubles"
 OPENAI_DIR = "/opt/tritonserver/python/openai"  # main.py is at openai_frontend/main.py below it
 LOCK_FILE = Path(tempfile.gettempdir()) / "trtllm-standin-os.lock"
+HEARTBEAT_S = 30.0  # a line at least this often while a step runs, as the entrypoint's first start does
+OPENAI_SOURCES = "triton"  # Triton's core and server sources in the upstream layout (harness/realopenai.py)
 
 
 class StandinUnavailable(Exception):
@@ -81,10 +88,11 @@ class StandinSpec:
         """Which stored upstream set /app/all_models comes from (`tensorrtllm_backend/v0.17.0`, …)."""
         if self.templates is None:
             return None
-        try:
-            return str(self.templates.relative_to(upstream_root()))
-        except (ValueError, UpstreamMissing):
-            return str(self.templates)
+        parts = self.templates.parts
+        for top in ("tensorrt_llm", "tensorrtllm_backend"):  # the layout's two template trees
+            if top in parts:
+                return "/".join(parts[len(parts) - 1 - parts[::-1].index(top) :])
+        return str(self.templates)
 
     @property
     def python_models(self) -> str | None:
@@ -123,6 +131,37 @@ def upstream_templates(tensorrt_llm: str, upstream: Path | None = None) -> Path:
     if not older:
         raise TemplatesMissing(f"no backend templates <= {tensorrt_llm} under {upstream / 'tensorrtllm_backend'}")
     return older[-1]
+
+
+def templates_need(tensorrt_llm: str, lock: upstream.Lock | None = None) -> str | None:
+    """The layout path of the template set upstream_templates() picks for `tensorrt_llm` among the pinned sources'
+    sets (None: no pinned set is old enough)."""
+    if version_tuple(tensorrt_llm) >= (0, 20):
+        return "tensorrt_llm/triton_backend/all_models"
+    lock = lock or upstream.load_lock()
+    refs = {
+        dest.split("/")[1]
+        for pin in lock.pins
+        for dest in pin.layout.values()
+        if dest.startswith("tensorrtllm_backend/v") and dest.count("/") >= 2
+    }
+    older = sorted(
+        (version_tuple(ref.lstrip("v")), ref)
+        for ref in refs
+        if version_tuple(ref.lstrip("v")) <= version_tuple(tensorrt_llm)
+    )
+    return f"tensorrtllm_backend/{older[-1][1]}" if older else None
+
+
+def upstream_needs(entry: MatrixEntry, tensorrt_llm: str | None = None) -> tuple[str, ...]:
+    """What the stand-in of `entry` takes from the upstream files: its template set (images with /app) and, for
+    the OpenAI frontend, Triton's sources. Nothing else is fetched for it (no CRD, no other set)."""
+    needs = []
+    if entry.backend.in_image and (templates := templates_need(tensorrt_llm or entry.tensorrt_llm)):
+        needs.append(templates)
+    if entry.openai_frontend:
+        needs.append(OPENAI_SOURCES)
+    return tuple(needs)
 
 
 def spec_for(
@@ -244,6 +283,26 @@ def add_openai_frontend(context: Path, layout: Path, py: str) -> None:
     shutil.copyfile(realtriton.STUB_REQUIREMENTS, context / "openai-wheels" / realtriton.STUB_REQUIREMENTS.name)
 
 
+@contextmanager
+def heartbeat(log: Callable[[str], None], what: str, every: float = HEARTBEAT_S) -> Iterator[dict[str, str]]:
+    """Log `what` with the elapsed time every `every` seconds until the body ends; the body may set `now` in the
+    yielded dict to say which part of the step runs."""
+    stop, started, state = threading.Event(), time.monotonic(), {"now": ""}
+
+    def beat() -> None:
+        while not stop.wait(every):
+            now = f" ({state['now']})" if state["now"] else ""
+            log(f"  still {what}{now}: {time.monotonic() - started:.0f} s")
+
+    thread = threading.Thread(target=beat, name="standin-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        stop.set()
+        thread.join()
+
+
 def debootstrap_argv(rootfs: Path) -> list[str]:
     return [
         "debootstrap",
@@ -292,11 +351,14 @@ def ensure_os_image(client, log=print) -> None:
                 f"{OS_IMAGE} is missing and building it needs root and debootstrap "
                 "(apt-get install debootstrap; .ci/run does it)"
             )
-        log(f"building {OS_IMAGE} with debootstrap (once; a few minutes)")
+        log(f"  building {OS_IMAGE} with debootstrap from {DEBIAN_MIRROR} (once; a few minutes)")
         rootfs = Path(tempfile.mkdtemp(prefix="trtllm-standin-rootfs-", dir="/var/tmp"))
         try:
-            _run(debootstrap_argv(rootfs))
-            _import_rootfs(client, rootfs)
+            with heartbeat(log, "building the base OS") as state:
+                state["now"] = "debootstrap"
+                _run(debootstrap_argv(rootfs))
+                state["now"] = "docker import"
+                _import_rootfs(client, rootfs)
         finally:
             shutil.rmtree(rootfs, ignore_errors=True)
 
@@ -314,20 +376,39 @@ def build_standin(
     client=None,
     log=print,
 ) -> Standin:
-    """Build (or refresh from Docker's layer cache) the stand-in for `tag`; return its name and Python version."""
+    """Build (or refresh from Docker's layer cache) the stand-in for `tag`; return its name and Python version.
+    Each step logs a line when it starts and a heartbeat while it runs."""
     client = client or docker.from_env()
-    spec = spec_for(load(matrix_path).get(tag), image=image, tensorrt_llm=tensorrt_llm)
+    entry = load(matrix_path).get(tag)
+    needs = upstream_needs(entry, tensorrt_llm)
+    log(f"step 1/4: upstream files ({', '.join(needs) or 'none needed'})")
+    try:
+        root = upstream_root(needs) if needs else None
+    except UpstreamMissing as exc:
+        raise TemplatesMissing(str(exc)) from None
+    spec = spec_for(entry, image=image, tensorrt_llm=tensorrt_llm, upstream=root)
+    log(f"step 2/4: base OS image {OS_IMAGE}")
     ensure_os_image(client, log)
     labels = os_image_labels(client)
     with tempfile.TemporaryDirectory(prefix="trtllm-standin-ctx-") as tmp:
-        context = assemble_context(spec, Path(tmp), labels[SITE_LABEL], labels[PYTHON_LABEL])
-        output = []
-        for chunk in client.api.build(
-            path=str(context), tag=spec.image, rm=True, forcerm=True, pull=False, decode=True
-        ):
-            output.append(chunk.get("stream", ""))
-            if "error" in chunk:
-                raise RuntimeError(f"building {spec.image} failed: {chunk['error']}\n{''.join(output[-20:])}")
+        log(
+            "step 3/4: build context (tritonserver wheels, doubles"
+            + (", OpenAI frontend)" if spec.openai_frontend else ")")
+        )
+        with heartbeat(log, "assembling the build context"):
+            context = assemble_context(spec, Path(tmp), labels[SITE_LABEL], labels[PYTHON_LABEL])
+        log(f"step 4/4: docker build {spec.image}")
+        output: list[str] = []
+        with heartbeat(log, f"building {spec.image}") as state:
+            for chunk in client.api.build(
+                path=str(context), tag=spec.image, rm=True, forcerm=True, pull=False, decode=True
+            ):
+                text = chunk.get("stream", "")
+                output.append(text)
+                if text.startswith("Step "):  # docker's own step line: which instruction runs now
+                    state["now"] = text.strip()[:100]
+                if "error" in chunk:
+                    raise RuntimeError(f"building {spec.image} failed: {chunk['error']}\n{''.join(output[-20:])}")
     log(f"built {spec.image} (TensorRT-LLM {spec.tensorrt_llm}, Python {labels[PYTHON_LABEL]})")
     return Standin(image=spec.image, python=labels[PYTHON_LABEL], spec=spec)
 
@@ -362,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     except (StandinUnavailable, Error, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except docker.errors.DockerException as exc:
+        print(f"error: no Docker engine answers ({exc}); start dockerd, or set DOCKER_HOST", file=sys.stderr)
         return 1
     print(f"{standin.image} python={standin.python}")
     print(f"build against it: python build.py --tag {args.tag} --base-image {standin.image}")

@@ -54,7 +54,7 @@ class FrontendUnavailable(realtriton.RealTritonUnavailable):
 
 def sources() -> Path:
     try:
-        root = upstream_root() / "triton"
+        root = upstream_root(("triton",)) / "triton"
     except UpstreamMissing as exc:
         raise FrontendUnavailable(str(exc)) from None
     main = root / SERVER / "python/openai/openai_frontend/main.py"

@@ -3,10 +3,12 @@ this repository.
 
 They come from the first of:
   1. $TRTLLM_UPSTREAM_DIR, a copy with the layout below;
-  2. ../shared/upstream beside the repository, where present;
+  2. ../shared/upstream beside the repository (or beside the main checkout of a git worktree), where present;
   3. the verified download cache: the sources of upstream.lock.json, fetched from GitHub on first use and verified
      by content; a source the lock does not pin yet is trusted on first use, with a line on stderr saying so
-     (`python build.py upstream fetch` does it ahead and prints the directory).
+     (`python build.py upstream fetch` does it ahead and prints the directory; `--out DIR` copies it there to
+     carry to a machine without GitHub). Only the sources that lay out what is asked for are fetched, so a test
+     of one template set, or a stand-in of one tag, never waits for a CRD.
 
 Layout of a copy (paths in the archives on the right):
   tensorrtllm_backend/<ref>/inflight_batcher_llm/…   tensorrtllm_backend@<ref>: all_models/inflight_batcher_llm
@@ -41,34 +43,50 @@ from trtllm_images.sources import cache as source_cache
 from trtllm_images.sources import upstream
 
 ENV = "TRTLLM_UPSTREAM_DIR"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "upstream"
+REPO = Path(__file__).resolve().parents[1]
 HOW = (
-    f"set {ENV} to a copy (layout in harness/upstream_files.py), or run `python build.py upstream fetch` "
-    "on a machine that reaches GitHub"
+    f"set {ENV} to a copy (layout in harness/upstream_files.py): `python build.py upstream fetch --out DIR` "
+    "on a machine that reaches GitHub makes one to carry"
 )
+
+
+def _main_checkout(repo: Path) -> Path:
+    """The main checkout of a linked git worktree (its .git is a file naming the main one's git dir), else `repo`."""
+    dot_git = repo / ".git"
+    if not dot_git.is_file():
+        return repo
+    gitdir = Path(dot_git.read_text().partition("gitdir:")[2].strip())
+    common = gitdir / "commondir"  # <main>/.git/worktrees/<name>/commondir -> ../..
+    if not common.is_file():
+        return repo
+    return (gitdir / common.read_text().strip()).resolve().parent
+
+
+SHARED = _main_checkout(REPO).parent / "shared" / "upstream"
 
 
 class UpstreamMissing(Exception):
     """No source has the upstream files; the message says how to get them."""
 
 
-def upstream_root() -> Path:
-    """The directory holding the upstream layout, from the first source that has one."""
-    found = _resolve()
+def upstream_root(needs: tuple[str, ...] = ()) -> Path:
+    """The directory holding the upstream layout, from the first source that has one; `needs` (paths in the layout)
+    limits what the pinned sources download to the sources that lay them out."""
+    found = _resolve(needs)
     if isinstance(found, str):
         raise UpstreamMissing(found)
     return found
 
 
 @functools.cache
-def _resolve() -> Path | str:
+def _resolve(needs: tuple[str, ...] = ()) -> Path | str:
     """The root, or why there is none: cached either way, so an offline machine tries the network once."""
     if os.environ.get(ENV):
         root = Path(os.environ[ENV])
         return root if root.is_dir() else f"{ENV}={root} is not a directory; {HOW}"
     if SHARED.is_dir():
         return SHARED
-    pinned = _pinned_layout()
+    pinned = _pinned_layout(needs)
     return pinned if isinstance(pinned, Path) else f"upstream files unavailable: {pinned}; {HOW}"
 
 
@@ -78,11 +96,11 @@ def _tell(message: str) -> None:
 
 
 @functools.cache
-def _pinned_layout() -> Path | str:
+def _pinned_layout(needs: tuple[str, ...] = ()) -> Path | str:
     """The layout made from the lock's pinned sources (downloaded once), or why there is none."""
     try:
         return source_cache.materialize_layout(
-            upstream.load_lock(), source_cache.cache_root(), local_copy=f"{ENV}=<a copy>", log=_tell
+            upstream.load_lock(), source_cache.cache_root(), local_copy=f"{ENV}=<a copy>", log=_tell, needs=needs
         )
     except Error as exc:
         return f"the pinned sources are unavailable ({exc.message})"
@@ -91,11 +109,11 @@ def _pinned_layout() -> Path | str:
 def find(relpath: str) -> Path:
     """upstream_root() / relpath; a file that copy lacks (one added to the lock after it was made) comes from the
     lock's pinned sources instead; else UpstreamMissing naming what is missing where."""
-    root = upstream_root()
+    root = upstream_root((relpath,))
     path = root / relpath
     if path.exists():
         return path
-    pinned = _pinned_layout()
+    pinned = _pinned_layout((relpath,))
     if isinstance(pinned, Path) and pinned != root and (pinned / relpath).exists():
         return pinned / relpath
     where = f"and from {pinned}" if isinstance(pinned, Path) else f"and {pinned}"

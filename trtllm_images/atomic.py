@@ -9,12 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: bytes) -> Path:
-    """A temp file beside `path`, then rename: an interrupted run leaves no truncated file behind."""
+def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> Path:
+    """A temp file beside `path`, then rename: an interrupted run leaves no truncated file behind. The file gets
+    `mode` (mkstemp's 0600 would leave manifests and reports unreadable to the group that applies or reads them)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as out:
             out.write(data)
         os.replace(tmp, path)

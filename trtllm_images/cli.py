@@ -6,6 +6,7 @@ into plans first (all bad input fails there, before anything is written or built
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import click
 from click.core import ParameterSource
 
 from trtllm_entrypoint.errors import Error, UsageError
-from trtllm_images import checks, render, tables
+from trtllm_images import checks, render, tables, tiny_model
 from trtllm_images import cli_options as shared
 from trtllm_images import matrix as matrix_mod
 from trtllm_images.kserve import options as kserve_options
@@ -244,11 +245,36 @@ def kserve_command(matrix_path, out_dir, **flags):
     group per replica with its Service and NetworkPolicy instead."""
     options = kserve_options.from_flags(flags)
     plan = kserve.make_kserve_plan(matrix_mod.load(matrix_path), options)
+    if options.image is None and options.registry is None:
+        shared.say(
+            "warning: no --registry or --image: the manifests name the image without a registry, which a cluster "
+            "pulls from Docker Hub; pass --registry HOST[/NAMESPACE] where you pushed it (`build.py --push`)"
+        )
     if out_dir is None:
         click.echo(kserve.render_manifests(plan), nl=False)
         return
     for path in kserve.write_files(out_dir, kserve.render_files(plan)):
         shared.say(f"wrote {path}")
+
+
+@cli.command("tiny-model")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="A new directory to write the checkpoint into.",
+)
+def tiny_model_command(out_dir):
+    """A tiny Llama-shaped Hugging Face checkpoint for trying the stand-in images without a GPU or the hub: config,
+    tokenizer (it knows the README's prompt) and one weight tensor. Serve it with `-v DIR:/models/tiny:ro -e
+    MODEL_ID=/models/tiny`; the stand-in's engine double answers with tokens of the prompt. Real TensorRT-LLM cannot
+    build an engine from it (it has one tensor)."""
+    if out_dir.exists():
+        raise UsageError(f"--out {out_dir} already exists", "name a new directory; nothing was written")
+    click.echo(tiny_model.tiny_llama(out_dir))
+    shared.say(f"serve it: docker run … -v {out_dir.resolve()}:/models/tiny:ro -e MODEL_ID=/models/tiny IMAGE")
 
 
 @cli.group("upstream")
@@ -302,16 +328,30 @@ def upstream_lock_command(matrix_path, lock_path, repin, git_dir, repo):
 
 @upstream_group.command("fetch")
 @_lock_option
-def upstream_fetch_command(lock_path):
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Also copy the files to DIR (new or empty), to carry to a machine without GitHub as its TRTLLM_UPSTREAM_DIR.",
+)
+def upstream_fetch_command(lock_path, out_dir):
     """Download and verify the tests' upstream files into the cache; prints the directory (a TRTLLM_UPSTREAM_DIR).
     A source the lock does not pin yet is trusted on first use, with a line saying so."""
+    if out_dir is not None and out_dir.exists() and any(out_dir.iterdir()):
+        raise click.UsageError(f"--out {out_dir} is not empty; name a new or empty directory")
     path = source_cache.materialize_layout(
         upstream.load_lock(lock_path),
         source_cache.cache_root(),
         local_copy="TRTLLM_UPSTREAM_DIR=<a copy> for the tests",
         log=shared.say,
     )
-    click.echo(path)
+    if out_dir is None:
+        click.echo(path)
+        return
+    shutil.copytree(path, out_dir, dirs_exist_ok=True)
+    click.echo(out_dir)
+    shared.say(f"carry {out_dir} to the other machine and set TRTLLM_UPSTREAM_DIR to where it lands")
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -321,7 +322,9 @@ def markdown_table(matrix: Matrix) -> str:
             cells.append(text.replace("|", "\\|"))
         lines.append("| " + " | ".join(cells) + " |")
     if notes:
-        lines += ["", "Uncertain values (?n):", ""] + [f"{i}. {note}" for i, note in enumerate(notes, 1)]
+        lines += ["", "Uncertain values (?n):", ""]
+        for i, note in enumerate(notes, 1):  # wrapped, as the docs' lines are: at most 120 characters
+            lines += textwrap.wrap(f"{i}. {note}", 116, subsequent_indent="   ", break_long_words=False)
     return "\n".join(lines) + "\n"
 
 

@@ -56,6 +56,12 @@ class BuildRecord:
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def warning_count(self) -> int:
+        """Every warning the build printed: the static checks' and the verification's."""
+        checks = sum(1 for finding in self.findings if finding.get("level") == "warning")
+        return checks + sum(len(v["warnings"]) for v in self.verifications)
+
     def to_dict(self) -> dict:
         return {
             "report_version": REPORT_VERSION,

@@ -31,10 +31,15 @@ def table(rows: Sequence[tuple[str, ...]]) -> str:
 def build_summary(records: Sequence[report.BuildRecord]) -> str:
     rows: list[tuple[str, ...]] = [("TAG", "RESULT", "IMAGES", "WARNINGS", "SECONDS")]
     for record in records:
-        warnings = sum(len(v["warnings"]) for v in record.verifications)
         refs = ", ".join(image["ref"] for image in record.images) or "-"
         rows.append(
-            (record.tag, "ok" if record.ok else "FAILED", refs, str(warnings), f"{sum(record.durations.values()):.0f}")
+            (
+                record.tag,
+                "ok" if record.ok else "FAILED",
+                refs,
+                str(record.warning_count),
+                f"{sum(record.durations.values()):.0f}",
+            )
         )
     return table(rows)
 

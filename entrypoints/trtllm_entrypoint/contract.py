@@ -38,6 +38,9 @@ FRONT_METRICS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 # PID 1 of the images (ENTRYPOINT): passes signals to the server and reaps the ready-line watcher.
 TINI = "/opt/trtllm-images/bin/tini"
 
+# The hub huggingface_hub asks when HF_ENDPOINT is unset.
+DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
+
 # Writable under any UID: the images create it with mode 1777.
 DEFAULT_CACHE_DIR = "/var/cache/trtllm"
 
@@ -47,8 +50,11 @@ DEFAULT_CACHE_DIR = "/var/cache/trtllm"
 # the manifests' terminationGracePeriodSeconds all give this grace, which leaves time after the drain to exit.
 DEFAULT_EXIT_TIMEOUT_SECS = 30
 STOP_GRACE_SECS = DEFAULT_EXIT_TIMEOUT_SECS + 10
+# /dev/shm for every documented start (`docker run --shm-size`, compose's shm_size, the manifests' memory emptyDir):
+# the Python models pass tensors through it and NCCL uses it between the GPUs of one host; Docker's 64 MB is too small.
+SHM_SIZE_GIB = 8
 
-# Triton's own defaults; KServe passes --http-port=8080 --grpc-port=9000 explicitly.
+# Triton's own defaults (the KServe runtime sets HTTP_PORT=8080 and keeps gRPC on 8001: 9000 is only the OpenAI API).
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_GRPC_PORT = 8001
 DEFAULT_METRICS_PORT = 8002
@@ -70,6 +76,10 @@ ENTRY_MODEL = {"engine": "ensemble", "llmapi": "tensorrt_llm"}
 # The model our OpenAI front asks with token ids, per workflow (the llmapi model takes text: its entry model).
 IDS_MODEL = {"engine": "tensorrt_llm"}
 INNER_MODELS = {"engine": tuple(m for m in ENGINE_MODELS if m != ENTRY_MODEL["engine"]), "llmapi": ()}
+
+# TOOL_CALL_PARSER: `auto` (the family the chat template shows) or a tool-call family the OpenAI front reads
+# (openai/tools.py's FAMILIES, which a test keeps equal to these names).
+TOOL_CALL_PARSERS = ("auto", "hermes", "llama3_json", "mistral", "granite", "qwen3_coder")
 
 # Multi-node groups (LeaderWorkerSet): each worker pod runs sshd on this port with the group's key mounted here
 # (a Secret with `id_ed25519` and `id_ed25519.pub`); the leader's mpirun starts the other ranks through it.

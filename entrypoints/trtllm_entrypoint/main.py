@@ -342,8 +342,10 @@ def prepare(
         log.info("serving the limits the engine was built with", **plan.taken)
     lora_values = lora.fill_values(plan, facts, env, log)  # the adapters converted for the engine, once per set
     with log.phase("fill"):
-        repo = serve_files.write_repository(plan, facts, log, engine_dir, lora_values)
+        guided_values, guided_off = serve_files.guided_decoding(plan, facts, log)
+        repo = serve_files.write_repository(plan, facts, log, engine_dir, {**lora_values, **guided_values})
     resolved = LaunchPlan(
+        guided_off=guided_off,
         plan=plan,
         facts=facts,
         repository=repo,

@@ -310,10 +310,12 @@ def test_kserve_stock_args_serve_a_read_only_prebuilt_engine(server, prebuilt_en
     assert read_records(records, "trtllm-build") == [], "a prebuilt engine must be served as it is"
     assert sorted((p.name, p.stat().st_mtime_ns) for p in prebuilt_engine.iterdir()) == before
 
-    # The README's KServe calls: HTTP on 8080 and its tritonclient example on 9000, both by SERVED_MODEL_NAME.
+    # The README's KServe calls: HTTP on 8080 and its tritonclient example, both by SERVED_MODEL_NAME. The example
+    # names our runtime's gRPC port (8001, Triton's own); KServe's stock command line above puts gRPC on 9000.
     generate(container, 64, model="llm", port=8080)
     assert not ready_now(container, 8080, route="/v2/models/ensemble/ready"), "the entry model must be renamed"
-    code = readme_grpc_example().replace('"localhost:9000"', f'"{address(container)}:9000"')
+    assert '"localhost:8001"' in readme_grpc_example()
+    code = readme_grpc_example().replace('"localhost:8001"', f'"{address(container)}:9000"')
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr + logs(container)[-3000:]
     words = tokens(done.stdout)

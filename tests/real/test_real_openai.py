@@ -222,6 +222,12 @@ def test_sigterm_lets_an_in_flight_stream_finish_then_exits_0(tmp_path, real_tri
         code = front.process.wait(60)
     assert len([p for p in pieces if p]) == tokens, (pieces, front.log()[-3000:])
     assert code == 0, front.log()[-3000:]
+    log = front.log()
+    # The worker says what its drain does: the streams in flight when it started (the double may have sent all
+    # 24 tokens by then), and that each of them finished, none cut.
+    started = re.search(r"info: draining the OpenAI front streams_in_flight=(\d+) grace_s=", log)
+    assert started, log[-3000:]
+    assert f"info: drain done finished={started.group(1)} cut=0 " in log, log[-3000:]
 
 
 @pytest.mark.process

@@ -9,7 +9,7 @@ import pytest
 from benchmarks.entrypoint_bench import phase_seconds
 from benchmarks.image_bench import build_steps, layer_steps
 from benchmarks.report import Metric, Target, document, evaluate, format_value, median, table
-from benchmarks.run import selected_suites
+from benchmarks.run import RESULTS_DIR, SUITES, record_path, selected_suites
 from benchmarks.sandbox import json_events
 
 
@@ -110,3 +110,12 @@ def test_build_steps_mark_cache_hits_and_skip_arg_and_from():
 def test_concurrent_suite_brings_the_cold_start_it_is_compared_with():
     assert selected_suites(["concurrent"]) == ["cold", "concurrent"]
     assert selected_suites(None) == ["warm", "cold", "concurrent", "images", "static", "serving", "scaling", "openai"]
+
+
+def test_a_recorded_run_is_one_file_named_by_its_start_and_suites():
+    import datetime
+
+    at = datetime.datetime(2026, 11, 28, 3, 7, tzinfo=datetime.timezone.utc)
+    assert record_path(list(SUITES), at) == RESULTS_DIR / "2026-11-28-0307-all.json"
+    assert record_path(["serving", "openai"], at).name == "2026-11-28-0307-serving+openai.json"
+    assert RESULTS_DIR.is_dir() and any(RESULTS_DIR.glob("2026-*")), "past runs live there, not in the docs' prose"

@@ -36,8 +36,8 @@ def imports(path: Path) -> list[tuple[str, bool]]:
 FRONT_LIBRARIES = {"aiohttp", "msgspec", "jinja2", "tokenizers", "transformers", "prometheus_client"}
 # What the front takes from the rest of the container package: leaves only, which never import the front back.
 # and the model's chat templates and special tokens, found as preflight finds them (model.chat_templates reads them
-# with model.files' bounds).
-FRONT_USES = {"contract", "errors", "repository.pbtxt", "model.chat_templates", "model.files"}
+# with model.files' bounds), and the log's format for the drain's lines.
+FRONT_USES = {"contract", "errors", "log", "repository.pbtxt", "model.chat_templates", "model.files"}
 
 
 def container_modules() -> dict[str, Path]:

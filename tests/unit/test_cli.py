@@ -467,6 +467,8 @@ def test_build_builds_verifies_and_reports(tmp_path, entry, fake_docker):
     summary = result.stdout.splitlines()
     assert summary[0].split() == ["TAG", "RESULT", "IMAGES", "WARNINGS", "SECONDS"]
     assert summary[1].split()[:2] == [entry.tag, "ok"]
+    printed = sum(1 for line in lines if re.match(rf"\[{entry.tag}[^\]]*\] warning: ", line))
+    assert printed and re.split(r"\s{2,}", summary[1])[3] == str(printed), "WARNINGS counts every warning printed"
 
 
 @pytest.mark.process
@@ -577,3 +579,24 @@ def test_revision_label_is_the_last_instruction_before_the_runtime_settings(tmp_
     label = 'LABEL org.opencontainers.image.revision="0123abc"'
     assert label in dockerfile
     assert dockerfile.index(label) > dockerfile.index("pip install"), "it must not invalidate a cached layer"
+
+
+def test_tiny_model_writes_a_servable_checkpoint_once_and_never_over_anything(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    out = tmp_path / "tiny"
+    made = run("tiny-model", "--out", str(out))
+    assert made.exit_code == 0, made.output
+    assert made.stdout.strip() == str(out) and "MODEL_ID=/models/tiny" in made.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    words = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json")).encode("What is TensorRT-LLM?").tokens
+    assert "<unk>" not in words, "the README's prompt is in its vocabulary"
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    again = run("tiny-model", "--out", str(out))
+    assert again.exit_code == 2 and "already exists" in again.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

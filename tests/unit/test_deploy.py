@@ -4,17 +4,20 @@ same stop grace (longer than the server's drain) and the same shared-memory size
 from __future__ import annotations
 
 import re
+import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.config import variables
+from trtllm_entrypoint.contract import is_hub_id
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 COMPOSE = yaml.safe_load((REPO / "deploy" / "docker-compose.yaml").read_text())["services"]["trtllm"]
-SHM_GIB = 8
+SHM_GIB = contract.SHM_SIZE_GIB
 
 
 def manifests() -> list[dict]:
@@ -32,10 +35,99 @@ def walk(node, key: str):
             yield from walk(item, key)
 
 
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# Modes that run once and exit (docs/container.md): nothing streams when they are stopped.
+ONE_SHOT = {"prepare", "check", "probe", "flags", "health", "build-engine"}
+
+
+@dataclass(frozen=True)
+class DockerRun:
+    page: str
+    text: str  # the command, continuation lines joined
+    options: list[str]  # what comes before the image
+    image: str
+    args: list[str]  # what comes after it
+
+    def values(self, flag: str) -> list[str]:
+        """Every value given to `flag` (`--flag V` or `--flag=V`)."""
+        out = []
+        for i, word in enumerate(self.options):
+            if word == flag and i + 1 < len(self.options):
+                out.append(self.options[i + 1])
+            elif word.startswith(flag + "="):
+                out.append(word.split("=", 1)[1])
+        return out
+
+    def env(self) -> dict[str, str | None]:
+        """-e NAME=VALUE, or -e NAME (passed through from the caller): None."""
+        pairs = (value.partition("=") for value in self.values("-e") + self.values("--env"))
+        return {name: (value if sep else None) for name, sep, value in pairs}
+
+    @property
+    def serves(self) -> bool:
+        return not (set(self.args[:1]) & ONE_SHOT) and "trtllm-builder" not in self.image
+
+
+# docker run's options that take a value, as far as the documented commands use them.
+VALUED = {"-p", "-v", "-e", "--env", "--shm-size", "--stop-timeout", "--gpus", "--name", "--user", "--tmpfs", "-u"}
+
+
+def documented_docker_runs() -> list[DockerRun]:
+    """Every `docker run` in a bash block of the README and docs/, as a user would paste it."""
+    runs = []
+    for page in PAGES:
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(), re.S):
+            for command in block.replace("\\\n", " ").splitlines():
+                if "docker run " not in command:
+                    continue
+                words = shlex.split(command.split("docker run ", 1)[1], comments=True)
+                i = 0
+                while i < len(words) and words[i].startswith("-"):
+                    i += 2 if words[i] in VALUED else 1
+                runs.append(DockerRun(page.name, command.strip(), words[:i], words[i], words[i + 1 :]))
+    return runs
+
+
 def readme_docker_runs() -> list[str]:
-    return [
-        run for block in re.findall(r"```bash\n(.*?)```", README, re.S) for run in re.findall(r"docker run .*", block)
-    ]
+    return [run.text + " " for run in documented_docker_runs() if run.page == "README.md"]
+
+
+def test_every_documented_docker_run_is_copy_paste_safe():
+    """Each stops cleanly with a stream in flight (a stop timeout longer than its drain), carries the shared-memory
+    size, passes HF_TOKEN where its model comes from the hub, and asks for a GPU unless it runs a stand-in."""
+    runs = documented_docker_runs()
+    assert {run.page for run in runs} >= {"README.md", "no-gpu.md", "openai.md", "container.md"}
+    problems = []
+    for run in runs:
+        env = run.env()
+        where = f"{run.page}: {run.text}"
+        if run.values("--shm-size") != [f"{contract.SHM_SIZE_GIB}g"]:
+            problems.append(f"--shm-size={contract.SHM_SIZE_GIB}g missing: {where}")
+        drain = int(env.get("EXIT_TIMEOUT_SECS") or contract.DEFAULT_EXIT_TIMEOUT_SECS)
+        margin = contract.STOP_GRACE_SECS - contract.DEFAULT_EXIT_TIMEOUT_SECS
+        stop = run.values("--stop-timeout")
+        if run.serves and (len(stop) != 1 or int(stop[0]) < drain + margin):
+            problems.append(f"--stop-timeout must outlast the drain ({drain} s) by {margin} s: {where}")
+        model = env.get("MODEL_ID") or ""
+        if is_hub_id(model) and not {"HF_TOKEN", "HF_TOKEN_FILE"} & set(env):
+            problems.append(f"a hub model (gated ones need the token): -e HF_TOKEN missing: {where}")
+        answering = {contract.DEFAULT_HTTP_PORT, contract.DEFAULT_GRPC_PORT, contract.DEFAULT_METRICS_PORT}
+        if "openai" in run.text.lower():
+            answering.add(contract.DEFAULT_OPENAI_PORT)
+        published = {int(value.rsplit(":", 1)[-1]) for value in run.values("-p")}
+        if published - answering:
+            problems.append(f"publishes {sorted(published - answering)}, where nothing answers: {where}")
+        standin = run.image.endswith("-standin")
+        if standin == bool(run.values("--gpus")):
+            problems.append(f"{'a stand-in needs no' if standin else 'a real image needs'} --gpus: {where}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_documented_flags_are_found():
+    """The parser above reads what the README's quick start says."""
+    [first, *_] = [run for run in documented_docker_runs() if run.page == "README.md"]
+    assert first.image == "trtllm-serve:25.01-trtllm-0.17.0" and first.values("--stop-timeout") == ["40"]
+    assert first.env() == {"MODEL_ID": "TinyLlama/TinyLlama-1.1B-Chat-v1.0", "HF_TOKEN": None}
 
 
 def test_the_stop_grace_outlasts_the_default_drain_everywhere():

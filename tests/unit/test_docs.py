@@ -109,3 +109,15 @@ def test_the_cache_page_names_every_build_setting_of_the_key():
     names = [f.metadata.get(DERIVED_FROM, f.name.upper()) for f in dataclasses.fields(EngineSpec)]
     missing = [name for name in names if f"`{name}`" not in text]
     assert not missing, f"docs/cache.md's key table leaves out {missing}"
+
+
+@pytest.mark.parametrize("page", [REPO / "README.md", *DOCS], ids=lambda p: p.name)
+def test_lines_fit_an_editor_and_links_stay_inside_the_repository(page: Path):
+    """A reader has this repository, not the checkout's neighbours (../shared is the developers'); a 600-character
+    table row shows whole in no editor or diff: long tables become wrapped lists."""
+    text = page.read_text()
+    long = [number for number, line in enumerate(text.splitlines(), 1) if len(line) > 200]
+    assert not long, f"{page.name}: lines over 200 characters: {long}"
+    assert "../shared" not in text, f"{page.name} points at ../shared, which users do not have"
+    outside = [t for t in re.findall(r"\]\(([^)#:\s]+)", text) if not (page.parent / t).resolve().is_relative_to(REPO)]
+    assert not outside, f"{page.name} links outside the repository: {outside}"

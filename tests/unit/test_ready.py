@@ -38,6 +38,8 @@ def test_the_ready_line_is_built_from_the_plan_for_triton_generate(image):
     assert ready["model"] == str(image.model) and ready["source"] == "checkpoint"
     assert (ready["tag"], ready["tensorrt_llm"], ready["workflow"]) == ("25.01", "0.17.0", "engine")
     assert ready["http"] == "http://localhost:18000" and ready["grpc"] == "localhost:18001"
+    assert ready["ports"].startswith("inside the container"), "the ports named are the container's, not the host's"
+    assert list(ready)[list(ready).index("ports") + 1] == "http", "said before the ports it is about"
     assert ready["metrics"] == "http://localhost:18002/metrics" and "openai" not in ready
     assert ready["served_model_name"] == "ensemble"
     assert ready["admin_key"].startswith("random")

@@ -2,8 +2,6 @@ import io
 import json
 import os
 import shutil
-import sys
-import types
 from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
@@ -33,6 +31,13 @@ FACTS = factories.image_facts(
     app_dir=Path("/app"),
 )
 TOKEN = "hf_do_not_leak_this_token"
+
+
+@pytest.fixture(autouse=True)
+def _hub_answers_the_probe(monkeypatch):
+    """These tests stand a mock in for the hub client; the probe before it (tests/unit/test_hub_reach.py) would ask
+    the real endpoint."""
+    monkeypatch.setattr(hub.hub_reach, "check", lambda repo_id, revision, base: None)
 
 
 def make_settings(tmp_path, **env):
@@ -614,19 +619,6 @@ def test_an_older_clients_wrapped_http_failure_names_the_status(tmp_path):
     assert err.value.exit_code == 1
 
 
-def test_metadata_calls_make_one_try_and_the_clients_retries_come_back_after(monkeypatch):
-    client = types.ModuleType("huggingface_hub._stand_in")
-
-    def http_backoff(method, url, *, max_retries=5):
-        return max_retries
-
-    client.http_backoff = http_backoff
-    monkeypatch.setitem(sys.modules, client.__name__, client)
-    with hub._one_try():
-        assert client.http_backoff("HEAD", "u") == 0
-    assert client.http_backoff is http_backoff
-
-
 def test_httpx_style_network_errors_are_recognised_by_name(tmp_path):
     class ConnectError(Exception):
         pass
@@ -700,3 +692,12 @@ def test_download_progress_reads_finished_and_partial_files_from_the_hub_cache(t
     # A file list without sizes: what is on disk, without a total, percent or ETA that would be made up.
     unknown = hub.DownloadProgress(tmp_path, "c0ffee", {"config.json": None, "model.safetensors": None})
     assert unknown.fields(2.0) == {"files": "1/2", "bytes": "500B", "rate": "0B/s"}
+
+
+def test_the_hub_probe_asks_the_endpoint_the_settings_name_and_describe_masks_a_mirrors_password(tmp_path):
+    default = make_settings(tmp_path, MODEL_ID="org/model")
+    mirror = make_settings(tmp_path, MODEL_ID="org/model", HF_ENDPOINT="https://user:s3cret@mirror.example/hf/")
+    assert default.hub_endpoint == "https://huggingface.co"
+    assert mirror.hub_endpoint == "https://user:s3cret@mirror.example/hf"
+    assert "s3cret" not in repr(mirror) and "s3cret" not in json.dumps(mirror.describe())
+    assert mirror.describe()["hub_endpoint"] == "https://***@mirror.example/hf"

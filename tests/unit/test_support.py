@@ -9,6 +9,7 @@ import json
 import pytest
 import yaml
 
+from harness.image import TEMPLATE_SETS, templates_for
 from trtllm_entrypoint.errors import UsageError
 from trtllm_images import matrix, model_support
 from trtllm_images.capabilities import ROOT, TagCapabilities, load_capabilities
@@ -194,3 +195,21 @@ def test_models_validation_names_the_model_and_the_field(tmp_path, models, words
 def test_missing_data_file_is_one_usage_error(tmp_path):
     with pytest.raises(UsageError, match="models file .* does not exist"):
         model_support.load_models(tmp_path / "models.yaml")
+
+
+@pytest.mark.parametrize("templates,tag", TEMPLATE_SETS)
+def test_guided_decoding_is_named_exactly_where_upstreams_templates_declare_its_inputs(real, templates, tag):
+    """The capability is the templates' own word: the engine models declare both guide inputs and the tensorrt_llm
+    model the three parameters from v0.19.0 (25.05) on, the llmapi model never."""
+    root = templates_for(templates)
+    engine = root / "inflight_batcher_llm" if (root / "inflight_batcher_llm").is_dir() else root
+    declared = set()
+    for model in ("tensorrt_llm", "ensemble"):
+        text = (engine / model / "config.pbtxt").read_text()
+        declared.add(all(f'name: "{name}"' in text for name in ("guided_decoding_guide_type", "guided_decoding_guide")))
+    parameters = ("guided_decoding_backend", "xgrammar_tokenizer_info_path", "tokenizer_dir")
+    declared.add(all(f"${{{p}}}" in (engine / "tensorrt_llm" / "config.pbtxt").read_text() for p in parameters))
+    assert declared == {"guided_decoding" in caps(real, tag).features}
+    llmapi = root / "llmapi" / "tensorrt_llm" / "config.pbtxt"
+    if llmapi.is_file():
+        assert "guided_decoding_guide" not in llmapi.read_text()

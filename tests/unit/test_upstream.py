@@ -355,6 +355,48 @@ def test_materialize_layout_builds_the_upstream_dir_once_per_content(server, tmp
     assert source_cache.materialize_layout(other, tmp_path, local_copy="x", log=quiet) != root
 
 
+def test_materialize_layout_with_needs_fetches_only_the_sources_that_lay_them_out(server, tmp_path):
+    offline = Pin(
+        "kedacore/keda",
+        "v2.20.2",
+        refused_url(),
+        ("config/crd/bases",),
+        None,
+        None,
+        upstream.NOT_RECORDED,
+        MappingProxyType({"config/crd/bases": "keda"}),
+    )
+    lock = Lock((offline, pin_for(server)))
+    root = source_cache.materialize_layout(lock, tmp_path, local_copy="x", log=quiet, needs=("kserve/crd",))
+    assert list(tree_files(root)) == ["kserve/crd/serving.kserve.io_servingruntimes.yaml"]
+    with pytest.raises(Error, match="cannot download kedacore/keda@v2.20.2"):
+        source_cache.materialize_layout(lock, tmp_path, local_copy="x", log=quiet)
+    with pytest.raises(Error, match="no source with a `layout` holding lws/crd"):
+        source_cache.materialize_layout(lock, tmp_path, local_copy="x", log=quiet, needs=("lws/crd",))
+    assert [source_cache.covers(pin_for(server), [need]) for need in ("kserve", "kserve/crd", "kserve/c", "lws")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+
+
+def test_upstream_fetch_out_copies_the_verified_files_to_carry_and_never_into_a_full_directory(server, tmp_path):
+    from click.testing import CliRunner
+
+    from trtllm_images.cli import cli
+
+    lock = upstream.write_lock(Lock((pin_for(server),), path=tmp_path / "lock.json"))
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    out = tmp_path / "carry"
+    done = CliRunner(env=env).invoke(cli, ["upstream", "fetch", "--lock", str(lock), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    assert done.stdout.strip() == str(out) and "TRTLLM_UPSTREAM_DIR" in done.stderr
+    assert tree_files(out) == {"kserve/crd/serving.kserve.io_servingruntimes.yaml": FILES[CRD].decode()}
+    again = CliRunner(env=env).invoke(cli, ["upstream", "fetch", "--lock", str(lock), "--out", str(out)])
+    assert again.exit_code == 2 and "not empty" in again.stderr
+
+
 def test_materialize_layout_with_a_tampered_source_writes_nothing(server, tmp_path):
     server.served["/kserve.tar.gz"] = tarball("kserve-0.20.0", {**FILES, CRD: b"evil\n"}, LINKS, commit=COMMIT)
     with pytest.raises(Error, match="differs"):

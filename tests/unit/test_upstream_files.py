@@ -98,3 +98,14 @@ def test_missing_files_skip_with_one_line_or_fail_under_ci(tmp_path, ci, outcome
     )
     assert outcome in result.stdout, result.stdout + result.stderr
     assert "kserve/crd is missing from" in result.stdout and "python build.py upstream fetch" in result.stdout
+
+
+def test_a_worktree_finds_the_copy_beside_its_main_checkout(tmp_path):
+    main = tmp_path / "main"
+    (main / ".git" / "worktrees" / "wt").mkdir(parents=True)
+    (main / ".git" / "worktrees" / "wt" / "commondir").write_text("../..\n")
+    worktree = tmp_path / "elsewhere" / "wt"
+    worktree.mkdir(parents=True)
+    (worktree / ".git").write_text(f"gitdir: {main / '.git' / 'worktrees' / 'wt'}\n")
+    assert upstream_files._main_checkout(worktree) == main.resolve()
+    assert upstream_files._main_checkout(main) == main, "a main checkout is its own"

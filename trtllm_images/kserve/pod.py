@@ -18,7 +18,8 @@ from trtllm_images.plan import make_build_plan
 if TYPE_CHECKING:
     from trtllm_images.matrix import MatrixEntry
 
-HTTP_PORT, GRPC_PORT = 8080, 9000  # KServe's HTTP default; gRPC as its stock Triton runtime
+# KServe's HTTP default; gRPC on Triton's own port, as under Docker: 9000 is only ever the OpenAI API (OPENAI_PORT).
+HTTP_PORT, GRPC_PORT = 8080, contract.DEFAULT_GRPC_PORT
 GPU = "nvidia.com/gpu"
 STARTUP_BUDGET_SECONDS = 2 * 3600  # a cold engine build of a large model
 STARTUP_PERIOD_SECONDS = 30
@@ -136,7 +137,7 @@ def admin_key_env(o: KServeOptions) -> list[dict]:
 
 
 def shm_volume() -> dict:
-    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}  # NCCL outgrows 64 MB
+    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{contract.SHM_SIZE_GIB}Gi"}}
 
 
 def cache_volume(o: KServeOptions) -> dict:

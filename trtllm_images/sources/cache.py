@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,13 +152,24 @@ def _move(tree: Path, dest: Path) -> None:
         child.rename(dest / child.name)
 
 
-def materialize_layout(lock: Lock, cache: Path, *, local_copy: str, log: Callable[[str], None]) -> Path:
+def covers(pin: Pin, needs: Sequence[str]) -> bool:
+    """Whether `pin` lays out any of `needs` (paths in the layout: a file, or a directory above or below its own)."""
+    dests = [dest.rstrip("/") for dest in pin.layout.values()]
+    wanted = [need.rstrip("/") for need in needs]
+    return any(d == w or d.startswith(w + "/") or w.startswith(d + "/") for d in dests for w in wanted)
+
+
+def materialize_layout(
+    lock: Lock, cache: Path, *, local_copy: str, log: Callable[[str], None], needs: Sequence[str] = ()
+) -> Path:
     """An upstream dir (the layout of a TRTLLM_UPSTREAM_DIR copy) from the sources that have a `layout`: pinned
     ones verified against the lock, the others trusted on first use. Named by their digests, so a changed source
-    never reuses an old tree."""
-    pins = [pin for pin in lock.pins if pin.layout]
+    never reuses an old tree. With `needs` (paths in the layout), only the sources that lay them out: a stand-in
+    for one tag downloads its templates, not every CRD."""
+    pins = [pin for pin in lock.pins if pin.layout and (not needs or covers(pin, needs))]
     if not pins:
-        raise Error(f"{lock.path.name} names no source with a `layout`", "restore it from git")
+        what = f"no source with a `layout` holding {', '.join(needs)}" if needs else "no source with a `layout`"
+        raise Error(f"{lock.path.name} names {what}", "restore it from git")
     trees = [source(pin, cache, local_copy=local_copy, log=log) for pin in pins]
     layouts = [[tree.name, dict(pin.layout)] for pin, tree in zip(pins, trees, strict=True)]
     key = hashlib.sha256(json.dumps(layouts, sort_keys=True).encode()).hexdigest()[:16]

@@ -33,6 +33,7 @@ class ModelSettings:
     model_id: str | None
     model_revision: str | None
     hf_token: str | None = field(repr=False)
+    hub_endpoint: str = field(repr=False)  # HF_ENDPOINT or the hub's own; may hold a mirror's password
     engine_dir: Path | None
     templates_dir: Path
     repository_dir: Path | None
@@ -104,6 +105,7 @@ class ServerSettings:
     frontend: Frontend
     openai_workers: int  # processes of the OpenAI front (FRONTEND=openai), sharing OPENAI_PORT
     openai_max_generations: int  # OPENAI_MAX_GENERATIONS: prompts x n of one OpenAI request, at most
+    tool_call_parser: str = "auto"  # TOOL_CALL_PARSER: how the front reads tool calls (contract.TOOL_CALL_PARSERS)
     served_model_name: str | None
     log_format: LogFormat
     log_level: LogLevel = "info"  # LOG_LEVEL: debug adds the full tables and command lines

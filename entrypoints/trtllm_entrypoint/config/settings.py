@@ -99,6 +99,8 @@ class Settings(ModelSettings, EngineSpec, RuntimeSettings, ServerSettings, Acces
             value = getattr(self, f.name)
             if f.name in ("hf_token", "admin_key"):
                 value = "***" if value else None
+            elif f.name == "hub_endpoint":
+                value = credentials.USERINFO.sub("://***@", value)
             elif isinstance(value, Path):
                 value = str(value)
             elif isinstance(value, frozenset):
@@ -133,12 +135,12 @@ def side_door_variables(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: environ.get(name, "") for name, *_ in server_args.SIDE_DOOR_VARIABLES}
 
 
-def _check_hub_endpoint(env: Env) -> None:
+def _check_hub_endpoint(env: Env) -> str:
     """HF_ENDPOINT is the hub client's own; a value it cannot use is named here, before any request (its userinfo
-    masked: it may hold a mirror's password)."""
+    masked: it may hold a mirror's password). The endpoint the client will use: it, or the hub's own."""
     raw = env.text("HF_ENDPOINT")
     if raw is None:
-        return
+        return contract.DEFAULT_HUB_ENDPOINT
     allowed = "an http:// or https:// URL with a host (e.g. https://huggingface.co), printable ASCII"
     shown = credentials.USERINFO.sub("://***@", raw)
     try:
@@ -148,6 +150,7 @@ def _check_hub_endpoint(env: Env) -> None:
         raise bad("HF_ENDPOINT", shown, allowed) from None
     if parts.scheme not in ("http", "https") or not parts.hostname or not TOKEN.fullmatch(raw):
         raise bad("HF_ENDPOINT", shown, allowed)
+    return raw.rstrip("/")
 
 
 def _model_values(env: Env, facts: ImageFacts) -> dict[str, Any]:
@@ -163,11 +166,11 @@ def _model_values(env: Env, facts: ImageFacts) -> dict[str, Any]:
     engine_dir = env.path("ENGINE_DIR")
     # A prebuilt engine can only be served by the engine workflow, whatever this image defaults to.
     default_workflow = "engine" if engine_dir is not None and "engine" in workflows else facts.default_workflow
-    _check_hub_endpoint(env)
     return {
         "model_id": env.template_safe("MODEL_ID"),
         "model_revision": env.text("MODEL_REVISION"),
         "hf_token": credentials.hf_token(env),
+        "hub_endpoint": _check_hub_endpoint(env),
         "engine_dir": engine_dir,
         "templates_dir": templates_dir,
         "repository_dir": env.path("REPOSITORY_DIR"),
@@ -248,6 +251,7 @@ def _server_values(env: Env, facts: ImageFacts, command_line: CommandLine) -> di
         **ports,
         "frontend": frontend,
         "served_model_name": name,
+        "tool_call_parser": env.choice("TOOL_CALL_PARSER"),
         "log_format": env.choice("LOG_FORMAT"),
         "log_level": env.choice("LOG_LEVEL"),
         "progress_secs": env.integer("PROGRESS_INTERVAL_SECS"),
@@ -316,7 +320,7 @@ def _check_relations(s: Settings) -> None:
     if s.max_num_tokens < s.max_input_len:
         raise bad("MAX_NUM_TOKENS", s.max_num_tokens, f"a number at least MAX_INPUT_LEN={s.max_input_len}")
     ports = {"HTTP_PORT": s.http_port, "GRPC_PORT": s.grpc_port, "METRICS_PORT": s.metrics_port}
-    if s.frontend == "openai":  # otherwise nothing listens there (KServe's gRPC port is 9000, its default)
+    if s.frontend == "openai":  # otherwise nothing listens there
         ports["OPENAI_PORT"] = s.openai_port
     seen: dict[int, str] = {}
     for name, port in ports.items():

@@ -408,6 +408,18 @@ TABLE: tuple[Variable, ...] = (
         "`FRONTEND=openai` also a Hugging Face id (`org/name`)",
     ),
     Variable(
+        "TOOL_CALL_PARSER",
+        SERVER,
+        "choice",
+        "How the OpenAI front (`FRONTEND=openai`) reads tool calls out of the model's answers. `auto`: the format "
+        "the chat template shows (its call markers), else config.json's `model_type`; or a family: `hermes` (Qwen "
+        "2.5/3, Hermes, Granite 4), `llama3_json` (Llama 3.1-3.3), `mistral`, `granite` (Granite 3.x), "
+        "`qwen3_coder`. A model with no known format, or whose template renders no tools, answers `tools` with a 400 "
+        "naming this variable; see [Tools and structured output](openai.md#tools-and-structured-output).",
+        default="auto",
+        choices=contract.TOOL_CALL_PARSERS,
+    ),
+    Variable(
         "TEMPLATES_DIR",
         SERVER,
         "path",
@@ -664,14 +676,20 @@ def lookalikes(names: Iterable[str]) -> list[tuple[str, str]]:
     return found
 
 
-def markdown() -> str:
-    """docs/environment.md's tables, one per section."""
+def markdown(width: int = 116) -> str:
+    """docs/environment.md's sections: one list item per variable, wrapped to `width` (a table row per variable made
+    lines of 600 characters that no editor or diff shows whole)."""
+    import textwrap  # noqa: PLC0415  (only the docs generator needs it)
+
     out: list[str] = []
     for section in SECTIONS:
-        out += [f"### {section}", "", "| variable | default | allowed values | meaning |", "|---|---|---|---|"]
-        out += [
-            f"| `{v.name}` | {v.default_text} | {v.allowed_text} | {v.help} |" for v in TABLE if v.section == section
-        ]
+        out += [f"### {section}", ""]
+        for v in TABLE:
+            if v.section == section:
+                item = f"- `{v.name}`: default {v.default_text}; allowed: {v.allowed_text}. {v.help}"
+                out += textwrap.wrap(
+                    item, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
+                )
         out.append("")
     return "\n".join(out)
 

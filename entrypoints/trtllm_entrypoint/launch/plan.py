@@ -160,6 +160,7 @@ class LaunchPlan:
     engine_dir: Path | None
     mpi_options: tuple[str, ...] = ()  # where mpirun puts the ranks when they span a group's pods
     rank_options: tuple[str, ...] = ()  # what each of those ranks gets (its environment)
+    guided_off: str = ""  # why the served model takes no guided decoding guide ("" when it does: serve_files)
 
     @property
     def settings(self) -> Settings:
@@ -172,7 +173,7 @@ class LaunchPlan:
     @property
     def front(self) -> FrontPlan | None:
         """FRONTEND=openai: what every worker of the OpenAI front runs with (None: Triton's own endpoints alone)."""
-        return front_plan(self.plan, self.repository)
+        return front_plan(self.plan, self.repository, self.guided_off)
 
     @property
     def world_size(self) -> int:
@@ -213,7 +214,7 @@ def launch_argv(launch_plan: LaunchPlan) -> list[str]:
     return argv
 
 
-def front_plan(plan: ServePlan, repository: Path) -> FrontPlan | None:
+def front_plan(plan: ServePlan, repository: Path, guided_off: str = "") -> FrontPlan | None:
     """The OpenAI front's plan (FRONTEND=openai), else None; pure, and it cannot fail: decide_serve_plan refused
     what the front cannot serve (a complete repository, no tokenizer) before anything was built."""
     s = plan.settings
@@ -238,6 +239,9 @@ def front_plan(plan: ServePlan, repository: Path) -> FrontPlan | None:
         restricted=security.front_restricted(s),
         max_seq_len=s.max_seq_len,
         shutdown_timeout=float(s.exit_timeout_secs),
+        log_format=s.log_format,
         max_generations=s.openai_max_generations,
         adapters={a.name: a.task_id for a in plan.adapters},
+        tool_parser=s.tool_call_parser,
+        guided_off=guided_off,
     )

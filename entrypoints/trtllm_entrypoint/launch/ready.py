@@ -70,7 +70,8 @@ def summary(launch: LaunchPlan) -> dict[str, object]:
     """The ready line's fields, in reading order; `try` last, so that in text logs the rest of the line is it."""
     settings, model = launch.settings, launch.plan.model
     names = served_names(launch)
-    endpoints: dict[str, object] = {}
+    # What answers inside the container; a port is reached from outside only where it is published (-p, a Service).
+    endpoints: dict[str, object] = {"ports": "inside the container (publish the ones you use: docker run -p PORT:PORT)"}
     front = launch.front
     if front is not None:
         endpoints["openai"] = f"http://localhost:{front.port}/v1"

@@ -15,7 +15,7 @@ from trtllm_entrypoint.launch.plan import ServePlan
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.model import locate
 from trtllm_entrypoint.model import support as models
-from trtllm_entrypoint.repository import fill
+from trtllm_entrypoint.repository import fill, xgrammar_info
 from trtllm_entrypoint.repository import write as repository
 from trtllm_entrypoint.storage import trust
 
@@ -52,6 +52,25 @@ def ensure_engine(
         )
         extra.update(cache="built" if built else "hit", engine_dir=engine_dir)
     return engine_dir
+
+
+def guided_decoding(serve: ServePlan, facts: ImageFacts, log: Log) -> tuple[dict[str, str], str]:
+    """Guided decoding where the served models take a guide per request (the engine workflow, from the capability
+    on): the placeholder values that point the tensorrt_llm model at the tokenizer-info file the C++ backend needs
+    (made once into the cache); and why it is off otherwise (the OpenAI front's 400 says it). A tokenizer that gives
+    no file turns it off with a warning, never stops the start."""
+    first = facts.first_tag_with.get(xgrammar_info.FEATURE)
+    problem = None
+    info = None
+    if serve.workflow == "engine" and xgrammar_info.FEATURE in facts.features and serve.tokenizer is not None:
+        try:
+            info = xgrammar_info.ensure(serve.settings.cache.tokenizer_info, serve.tokenizer)
+            log.info("guided decoding is on (xgrammar)", tokenizer_info=str(info))
+        except (xgrammar_info.NoTokenizerInfo, OSError) as exc:
+            problem = str(exc)
+            log.warn("guided decoding is off: no tokenizer info for the backend", reason=problem)
+    off = xgrammar_info.guided_off(facts.features, serve.workflow, facts.tag, first, problem)
+    return ({} if info is None else fill.guided_values(info)), off
 
 
 def write_repository(

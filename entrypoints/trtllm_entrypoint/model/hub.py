@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import functools
 import glob
-import inspect
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.model import files as model_files
-from trtllm_entrypoint.model import hub_answer
+from trtllm_entrypoint.model import hub_answer, hub_reach
 from trtllm_entrypoint.model.chat_templates import NAMED_DIR
 from trtllm_entrypoint.model.locate import TOKENIZER_FILES, ModelSource, classify_dir
 
@@ -148,24 +145,6 @@ def _quiet_hub() -> None:
     utils.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 
 
-@contextlib.contextmanager
-def _one_try() -> Iterator[None]:
-    """The hub client's metadata calls made once. Older clients (0.x) retry a network error or a 5xx answer five
-    times over about 25 s; a start that cannot reach the hub should say so at once (a restart tries again). The
-    weights' download keeps the client's retries, which carry a large file over a dropped connection."""
-    patched = []
-    for name, module in list(sys.modules.items()):
-        original = getattr(module, "http_backoff", None) if name.startswith("huggingface_hub") else None
-        if callable(original) and "max_retries" in inspect.signature(original).parameters:
-            patched.append((module, original))
-            module.http_backoff = functools.partial(original, max_retries=0)  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        for module, original in patched:
-            module.http_backoff = original  # type: ignore[attr-defined]
-
-
 def _size(count: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if count < 1000:
@@ -241,10 +220,10 @@ def _fetch(
         if before_weights is not None:
             before_weights(Path(path))
         return str(path), commit
-    with _one_try():
-        info = huggingface_hub.HfApi().model_info(
-            repo_id, revision=source.revision, token=settings.hf_token, files_metadata=True
-        )
+    hub_reach.check(repo_id, source.revision, settings.hub_endpoint)
+    info = huggingface_hub.HfApi().model_info(
+        repo_id, revision=source.revision, token=settings.hf_token, files_metadata=True
+    )
     # Checked before any of it names a path or reaches a log line.
     commit = hub_answer.commit(getattr(info, "sha", None), repo_id)
     listed = hub_answer.files(getattr(info, "siblings", None), repo_id)
@@ -295,14 +274,15 @@ def read_config(source: ModelSource, settings: Settings) -> dict[str, Any]:
 
         _quiet_hub()
         try:
-            with _one_try():
-                path = huggingface_hub.hf_hub_download(
-                    _repo_id(source),
-                    "config.json",
-                    revision=source.revision,
-                    token=settings.hf_token,
-                    cache_dir=str(settings.cache.hub),
-                )
+            if not _offline():
+                hub_reach.check(_repo_id(source), source.revision, settings.hub_endpoint)
+            path = huggingface_hub.hf_hub_download(
+                _repo_id(source),
+                "config.json",
+                revision=source.revision,
+                token=settings.hf_token,
+                cache_dir=str(settings.cache.hub),
+            )
         except Exception as exc:
             error = _hub_error(exc, source) or hub_answer.client_failure(exc, source.repo_id)
             if error is None:

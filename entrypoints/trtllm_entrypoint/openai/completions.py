@@ -50,6 +50,15 @@ def _ids(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
 
 
+def given_ids(request: CompletionRequest) -> list[list[int] | None]:
+    """Per prompt (as prompts_of orders them), its token ids where it was given as ids, else None."""
+    given = request.prompt
+    if isinstance(given, str):
+        return [None]
+    items: list[object] = [given] if _ids(given) and given else list(given)
+    return [list(item) if isinstance(item, list) and _ids(item) and item else None for item in items]
+
+
 def prompts_of(request: CompletionRequest, decode: Callable[[list[int]], str] | None = None) -> list[str]:
     """The prompts: a string, a list of strings, a list of token ids, or a list of such lists (ids decoded to text
     with the model's tokenizer)."""
@@ -88,11 +97,15 @@ def work(served: Served, request: CompletionRequest) -> Work:
         check_fanout(served, len(request.prompt), n)  # before any prompt is decoded or counted
     prompts = prompts_of(request, served.decode)
     check_fanout(served, len(prompts), n)
-    counts = [prompt_tokens(served, p) for p in prompts]
+    # the engine workflow sends ids as they came (decoded above only to check them and for echo); llmapi the text
+    ids = given_ids(request) if served.model.workflow == "engine" else [None] * len(prompts)
+    counts = [len(i) if i else prompt_tokens(served, p) for p, i in zip(prompts, ids, strict=True)]
     limit = DEFAULT_MAX_TOKENS if request.max_tokens is None else request.max_tokens
     answer_room(served, max(counts), limit, "max_tokens", "prompt")
     s = sampling(request, served.model, request.max_tokens, logprobs=False)
-    choices = [Choice(p * n + k, prompt) for p, prompt in enumerate(prompts) for k in range(n)]
+    choices = [
+        Choice(p * n + k, prompt, prompt_ids=list(ids[p] or [])) for p, prompt in enumerate(prompts) for k in range(n)
+    ]
     return Work(s, choices, CompletionShape(request.echo), request.stream, request.include_usage, sum(counts))
 
 

@@ -29,7 +29,10 @@ class FrontPlan:
     max_seq_len: int  # prompt plus answer, in tokens
     shutdown_timeout: float  # EXIT_TIMEOUT_SECS: how long the workers let streams finish on SIGTERM
     max_generations: int  # OPENAI_MAX_GENERATIONS: prompts x n of one request, at most
+    log_format: str = "text"  # LOG_FORMAT: the workers' own lines (the drain's) as the entrypoint writes its lines
     adapters: Mapping[str, int] = field(default_factory=dict)  # LORA_DIR's adapters: name -> the backend's task id
+    tool_parser: str = "auto"  # TOOL_CALL_PARSER: `auto` (the family the chat template shows) or a family's name
+    guided_off: str = ""  # why the served model takes no guided decoding guide, said in a 400; "" when it does
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)

@@ -14,7 +14,7 @@ Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
 Probability = Annotated[float, msgspec.Meta(gt=0, le=1)]
 Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
 Stop = str | list[str] | None
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
 # OpenAI's roles (`function` is deprecated there, still accepted); any other is a 400 naming the message's role.
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
@@ -71,6 +71,8 @@ class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant's calls, for the template to render
+    tool_call_id: str | None = None  # a tool message's answer to one call
 
 
 class ChatRequest(SamplingRequest, kw_only=True):
@@ -78,8 +80,9 @@ class ChatRequest(SamplingRequest, kw_only=True):
     max_completion_tokens: NonNegative | None = None
     logprobs: bool = False
     top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
-    tools: list[Any] | None = None
+    tools: list[Any] | None = None  # checked by structured.plan (a 400 names what is wrong)
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
     logit_bias: dict[str, float] | None = None
 
@@ -136,9 +139,21 @@ class ChoiceLogprobs(msgspec.Struct):
     content: list[TokenLogprob]
 
 
-class ChatMessage(msgspec.Struct):
+class FunctionCall(msgspec.Struct):
+    name: str
+    arguments: str  # JSON text
+
+
+class ToolCall(msgspec.Struct):
+    id: str
+    function: FunctionCall
+    type: str = "function"
+
+
+class ChatMessage(msgspec.Struct, omit_defaults=True):
     role: str
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(msgspec.Struct):
@@ -156,9 +171,24 @@ class ChatCompletion(msgspec.Struct, tag_field="object", tag="chat.completion"):
     usage: Usage
 
 
+class FunctionDelta(msgspec.Struct, omit_defaults=True):
+    arguments: str  # "" in a call's first delta, as OpenAI sends it
+    name: str | None = None
+
+
+class ToolCallDelta(msgspec.Struct, omit_defaults=True):
+    """One call's part in a chunk: the first carries its id, type and name; later ones more of its arguments."""
+
+    index: int
+    function: FunctionDelta
+    id: str | None = None
+    type: str | None = None
+
+
 class Delta(msgspec.Struct, omit_defaults=True):
     role: str | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(msgspec.Struct):

@@ -119,6 +119,11 @@ class Sampling:
     stops: tuple[str, ...]
     logprobs: bool
     seed: int | None = None  # the request's (OpenAI's range); each choice's is derived in backend_body
+    inputs: Mapping[str, object] = field(default_factory=dict)  # more declared inputs, by name (the guide)
+    inputs_param: str | None = None  # the request's field that asked for them: what a backend refusal names
+
+    def with_inputs(self, inputs: Mapping[str, object], param: str) -> Sampling:
+        return replace(self, inputs={**self.inputs, **inputs}, inputs_param=param)
 
 
 def _stops(stop: Stop) -> tuple[str, ...]:
@@ -194,4 +199,5 @@ def backend_body(model: Model, prompt: str, s: Sampling, choice: int) -> dict[st
     stop = model.input_name("stop")
     if s.stops and stop:  # the backend stops generating there too; the front still cuts the text exactly
         body[stop] = list(s.stops)
+    body.update(s.inputs)
     return body

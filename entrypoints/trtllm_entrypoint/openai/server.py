@@ -10,20 +10,24 @@ timings, never a prompt or an answer).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hmac
+import json
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.errors import Error
+from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.openai import (
     chat,
     chat_template,
@@ -34,11 +38,13 @@ from trtllm_entrypoint.openai import (
     readiness,
     serving,
     special_tokens,
+    structured,
     tokenizer,
     tokens,
 )
 from trtllm_entrypoint.openai.backend import Backend, log_detail
 from trtllm_entrypoint.openai.chat_template import ChatTemplateError
+from trtllm_entrypoint.openai.drain import ERROR_CODE, Drain
 from trtllm_entrypoint.openai.metrics import Metrics
 from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.openai.protocol import (
@@ -67,6 +73,8 @@ class Front:
     served: serving.Served
     restricted: frozenset[str]  # the RESTRICTED_APIS groups that want the admin key
     key: str = field(repr=False)
+    # What SIGTERM does to the streams in flight (EXIT_TIMEOUT_SECS, the plan's shutdown_timeout), said in the log.
+    drain: Drain = field(default_factory=lambda: Drain(30.0, Log().info))
 
     @property
     def model(self) -> Model:
@@ -219,13 +227,19 @@ async def answer(request: web.Request, served: serving.Served, work: serving.Wor
         return _json(await serving.whole(served, work))
     response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
+    drain = request.app[FRONT].drain
     try:
-        try:
-            async with contextlib.aclosing(serving.stream(served, work)) as chunks:
-                async for chunk in chunks:
-                    await limits.write(response, _event(chunk))
-        except ApiError as exc:  # the status is sent already: the error goes into the stream, as OpenAI's does
-            await limits.write(response, _event(exc.body()))
+        with drain.stream() as live:
+            try:
+                async with contextlib.aclosing(serving.stream(served, work)) as chunks:
+                    async for chunk in chunks:
+                        await limits.write(response, _event(chunk))
+            except ApiError as exc:  # the status is sent already: the error goes into the stream, as OpenAI's does
+                await limits.write(response, _event(exc.body()))
+            except asyncio.CancelledError:  # the drain's grace ran out: the answer ends with why, never broken off
+                if not drain.was_cut(live):
+                    raise
+                await limits.write(response, _event(ApiError(503, drain.cut_message, code=ERROR_CODE).body()))
         await limits.write(response, DONE)
     except limits.ClientGone:  # left, or read nothing for WRITE_TIMEOUT_S: closing the chunks ended the generations
         if request.transport is not None:
@@ -249,6 +263,7 @@ def make_app(front: Front) -> web.Application:
         front.served.cpu.close()
 
     app.cleanup_ctx.append(session)
+    app.on_shutdown.append(front.drain.shutdown)  # after the listener closed, before aiohttp cancels the handlers
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{name}", model)
     app.router.add_post("/v1/completions", completions_route)
@@ -266,10 +281,11 @@ def build(plan: FrontPlan, key: str, metrics_dir: str | None = None) -> Front:
     served_model = Model.from_config(plan.served_name, plan.workflow, Path(plan.config).read_text(), plan.config)
     # Triton closes inference to clients without the key when RESTRICTED_APIS has it; we carry it then.
     upstream = {ADMIN_HEADER: key} if "inference" in plan.restricted and key else {}
+    template = chat_template.load(tokenizer_dir)
     served = serving.Served(
         model=served_model,
         backend=Backend(plan.triton_url, plan.entry_model, upstream),
-        template=chat_template.load(tokenizer_dir),
+        template=template,
         tokenizer=tokenizer.load(
             tokenizer_dir,
             skip_special_tokens=plan.skip_special_tokens,
@@ -281,8 +297,27 @@ def build(plan: FrontPlan, key: str, metrics_dir: str | None = None) -> Front:
         max_generations=plan.max_generations,
         metrics=Metrics(plan.max_seq_len, metrics_dir),
         adapters=dict(plan.adapters),
+        support=tool_support(plan, template, tokenizer_dir),
     )
-    return Front(served, frozenset(plan.restricted), key)
+    return Front(served, frozenset(plan.restricted), key, Drain(plan.shutdown_timeout, Log(plan.log_format).info))
+
+
+def tool_support(plan: FrontPlan, template: chat_template.ChatTemplate, tokenizer: Path) -> structured.Support:
+    """Which tool-call family this worker reads (TOOL_CALL_PARSER, else the template's), checked against what the
+    template renders when handed a tool; and whether guided decoding is on (the entrypoint's word)."""
+    try:
+        model_type = json.loads((tokenizer / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        model_type = None
+
+    def renders(offered: list[dict[str, Any]]) -> str:
+        return template.render([{"role": "user", "content": "hi"}], tools=offered)
+
+    try:  # the template transformers renders when the request has tools (a `tool_use` one where there is one)
+        source: str | None = template.found.select(tools=[])
+    except ChatTemplateError:  # no template: chat answers 400 anyway
+        source = None
+    return structured.support(source, model_type, plan.tool_parser, renders if source else None, plan.guided_off)
 
 
 def take_start(environ: MutableMapping[str, str]) -> tuple[FrontPlan, str]:

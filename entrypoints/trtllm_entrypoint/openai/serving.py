@@ -24,6 +24,7 @@ from trtllm_entrypoint.openai.metrics import Metrics, RequestMetrics
 from trtllm_entrypoint.openai.protocol import ApiError, FinishReason, Usage
 from trtllm_entrypoint.openai.sampling import Model, Sampling, backend_body
 from trtllm_entrypoint.openai.stops import StopScanner
+from trtllm_entrypoint.openai.structured import Support
 from trtllm_entrypoint.openai.tokenizer import Tokenizer
 
 
@@ -43,6 +44,7 @@ class Served:
     special: special_tokens.Guard = field(default_factory=lambda: special_tokens.Guard(()))
     max_generations: int = limits.DEFAULT_MAX_GENERATIONS  # OPENAI_MAX_GENERATIONS
     cpu: Pool = field(default_factory=Pool)  # rendering and tokenizing, off the event loop
+    support: Support = Support(None, "no tool-call parser was set up for this worker", "")  # tools and guides
 
     def target(self, name: str) -> Target | None:
         """The model a request's `model` names: the base, one of its adapters, or None (unknown)."""
@@ -99,7 +101,7 @@ class Shape(Protocol):
 
     def opening(self, head: Head, choices: list[Choice]) -> msgspec.Struct | None: ...
 
-    def piece(self, head: Head, choice: Choice, text: str, logprob: float | None) -> msgspec.Struct: ...
+    def piece(self, head: Head, choice: Choice, text: str, logprob: float | None) -> msgspec.Struct | None: ...
 
     def last(self, head: Head, choice: Choice, reason: FinishReason) -> msgspec.Struct: ...
 
@@ -202,7 +204,7 @@ async def generate(
     scanner = StopScanner(s.stops)
     body, decoding = _request(served, s, choice)
     logprob_output = served.model.logprob_output if s.logprobs else None
-    async with contextlib.aclosing(served.backend.events(body)) as events:
+    async with contextlib.aclosing(_blaming(served.backend.events(body), s.inputs_param)) as events:
         async for event in events:
             piece = decoding.push(event)
             if measure is not None:
@@ -224,6 +226,21 @@ async def generate(
     if rest:
         choice.text.append(rest)
         yield rest, None
+
+
+async def _blaming(
+    events: AsyncGenerator[dict[str, Any], None], param: str | None
+) -> AsyncGenerator[dict[str, Any], None]:
+    """The backend's events; its refusal of a request with a guide names the field that asked for the guide (the
+    engine's grammar compiler has the last word on a schema)."""
+    try:
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
+    except ApiError as exc:
+        if exc.code == "backend_error" and exc.param is None:
+            exc.param = param
+        raise
 
 
 def _head(served: Served, work: Work) -> Head:
@@ -288,7 +305,9 @@ async def stream(served: Served, work: Work) -> AsyncGenerator[msgspec.Struct, N
 async def _chunks_of(served: Served, work: Work, head: Head, choice: Choice) -> AsyncGenerator[msgspec.Struct, None]:
     async with contextlib.aclosing(generate(served, work.sampling, choice, work.measure)) as pieces:
         async for text, logprob in pieces:
-            yield work.shape.piece(head, choice, text, logprob)
+            chunk = work.shape.piece(head, choice, text, logprob)
+            if chunk is not None:  # None: held (what may be a tool call is read before it is sent)
+                yield chunk
     yield work.shape.last(head, choice, choice.finish_reason(work.sampling.max_tokens))
 
 

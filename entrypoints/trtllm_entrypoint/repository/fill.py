@@ -221,6 +221,13 @@ def fill_values(settings: Settings, facts: ImageFacts, engine_dir: Path | None, 
     return values
 
 
+def guided_values(tokenizer_info: Path) -> dict[str, str]:
+    """The values that turn guided decoding on in the tensorrt_llm model (v0.19.0 on; older templates have neither
+    placeholder), given the tokenizer-info file (repository/xgrammar_info.py). Without them both stay unset, which
+    the backend reads as off."""
+    return {"guided_decoding_backend": "xgrammar", "xgrammar_tokenizer_info_path": str(tokenizer_info)}
+
+
 def _pbtxt_escape(value: str) -> str:
     """Values land inside quoted strings (paths) or as bare tokens (numbers, enums): escape for the former."""
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

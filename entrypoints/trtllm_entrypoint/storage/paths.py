@@ -44,6 +44,10 @@ class CacheLayout:
         return self.models / "hub"  # the Hugging Face client's own cache of fetched models (model/hub.py)
 
     @property
+    def tokenizer_info(self) -> Path:
+        return self.root / "tokenizer-info"  # guided decoding's tokenizer-info files (repository/xgrammar_info.py)
+
+    @property
     def digests(self) -> Path:
         return self.root / "digests"  # the content digests of local models, per UID (model/digest.py)
 

@@ -18,6 +18,12 @@ our images depend on it:
   types, as the real backend does. Sending more crashes a Python >= 3.12 stub: the stub drops the outputs nobody asked
   for after it has released the GIL, and 3.12's allocator needs the GIL to free them (a segfault, which Triton reports
   as "Stub process … is not healthy"); an ensemble names only the outputs it maps.
+- guided decoding (tensorrtllm_backend v0.19.0 on): with `guided_decoding_backend` and
+  `xgrammar_tokenizer_info_path` both set, it reads the tokenizer-info file at load as model_instance_state.cc does
+  (it must exist, be JSON and hold `encoded_vocab`, `tokenizer_str` and `stop_token_ids`; a backend other than
+  xgrammar fails the load); either unset, guided decoding is off, silently, as upstream's. With DOUBLE_RECORD_DIR
+  set, each request's guide inputs go to tensorrtllm_requests.jsonl there, beside whether guided decoding was on:
+  what reached the engine through Triton, which enforced the declared names and types on the way.
 TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S (seconds per token) keeps a request in flight for drain tests and stands for a
 model's decode step in benchmarks: in decoupled mode, as the real backend does, execute() hands the requests to an
 engine thread and returns at once; each step of that thread (one delay) gives every request in flight its next token
@@ -129,6 +135,7 @@ class TritonPythonModel:
             )
         if not (Path(engine_dir) / f"rank{rank}.engine").is_file():
             raise pb_utils.TritonModelException(f"[TensorRT-LLM][ERROR] no rank{rank}.engine in {engine_dir}")
+        self.guided = self._guided_decoding(config)
         build = engine_config.get("build_config") or {}
         self.max_input_len = int(build.get("max_input_len", 1024))
         # The real engine records --lora_plugin in its build_config (plugin_config.lora_plugin); the build double
@@ -153,6 +160,42 @@ class TritonPythonModel:
             threading.Thread(target=self._engine_loop, daemon=True).start()
         time.sleep(float(os.environ.get("TRTLLM_ENGINE_DOUBLE_LOAD_DELAY_S") or 0))
         print(f"tensorrtllm backend double: rank {rank}/{world_size} loaded {engine_dir}", flush=True)
+
+    @staticmethod
+    def _guided_decoding(config):
+        """Whether guided decoding is on, checked as the C++ backend checks its parameters at load."""
+        backend = _param(config, "guided_decoding_backend")
+        info_path = _param(config, "xgrammar_tokenizer_info_path")
+        if not backend or not info_path:
+            return False
+        if backend != "xgrammar":
+            raise pb_utils.TritonModelException(
+                "[TensorRT-LLM][ERROR] Guided decoding is currently supported with 'xgrammar' backend. "
+                "Invalid guided_decoding_backend parameter provided."
+            )
+        try:
+            info = json.loads(Path(info_path).read_text())
+        except (OSError, ValueError) as exc:
+            raise pb_utils.TritonModelException(
+                f"[TensorRT-LLM][ERROR] Xgrammar's tokenizer info path at {info_path} cannot be read: {exc}"
+            ) from None
+        shapes = {"encoded_vocab": list, "tokenizer_str": str, "stop_token_ids": list}
+        if not all(isinstance(info.get(key), kind) for key, kind in shapes.items()):
+            raise pb_utils.TritonModelException(f"[TensorRT-LLM][ERROR] {info_path} lacks {', '.join(shapes)}")
+        return True
+
+    def _record(self, request):
+        directory = os.environ.get("DOUBLE_RECORD_DIR")
+        if not directory:
+            return
+        entry = {"guided_decoding": self.guided}
+        for name in ("guided_decoding_guide_type", "guided_decoding_guide"):
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is not None:
+                value = tensor.as_numpy().reshape(-1)[0]
+                entry[name] = value.decode() if isinstance(value, bytes) else str(value)
+        with open(Path(directory) / "tensorrtllm_requests.jsonl", "a") as records:
+            records.write(json.dumps(entry) + "\n")
 
     def _response(self, request, tokens, wanted=None):
         """One response holding `tokens` as output_ids; every other output the request asks for (or `wanted`)
@@ -214,6 +257,7 @@ class TritonPythonModel:
             return None
         responses = []
         for request in requests:
+            self._record(request)
             try:
                 if bool(_first(request, "streaming", False)):
                     raise ValueError("[TensorRT-LLM][ERROR] streaming is only supported in decoupled mode")
@@ -225,6 +269,7 @@ class TritonPythonModel:
     def _admit(self, request):
         """Check the request and add it to the engine thread's batch (an invalid one is answered at once)."""
         sender = request.get_response_sender()
+        self._record(request)
         try:
             streaming = bool(_first(request, "streaming", False))
             tokens = list(self._generate(request, streaming=streaming, delay_s=0))

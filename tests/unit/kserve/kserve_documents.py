@@ -59,7 +59,9 @@ DEPLOY_EXAMPLES = {
 
 
 @functools.cache
+@functools.cache
 def load_matrix():
+    """matrix.yaml once per run: the records are frozen, and the grid renders dozens of plans from them."""
     return matrix.load()
 
 

@@ -119,14 +119,21 @@ def _pod_environments(docs):
             yield "Job", {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
 
 
-@pytest.mark.parametrize("options", list(grid()))
-def test_the_entrypoint_accepts_every_generated_environment(options, entry, tmp_path):
-    """The manifests and the container's settings validation must agree, or every pod exits 2 at start."""
+@pytest.fixture(scope="module")
+def image_facts(entry, tmp_path_factory):
+    """What the 25.01 image's entrypoint knows about itself, from the image's data files, made once."""
     from trtllm_entrypoint.config.image_facts import load_facts
+
+    matrix_file = write_image_data(tmp_path_factory.mktemp("image-data"))
+    return load_facts({"MATRIX_TAG": entry.tag, "TRTLLM_MATRIX_FILE": str(matrix_file)})
+
+
+@pytest.mark.parametrize("options", list(grid()))
+def test_the_entrypoint_accepts_every_generated_environment(options, image_facts):
+    """The manifests and the container's settings validation must agree, or every pod exits 2 at start."""
     from trtllm_entrypoint.config.settings import Settings
 
-    matrix_file = write_image_data(tmp_path)
-    facts = load_facts({"MATRIX_TAG": entry.tag, "TRTLLM_MATRIX_FILE": str(matrix_file)})
+    facts = image_facts
     docs = documents(options)
     environments = list(_pod_environments(docs))
     assert [kind for kind, _ in environments] == ["InferenceService"] + (["Job"] if options.warm_job else [])
@@ -139,7 +146,7 @@ def test_the_entrypoint_accepts_every_generated_environment(options, entry, tmp_
             # The OpenAI API on KServe's HTTP port, where the probes ask; nothing else is served.
             assert (settings.frontend, settings.openai_port) == ("openai", 8080)
         elif kind == "InferenceService":
-            assert (settings.http_port, settings.grpc_port) == (8080, 9000)
+            assert (settings.http_port, settings.grpc_port) == (8080, 8001)
 
 
 def refresh_deploy() -> None:

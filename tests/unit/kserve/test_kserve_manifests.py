@@ -46,7 +46,7 @@ def test_runtime_contract(entry):
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env == {
         "HTTP_PORT": "8080",
-        "GRPC_PORT": "9000",
+        "GRPC_PORT": "8001",
         "METRICS_PORT": "8002",
         "CACHE_DIR": "/var/cache/trtllm",
         "SERVED_MODEL_NAME": "{{.Name}}",

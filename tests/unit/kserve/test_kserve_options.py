@@ -177,6 +177,19 @@ def test_cli_reproduces_the_stamped_command(tmp_path, entry):
         assert {p.name: p.read_text() for p in out.iterdir()} == expected
 
 
+def test_kserve_command_without_a_registry_warns_that_a_cluster_cannot_pull_the_image():
+    from click.testing import CliRunner
+
+    from trtllm_images.cli import cli
+
+    bare = CliRunner().invoke(cli, ["kserve", "--tag", "25.01", "--model-id", HUB_MODEL])
+    given = CliRunner().invoke(cli, ["kserve", "--tag", "25.01", "--model-id", HUB_MODEL, "--registry", "ghcr.io/o"])
+    assert bare.exit_code == 0 and given.exit_code == 0
+    [warning] = [line for line in bare.stderr.splitlines() if line.startswith("warning: ")]
+    assert "--registry" in warning and "Docker Hub" in warning
+    assert "warning" not in given.stderr and "image: ghcr.io/o/trtllm-serve:25.01-" in given.stdout
+
+
 def test_kserve_command_takes_a_users_own_image(tmp_path):
     from click.testing import CliRunner
 

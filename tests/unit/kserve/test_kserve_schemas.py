@@ -130,7 +130,7 @@ def _default_docs(entry):
 BREAKAGES = {
     "container renamed": (lambda d: runtime_container(d).update(name="main"), "no container named kserve-container"),
     "unknown protocol": (lambda d: d[0]["spec"].update(protocolVersions=["v2", "v3"]), "protocolVersions ['v3']"),
-    "grpc port misnamed": (lambda d: isvc_model(d)["ports"][1].update(name="rpc"), "gRPC port 9000 is named 'rpc'"),
+    "grpc port misnamed": (lambda d: isvc_model(d)["ports"][1].update(name="rpc"), "gRPC port 8001 is named 'rpc'"),
     "gpu count": (lambda d: isvc_model(d)["resources"]["limits"].update({"nvidia.com/gpu": "2"}), "TP_SIZE*PP_SIZE"),
     "literal token": (lambda d: isvc_model(d)["env"].append({"name": "HF_TOKEN", "value": "x"}), "literal value"),
     "token in args": (lambda d: runtime_container(d).update(args=["--token=hf_" + "a" * 30]), "Hugging Face token"),

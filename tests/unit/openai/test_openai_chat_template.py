@@ -162,9 +162,10 @@ def test_a_refused_chat_is_a_400_naming_messages(templates, refusal):
     from trtllm_entrypoint.openai import chat  # noqa: PLC0415
     from trtllm_entrypoint.openai.protocol import ApiError, ChatRequest, decode  # noqa: PLC0415
     from trtllm_entrypoint.openai.special_tokens import Guard  # noqa: PLC0415
+    from trtllm_entrypoint.openai.structured import Support  # noqa: PLC0415
 
     template = ct.ChatTemplate(ct.Found(templates, "test", {}))
-    served = SimpleNamespace(template=template, max_generations=256, special=Guard(()))
+    served = SimpleNamespace(template=template, max_generations=256, special=Guard(()), support=Support(None))
     request = decode(json.dumps({"model": "m", "messages": USER}).encode(), ChatRequest)
     with pytest.raises(ApiError, match=refusal) as refused:
         chat.work(served, request)  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ how prompts and messages become the backend's prompts, and the finish reason of 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,6 +13,7 @@ pytest.importorskip("msgspec")
 from trtllm_entrypoint.openai import chat, completions  # noqa: E402
 from trtllm_entrypoint.openai.protocol import ApiError, ChatRequest, CompletionRequest, decode  # noqa: E402
 from trtllm_entrypoint.openai.serving import Choice  # noqa: E402
+from trtllm_entrypoint.openai.structured import Support  # noqa: E402
 
 
 def completion(**body):
@@ -38,14 +40,48 @@ def test_completions_refuse_what_the_front_does_not_do_naming_the_param(body, pa
 
 @pytest.mark.parametrize(
     "body,param",
-    [({"tools": [{"type": "function"}]}, "tools"), ({"response_format": {"type": "json_object"}}, "response_format"),
-     ({"logit_bias": {"1": 1}}, "logit_bias"), ({"top_logprobs": 2}, "top_logprobs")],
+    [({"logit_bias": {"1": 1}}, "logit_bias"), ({"top_logprobs": 2}, "top_logprobs")],
 )  # fmt: skip
 def test_chat_refuses_what_the_front_does_not_do_naming_the_param(body, param):
     with pytest.raises(ApiError, match="is not supported") as refused:
         chat.check(chat_request(**body))
     assert (refused.value.status, refused.value.param) == (400, param)
     chat.check(chat_request(response_format={"type": "text"}))
+
+
+def served_with(support, inputs=frozenset({"guided_decoding_guide_type", "guided_decoding_guide"})):
+    return SimpleNamespace(support=support, model=SimpleNamespace(name="ensemble", inputs=inputs))
+
+
+@pytest.mark.parametrize(
+    "support,body,param,words",
+    [
+        (Support(None, "the model's chat template renders no tools (TOOL_CALL_PARSER=auto)"),
+         {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "TOOL_CALL_PARSER"),
+        (Support(None, guided_off="tag 25.01 takes no guide; the first tag that serves it is 25.05"),
+         {"response_format": {"type": "json_object"}}, "response_format", "25.05"),
+        (Support(None), {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "blob"}}}},
+         "response_format", "schema.type"),
+    ],
+)  # fmt: skip
+def test_chat_refuses_tools_and_formats_the_served_model_cannot_take_naming_the_field(support, body, param, words):
+    with pytest.raises(ApiError, match=words) as refused:
+        chat.structure(served_with(support), chat_request(**body))
+    assert (refused.value.status, refused.value.param) == (400, param)
+
+
+def test_a_guide_for_a_model_that_declares_no_guide_inputs_is_refused():
+    with pytest.raises(ApiError, match="declares no guided decoding inputs"):
+        chat.structure(served_with(Support(None), frozenset()), chat_request(response_format={"type": "json_object"}))
+
+
+def test_an_assistants_calls_reach_the_template_with_their_arguments_as_an_object():
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    messages = [{"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "2"}]  # fmt: skip
+    rendered = chat.messages_of(chat_request(messages=messages))
+    assert rendered[0]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
+    assert rendered[1] == {"role": "tool", "content": "2", "tool_call_id": "c1"}
 
 
 def test_prompts_are_one_or_a_list_and_never_none():

@@ -66,10 +66,11 @@ def test_a_request_for_more_generations_than_the_limit_starts_none(kit):
 
 
 def test_a_failed_choice_ends_its_siblings_before_the_answer(kit):
-    fake = FakeTriton(lambda b: Reply(["a", "b"], error="boom") if b["text_input"] == "bad" else long_reply(b))
+    bad = kit.prompt_ids("bad")  # the engine workflow sends the tensorrt_llm model the prompt's ids
+    fake = FakeTriton(lambda b: Reply(["a", "b"], error="boom") if b["input_ids"] == bad else long_reply(b))
     status, body = asked(kit, fake, {"model": "ensemble", "prompt": ["long", "bad", "long"], "max_tokens": 60})
     assert status == 400 and "boom" in body["error"]["message"]
-    siblings = [seen for seen in fake.seen if seen.body["text_input"] == "long"]
+    siblings = [seen for seen in fake.seen if seen.body["input_ids"] == kit.prompt_ids("long")]
     assert len(siblings) == 2 and all(not seen.finished and seen.sent < 60 for seen in siblings)
 
 
@@ -273,7 +274,9 @@ def test_prompts_may_be_token_ids(kit):
 
     (one, _), (two, body) = kit.ask(fake, calls)
     assert one == two == 200 and len(body["choices"]) == 2 and len(fake.seen) == 3
-    assert all(isinstance(seen.body["text_input"], str) and seen.body["text_input"] for seen in fake.seen)
+    # the engine workflow sends them as they came (no decode and re-encode on the way)
+    assert sorted(seen.body["input_ids"] for seen in fake.seen) == [[7], [7, 9], [9]]
+    assert all("text_input" not in seen.body for seen in fake.seen)
 
 
 # --- 9. malformed requests ----------------------------------------------------------------------------------------

@@ -18,10 +18,11 @@ from trtllm_entrypoint.openai.protocol import ApiError, ChatRequest, CompletionR
 
 
 def model(templates: str, workflow: str) -> sp.Model:
-    folder = "llmapi/tensorrt_llm" if workflow == "llmapi" else "inflight_batcher_llm/ensemble"
+    # the engine workflow's front asks the tensorrt_llm model (token ids), llmapi its own tensorrt_llm model
+    folder = "llmapi/tensorrt_llm" if workflow == "llmapi" else "inflight_batcher_llm/tensorrt_llm"
     path = templates_for(templates) / folder / "config.pbtxt"
     if not path.is_file():  # a set that keeps its models beside all_models' workflow folders
-        path = templates_for(templates) / "ensemble" / "config.pbtxt"
+        path = templates_for(templates) / "tensorrt_llm" / "config.pbtxt"
     filled = re.sub(r"\$\{\w+\}", "1", path.read_text())  # the template's parameters do not name inputs
     return sp.Model.from_config("served", workflow, filled, str(path))
 
@@ -38,11 +39,9 @@ def test_the_ensemble_gets_its_own_names_and_only_declared_inputs(templates):
     seed = served.input_name("seed")  # random_seed; `seed` in TensorRT-LLM 0.20's templates
     assert seed == ("seed" if templates == "triton_backend" else "random_seed")
     body = sp.backend_body(served, "hi", sp.sampling(req, served, req.max_tokens, False), choice=1)
-    assert body["text_input"] == "hi" and body["max_tokens"] == 5 and body["stream"] is True
+    # the tensorrt_llm model's names (the engine workflow sends it ids; serving puts them in input_ids)
+    assert body["request_output_len"] == 5 and body["streaming"] is True and "text_input" not in body
     assert body[seed] == 4  # the choice's own seed: the request's + the choice's index
-    assert body["stop_words"] == ""  # older ensembles need the list, empty when no stop is asked for
-    stopping = sp.sampling(request(CompletionRequest, stop="END"), served, None, False)
-    assert sp.backend_body(served, "hi", stopping, choice=0)["stop_words"] == ["END"]
     assert set(body) <= served.inputs
 
 

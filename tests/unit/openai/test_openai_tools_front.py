@@ -119,10 +119,12 @@ def test_the_client_gets_tool_calls_whole_and_assembles_them_streamed(kit, tmp_p
         if c.chunk.choices and c.chunk.choices[0].delta.tool_calls
     ]  # noqa: E501
     assert deltas[0].id and deltas[0].function.name == "get_weather" and len(deltas) > 2
-    assert "tools" in fake.seen[0].body["text_input"] or "get_weather" in fake.seen[0].body["text_input"]
-    assert '{"celsius": 21}' in fake.seen[2].body["text_input"]
+    # the rendered prompt, as the engine workflow sends it (token ids to the tensorrt_llm model)
+    sent = [kit.tokenizer.decode(seen.body["input_ids"], skip_special_tokens=False) for seen in fake.seen]
+    assert "tools" in sent[0] or "get_weather" in sent[0]
+    assert '{"celsius": 21}' in sent[2]
     if family == "hermes":  # the call rendered back with its arguments as an object, as templates expect
-        assert '"arguments": {"city": "Paris"}' in fake.seen[2].body["text_input"]
+        assert '"arguments": {"city": "Paris"}' in sent[2]
     assert all("guided_decoding_guide_type" not in seen.body for seen in fake.seen)  # auto: no guide
 
 

@@ -68,7 +68,7 @@ def test_a_request_for_more_generations_than_the_limit_starts_none(kit):
 def test_a_failed_choice_ends_its_siblings_before_the_answer(kit):
     bad = kit.prompt_ids("bad")  # the engine workflow sends the tensorrt_llm model the prompt's ids
     fake = FakeTriton(lambda b: Reply(["a", "b"], error="boom") if b["input_ids"] == bad else long_reply(b))
-    status, body = asked(kit, fake, {"model": "ensemble", "prompt": ["long", "bad", "long"], "max_tokens": 60})
+    status, body = asked(kit, fake, {"model": "ensemble", "prompt": ["long", "bad", "long"], "max_tokens": 55})
     assert status == 400 and "boom" in body["error"]["message"]
     siblings = [seen for seen in fake.seen if seen.body["input_ids"] == kit.prompt_ids("long")]
     assert len(siblings) == 2 and all(not seen.finished and seen.sent < 60 for seen in siblings)

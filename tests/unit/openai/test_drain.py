@@ -168,6 +168,7 @@ def test_the_fronts_own_stream_is_cut_with_the_error_event_and_the_backends_stre
     assert events[-1] == "data: [DONE]"
     error = json.loads(events[-2].removeprefix("data: "))["error"]
     assert error["code"] == ERROR_CODE and error["type"] == "server_error"
-    assert [json.loads(e.removeprefix("data: "))["choices"][0]["text"] for e in events[:2]] == [" w0", " w1"]
+    texts = [json.loads(e.removeprefix("data: "))["choices"][0]["text"] for e in events[:-2]]
+    assert "".join(texts).startswith(" w0 w1")  # the answer streamed (in the tokenizer's pieces) until the cut
     assert fake.seen[0].closed_by_client and not fake.seen[0].finished, "the backend's stream was closed"
     assert [m for m, _ in said] == ["draining the OpenAI front", "drain done"] and said[1][1]["cut"] == 1

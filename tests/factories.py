@@ -5,8 +5,13 @@ matrix entry. Each takes the fields a test cares about; the rest are those of a 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
+from typing import Any
+
+import tokenizers
 
 from harness.image_data import FACTS
 from trtllm_entrypoint.config.image_facts import ImageFacts
@@ -50,3 +55,19 @@ def matrix_entry(**changes: object) -> MatrixEntry:
         sources=("test",),
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def tokenizer_dir(directory: Path, config: dict[str, Any] | None = None, files: dict[str, Any] | None = None) -> Path:
+    """A tokenizer directory as the Hub lays it out: a tiny tokenizer.json, tokenizer_config.json, other files."""
+    directory.mkdir(parents=True, exist_ok=True)
+    model = tokenizers.Tokenizer(tokenizers.models.WordLevel({"<unk>": 0, "<s>": 1, "</s>": 2}, unk_token="<unk>"))
+    model.save(str(directory / "tokenizer.json"))
+    if config is not None:
+        (directory / "tokenizer_config.json").write_text(
+            json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", **config})
+        )
+    for name, content in (files or {}).items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+    return directory

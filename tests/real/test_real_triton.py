@@ -24,7 +24,7 @@ from harness.doubles import python_models_origin
 from harness.image import KEY, TEMPLATE_SETS, Image, prepared_argv, templates_for
 from harness.tiny_checkpoint import PROMPT, PROMPT_WORDS
 from tests.real.test_real_triton_security import HEADER
-from trtllm_entrypoint.repository import fill
+from trtllm_entrypoint.repository import parameters
 
 MAX_TOKENS = 4
 BLS = "tensorrt_llm_bls"
@@ -92,7 +92,7 @@ def test_prepared_repository_loads_and_generates_in_real_triton(tmp_path, real_t
     assert version == realtriton.TRITON_VERSION
     # Upstream's models print a `${x}` they were given in a warning; only the one no value can fill may remain.
     warned = {name for line in log.splitlines() if "WARNING" in line for name in re.findall(r"\$\{(\w+)\}", line)}
-    assert warned <= fill.NO_VALUE_SAYS_THE_DEFAULT, [line for line in log.splitlines() if "${" in line]
+    assert warned <= parameters.NO_VALUE_SAYS_THE_DEFAULT, [line for line in log.splitlines() if "${" in line]
     assert (BLS in models) == with_bls and states == dict.fromkeys(models, "READY")
     # Tokenized, generated and detokenized by the real pipeline, ensemble and BLS: each of the prompt's tokens once
     # (the engine double echoes them), the special one dropped from the text.

@@ -15,7 +15,7 @@ from harness.tiny_adapter import tiny_lora
 from trtllm_entrypoint.engine import adapter_cache
 from trtllm_entrypoint.errors import EntrypointError
 from trtllm_entrypoint.log import Log
-from trtllm_entrypoint.model import adapters
+from trtllm_entrypoint.model import adapter_set, adapters
 
 pytestmark = pytest.mark.process
 
@@ -32,7 +32,7 @@ def served(tmp_path, *specs):
     for name, rank, modules in specs:
         adapter = adapters.read_adapter(tiny_lora(tmp_path / "loras" / name, rank=rank, modules=modules), name, 64)
         out.append(replace(adapter, digest=name * 8))
-    return adapters.with_task_ids(out)
+    return adapter_set.with_task_ids(out)
 
 
 def ensure(found, script, tmp_path, monkeypatch, stream=None):
@@ -88,7 +88,7 @@ def test_a_damaged_entry_is_converted_again(tmp_path, script, monkeypatch):
     (entry / str(found[0].task_id) / "model.lora_config.npy").chmod(0o644)
     (entry / str(found[0].task_id) / "model.lora_config.npy").write_bytes(b"\x93NUMPY")
     again = ensure(found, script, tmp_path, monkeypatch)
-    assert adapter_cache.entry_problem(again, adapters.set_key(found, "float16", "0.19.0"), found) is None
+    assert adapter_cache.entry_problem(again, adapter_set.set_key(found, "float16", "0.19.0"), found) is None
     assert len(read_records(tmp_path / "records", "hf_lora_convert")) == 2
 
 

@@ -14,7 +14,7 @@ from safetensors.numpy import save_file
 from harness.tiny_adapter import tiny_lora
 from harness.tiny_checkpoint import tiny_llama
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.model import adapters
+from trtllm_entrypoint.model import adapter_set, adapters
 
 
 @pytest.fixture
@@ -162,52 +162,52 @@ def test_the_directory_gives_names_and_refuses_two_adapters_with_one_name(tmp_pa
     tiny_lora(root / "a.chat")
     (root / ".cache").mkdir()
     (root / "README.md").write_text("not an adapter")
-    assert [name for name, _ in adapters.adapter_dirs(root)] == ["a.chat", "b-sql"]
+    assert [name for name, _ in adapter_set.adapter_dirs(root)] == ["a.chat", "b-sql"]
     tiny_lora(root / "B-SQL")
     with pytest.raises(UsageError) as exc:
-        adapters.adapter_dirs(root)
+        adapter_set.adapter_dirs(root)
     assert "and 'B-SQL' have one name" in one_line(exc) or "and 'b-sql' have one name" in one_line(exc)
     with pytest.raises(UsageError, match="does not exist"):
-        adapters.adapter_dirs(tmp_path / "missing")
+        adapter_set.adapter_dirs(tmp_path / "missing")
 
 
 def test_an_adapter_may_not_take_a_name_the_server_serves(tmp_path):
     adapter = read(tiny_lora(tmp_path / "Ensemble"))
     with pytest.raises(UsageError, match="has the name of 'ensemble'"):
-        adapters.check_names([adapter], ["llama", "ensemble", "tensorrt_llm"])
+        adapter_set.check_names([adapter], ["llama", "ensemble", "tensorrt_llm"])
 
 
 def test_task_ids_are_stable_in_the_backends_range_and_follow_name_and_content():
-    first = adapters.task_id("sql", "d" * 64)
-    assert first == adapters.task_id("sql", "d" * 64)
+    first = adapter_set.task_id("sql", "d" * 64)
+    assert first == adapter_set.task_id("sql", "d" * 64)
     assert 1 <= first <= adapters.TASK_ID_MAX == 2**31 - 1
-    assert len({first, adapters.task_id("chat", "d" * 64), adapters.task_id("sql", "e" * 64)}) == 3
+    assert len({first, adapter_set.task_id("chat", "d" * 64), adapter_set.task_id("sql", "e" * 64)}) == 3
 
 
 def test_two_adapters_that_draw_one_task_id_are_refused(tmp_path, monkeypatch):
     a = replace(read(tiny_lora(tmp_path / "a")), digest="1")
     b = replace(read(tiny_lora(tmp_path / "b")), digest="2")
-    assert len({x.task_id for x in adapters.with_task_ids([a, b])}) == 2
-    monkeypatch.setattr(adapters, "task_id", lambda name, digest: 7)
+    assert len({x.task_id for x in adapter_set.with_task_ids([a, b])}) == 2
+    monkeypatch.setattr(adapter_set, "task_id", lambda name, digest: 7)
     with pytest.raises(UsageError, match="drew the same task id 7"):
-        adapters.with_task_ids([a, b])
+        adapter_set.with_task_ids([a, b])
 
 
 def test_the_build_flags_cover_every_adapter_and_stay_for_one_of_the_same_shape(tmp_path):
     sql = read(tiny_lora(tmp_path / "sql", rank=4, modules=("q_proj", "v_proj")))
     chat = read(tiny_lora(tmp_path / "chat", rank=8, modules=("q_proj", "o_proj")))
-    build = adapters.lora_build([sql, chat], "float16")
+    build = adapter_set.lora_build([sql, chat], "float16")
     assert build.argv() == [
         "--lora_plugin", "float16", "--lora_target_modules", "attn_dense", "attn_q", "attn_v", "--max_lora_rank", "8",
     ]  # fmt: skip
     same_shape = read(tiny_lora(tmp_path / "more", rank=8, modules=("v_proj",), fill=3))
-    assert adapters.lora_build([sql, chat, same_shape], "float16") == build
+    assert adapter_set.lora_build([sql, chat, same_shape], "float16") == build
 
 
 def test_the_models_lora_parameters_hold_every_adapter(tmp_path):
     sql = read(tiny_lora(tmp_path / "sql", rank=4))
     chat = read(tiny_lora(tmp_path / "chat", rank=8))
-    params = adapters.cache_parameters([sql, chat], "float16", tmp_path / "prefetch")
+    params = adapter_set.cache_parameters([sql, chat], "float16", tmp_path / "prefetch")
     assert params == {
         "lora_prefetch_dir": str(tmp_path / "prefetch"),
         "lora_cache_max_adapter_size": "8",
@@ -217,18 +217,18 @@ def test_the_models_lora_parameters_hold_every_adapter(tmp_path):
 
 
 def test_the_storage_dtype_is_the_engines():
-    assert adapters.storage_dtype("bfloat16", {"torch_dtype": "float16"}) == "bfloat16"
-    assert adapters.storage_dtype("auto", {"torch_dtype": "bfloat16"}) == "bfloat16"
-    assert adapters.storage_dtype("auto", {}) == "float16"
+    assert adapter_set.storage_dtype("bfloat16", {"torch_dtype": "float16"}) == "bfloat16"
+    assert adapter_set.storage_dtype("auto", {"torch_dtype": "bfloat16"}) == "bfloat16"
+    assert adapter_set.storage_dtype("auto", {}) == "float16"
 
 
 def test_the_prefetch_key_follows_content_names_and_converter(tmp_path):
     a = replace(read(tiny_lora(tmp_path / "a")), digest="1", task_id=5)
-    key = adapters.set_key([a], "float16", "0.19.0")
-    assert key == adapters.set_key([a], "float16", "0.19.0")
-    assert key != adapters.set_key([replace(a, digest="2")], "float16", "0.19.0")
-    assert key != adapters.set_key([a], "bfloat16", "0.19.0")
-    assert key != adapters.set_key([a], "float16", "0.20.0")
+    key = adapter_set.set_key([a], "float16", "0.19.0")
+    assert key == adapter_set.set_key([a], "float16", "0.19.0")
+    assert key != adapter_set.set_key([replace(a, digest="2")], "float16", "0.19.0")
+    assert key != adapter_set.set_key([a], "bfloat16", "0.19.0")
+    assert key != adapter_set.set_key([a], "float16", "0.20.0")
 
 
 def test_lora_dir_is_refused_where_adapters_cannot_be_served_naming_the_first_tag_that_can():
@@ -244,12 +244,12 @@ def test_lora_dir_is_refused_where_adapters_cannot_be_served_naming_the_first_ta
 
 
 def test_a_prebuilt_engine_must_have_been_built_for_the_adapters(tmp_path):
-    needed = adapters.LoraBuild("float16", ("attn_q", "attn_v"), 8)
+    needed = adapter_set.LoraBuild("float16", ("attn_q", "attn_v"), 8)
     fits = {
         "plugin_config": {"lora_plugin": "float16"},
         "lora_config": {"lora_target_modules": ["attn_q", "attn_k", "attn_v"], "max_lora_rank": 16},
     }
-    adapters.check_prebuilt(fits, needed, tmp_path)
+    adapter_set.check_prebuilt(fits, needed, tmp_path)
     cases = [
         ({"plugin_config": {"lora_plugin": None}}, "was built without the LoRA plugin"),
         ({**fits, "lora_config": {"lora_target_modules": ["attn_q"], "max_lora_rank": 16}}, "also change attn_v"),
@@ -260,5 +260,5 @@ def test_a_prebuilt_engine_must_have_been_built_for_the_adapters(tmp_path):
     ]
     for build_config, expected in cases:
         with pytest.raises(UsageError) as exc:
-            adapters.check_prebuilt(build_config, needed, tmp_path)
+            adapter_set.check_prebuilt(build_config, needed, tmp_path)
         assert expected in one_line(exc) and "--lora_plugin float16" in str(exc.value)

@@ -12,27 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tokenizers
 import transformers
 
+from tests import factories
 from trtllm_entrypoint.errors import UsageError
 from trtllm_entrypoint.model import chat_templates as ct
 
-
-def tokenizer(directory: Path, config: dict[str, Any] | None = None, files: dict[str, Any] | None = None) -> Path:
-    """A tokenizer directory as the Hub lays it out: a tiny tokenizer.json, tokenizer_config.json, other files."""
-    directory.mkdir(parents=True, exist_ok=True)
-    model = tokenizers.Tokenizer(tokenizers.models.WordLevel({"<unk>": 0, "<s>": 1, "</s>": 2}, unk_token="<unk>"))
-    model.save(str(directory / "tokenizer.json"))
-    if config is not None:
-        (directory / "tokenizer_config.json").write_text(
-            json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", **config})
-        )
-    for name, content in (files or {}).items():
-        path = directory / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
-    return directory
+tokenizer = factories.tokenizer_dir
 
 
 def hf(directory: Path) -> Any:

@@ -19,6 +19,7 @@ from trtllm_entrypoint.errors import EntrypointError, UsageError
 from trtllm_entrypoint.log import Log
 from trtllm_entrypoint.repository import check as repository_check
 from trtllm_entrypoint.repository import fill as filling
+from trtllm_entrypoint.repository import parameters as fill_parameters
 from trtllm_entrypoint.repository import write as repository
 from trtllm_entrypoint.repository.fill import UNSET
 from trtllm_images.sources import vendor
@@ -98,7 +99,7 @@ def test_effective_values_cover_every_optional_parameter(root, tmp_path):
     for name, value in plan.effective.items():
         assert name in optional
         if value == UNSET:
-            assert name in filling.INTENTIONALLY_UNSET
+            assert name in fill_parameters.INTENTIONALLY_UNSET
             assert any(f"${{{name}}}" in t for t in texts)  # left for the backend to default
     assert plan.effective["engine_dir"] == str(ENGINE)
     assert plan.effective["batching_strategy"] == "inflight_fused_batching"

@@ -13,7 +13,7 @@ import pytest
 
 from harness.image import Image, records, templates_for
 from harness.tiny_adapter import tiny_lora
-from trtllm_entrypoint.model import adapters
+from trtllm_entrypoint.model import adapter_set
 from trtllm_entrypoint.model.digest import content_digest
 
 pytestmark = pytest.mark.process
@@ -132,7 +132,7 @@ def test_the_task_ids_follow_the_adapters_not_the_start(img, tmp_path):
     first = json.loads(prepare(img, LORA_DIR=str(tmp_path / "loras")).stdout)
     second = json.loads(prepare(img, LORA_DIR=str(tmp_path / "loras")).stdout)
     front = [out["front"]["plan"]["adapters"] for out in (first, second)]
-    assert front[0] == front[1] == {"sql": adapters.task_id("sql", content_digest(tmp_path / "loras" / "sql", None))}
+    assert front[0] == front[1] == {"sql": adapter_set.task_id("sql", content_digest(tmp_path / "loras" / "sql", None))}
 
 
 def test_check_lists_each_adapter_with_its_task_id_and_names_a_bad_one(img, tmp_path):

@@ -2,8 +2,8 @@
 {weights,config}.npy`, the layout the tensorrt_llm model's `lora_prefetch_dir` reads at start.
 
 The key is every adapter's name, content digest and task id, the storage dtype and TensorRT-LLM's release
-(model/adapters.py: set_key): the same adapters are converted once, by one replica, and served by all; another set gets
-another directory, so a server never sees a half-changed one. Conversion runs TensorRT-LLM's own
+(model/adapter_set.py: set_key): the same adapters are converted once, by one replica, and served by all; another set
+gets another directory, so a server never sees a half-changed one. Conversion runs TensorRT-LLM's own
 examples/hf_lora_convert.py once per adapter (its output kept in convert.log), then each task folder is checked
 before the directory is published (publish.py: temp dir, stamp, rename, lock against other replicas).
 """
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from trtllm_entrypoint.engine.build import Command, run_commands
 from trtllm_entrypoint.errors import EntrypointError
-from trtllm_entrypoint.model import adapters
+from trtllm_entrypoint.model import adapter_set
 from trtllm_entrypoint.storage import publish
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def entry_problem(entry: Path, key: str, served: Sequence[Adapter]) -> str | Non
     problem = publish.problem(entry, STAMP, {"schema": SCHEMA, "key": key}, optional=(CONVERT_LOG,))
     if problem is not None:
         return problem
-    return next((p for a in served if (p := adapters.layout_problem(entry / str(a.task_id), a))), None)
+    return next((p for a in served if (p := adapter_set.layout_problem(entry / str(a.task_id), a))), None)
 
 
 def ensure(
@@ -50,7 +50,7 @@ def ensure(
     timeout_s: float,
 ) -> Path:
     """The prefetch directory of `served`, converted now unless the cache has it complete."""
-    key = adapters.set_key(served, storage, tensorrt_llm)
+    key = adapter_set.set_key(served, storage, tensorrt_llm)
     entry = cache_dir / ROOT / key
     if entry.exists() and entry_problem(entry, key, served) is None:
         log.info("adapters cache hit", key=key, path=str(entry), adapters=len(served))
@@ -73,13 +73,13 @@ def ensure(
         def fill(tmp: Path) -> dict[str, object]:
             started = time.monotonic()
             commands = [
-                Command(adapters.convert_argv("python3", script, a, tmp, storage), f"convert adapter {a.name}")
+                Command(adapter_set.convert_argv("python3", script, a, tmp, storage), f"convert adapter {a.name}")
                 for a in served
             ]
             with log.phase("adapter conversion", key=key, adapters=len(served), log_path=str(tmp / CONVERT_LOG)):
                 run_commands(commands, tmp / CONVERT_LOG, log, environ)
             for adapter in served:
-                problem = adapters.layout_problem(tmp / str(adapter.task_id), adapter)
+                problem = adapter_set.layout_problem(tmp / str(adapter.task_id), adapter)
                 if problem is not None:
                     raise EntrypointError(
                         f"hf_lora_convert.py's output for adapter {adapter.name!r} is not what the backend loads: "

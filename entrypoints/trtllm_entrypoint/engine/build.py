@@ -129,7 +129,7 @@ def trtllm_build_argv(
         argv += ["--use_paged_context_fmha", "enable"]  # KV cache reuse needs paged context FMHA
     if spec.world_size > 1:
         argv += ["--workers", str(spec.world_size)]  # one rank per GPU, built in parallel
-    argv += spec.lora_flags  # LoRA adapters' plugin, modules and rank (model/adapters.py: lora_build)
+    argv += spec.lora_flags  # LoRA adapters' plugin, modules and rank (model/adapter_set.py: lora_build)
     return tuple(argv)
 
 

@@ -1,7 +1,7 @@
 """LORA_DIR in a start: before anything is downloaded or built, every adapter read, checked against the base and
 numbered, and the engine's LoRA flags put into the settings (so into the engine cache key); once the engine exists,
 the adapters converted into the cache's prefetch layout and the tensorrt_llm model's LoRA parameters for the fill.
-The rules themselves live in model/adapters.py; the conversion in engine/adapter_cache.py."""
+The rules themselves live in model/adapters.py and model/adapter_set.py; the conversion in engine/adapter_cache.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from trtllm_entrypoint import contract
 from trtllm_entrypoint.engine import adapter_cache
 from trtllm_entrypoint.errors import UsageError
-from trtllm_entrypoint.model import adapters
+from trtllm_entrypoint.model import adapter_set, adapters
 from trtllm_entrypoint.model import name as model_name
 from trtllm_entrypoint.model.adapters import Adapter
 from trtllm_entrypoint.model.digest import content_digest
@@ -54,17 +54,17 @@ def read(
         )
     base = adapters.Base.from_config(base_config, source.repo_id)
     found = []
-    for name, path in adapters.adapter_dirs(settings.lora_dir):
+    for name, path in adapter_set.adapter_dirs(settings.lora_dir):
         adapter = adapters.read_adapter(path, name, settings.lora_max_rank)
         adapters.check_fits(adapter, base)
         found.append(dataclasses.replace(adapter, digest=content_digest(path, settings.cache.digests)))
     # Neither the front's name for the base model nor a Triton model's: clients would reach the wrong one.
     front_name = model_name.served_name(settings.served_model_name, settings.model_id, source, model_dir)
-    adapters.check_names(found, [front_name, fill.served_name(settings, settings.workflow), *contract.ENGINE_MODELS])
-    numbered = adapters.with_task_ids(found)
-    build = adapters.lora_build(numbered, adapters.storage_dtype(settings.dtype, base_config))
+    adapter_set.check_names(found, [front_name, fill.served_name(settings, settings.workflow), *contract.ENGINE_MODELS])
+    numbered = adapter_set.with_task_ids(found)
+    build = adapter_set.lora_build(numbered, adapter_set.storage_dtype(settings.dtype, base_config))
     if built_config is not None and source.path is not None:
-        adapters.check_prebuilt(built_config, build, source.path)
+        adapter_set.check_prebuilt(built_config, build, source.path)
     for adapter in numbered:
         log.info(
             "adapter served",
@@ -99,4 +99,4 @@ def fill_values(plan: ServePlan, facts: ImageFacts, env: Mapping[str, str], log:
         environ=env,
         timeout_s=settings.lock_timeout_secs,
     )
-    return adapters.cache_parameters(plan.adapters, dtype, prefetch)
+    return adapter_set.cache_parameters(plan.adapters, dtype, prefetch)

@@ -35,8 +35,8 @@ from trtllm_entrypoint.openai.tool_parsers import (
     NamedCall,
     StreamParser,
     Text,
-    XmlCallParser,
 )
+from trtllm_entrypoint.openai.xml_tool_parser import XmlCallParser
 
 __all__ = ["CallArguments", "CallStart", "Event", "Family", "NamedCall", "StreamParser", "Text", "XmlCallParser"]
 

@@ -62,13 +62,14 @@ def _engine_world_size(engine_config):
     return int(mapping.get("tp_size", 1)) * int(mapping.get("pp_size", 1))
 
 
-def _record(entry):
-    """One JSON line per request (one write on an O_APPEND descriptor: lines never interleave)."""
+def _record(entry, name="tensorrtllm_backend.jsonl"):
+    """One JSON line per request in $DOUBLE_RECORD_DIR/<name> (one write on an O_APPEND descriptor: lines never
+    interleave)."""
     directory = os.environ.get("DOUBLE_RECORD_DIR")
     if not directory:
         return
     os.makedirs(directory, exist_ok=True)
-    fd = os.open(os.path.join(directory, "tensorrtllm_backend.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
     try:
         os.write(fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
     finally:
@@ -184,9 +185,8 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(f"[TensorRT-LLM][ERROR] {info_path} lacks {', '.join(shapes)}")
         return True
 
-    def _record(self, request):
-        directory = os.environ.get("DOUBLE_RECORD_DIR")
-        if not directory:
+    def _record_guides(self, request):
+        if not os.environ.get("DOUBLE_RECORD_DIR"):
             return
         entry = {"guided_decoding": self.guided}
         for name in ("guided_decoding_guide_type", "guided_decoding_guide"):
@@ -194,8 +194,7 @@ class TritonPythonModel:
             if tensor is not None:
                 value = tensor.as_numpy().reshape(-1)[0]
                 entry[name] = value.decode() if isinstance(value, bytes) else str(value)
-        with open(Path(directory) / "tensorrtllm_requests.jsonl", "a") as records:
-            records.write(json.dumps(entry) + "\n")
+        _record(entry, "tensorrtllm_requests.jsonl")
 
     def _response(self, request, tokens, wanted=None):
         """One response holding `tokens` as output_ids; every other output the request asks for (or `wanted`)
@@ -257,7 +256,7 @@ class TritonPythonModel:
             return None
         responses = []
         for request in requests:
-            self._record(request)
+            self._record_guides(request)
             try:
                 if bool(_first(request, "streaming", False)):
                     raise ValueError("[TensorRT-LLM][ERROR] streaming is only supported in decoupled mode")
@@ -269,7 +268,7 @@ class TritonPythonModel:
     def _admit(self, request):
         """Check the request and add it to the engine thread's batch (an invalid one is answered at once)."""
         sender = request.get_response_sender()
-        self._record(request)
+        self._record_guides(request)
         try:
             streaming = bool(_first(request, "streaming", False))
             tokens = list(self._generate(request, streaming=streaming, delay_s=0))

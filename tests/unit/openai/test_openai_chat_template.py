@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,25 +12,13 @@ import pytest
 import tokenizers
 import transformers
 
+from tests import factories
 from trtllm_entrypoint.openai import chat_template as ct
 
 USER = [{"role": "user", "content": "hi"}]
 
 
-def tokenizer(directory: Path, config: dict[str, Any] | None = None, files: dict[str, Any] | None = None) -> Path:
-    """A tokenizer directory as the Hub lays it out: a tiny tokenizer.json, tokenizer_config.json, other files."""
-    directory.mkdir(parents=True, exist_ok=True)
-    model = tokenizers.Tokenizer(tokenizers.models.WordLevel({"<unk>": 0, "<s>": 1, "</s>": 2}, unk_token="<unk>"))
-    model.save(str(directory / "tokenizer.json"))
-    if config is not None:
-        (directory / "tokenizer_config.json").write_text(
-            json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", **config})
-        )
-    for name, content in (files or {}).items():
-        path = directory / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
-    return directory
+tokenizer = factories.tokenizer_dir
 
 
 def both(template: str, messages: list[dict[str, Any]] = USER, **kwargs: Any) -> tuple[str, str]:

@@ -9,7 +9,7 @@ import json
 import logging
 import re
 import secrets
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -39,9 +39,12 @@ class Backend:
         if self.session is not None:
             await self.session.close()
 
-    async def events(self, body: Mapping[str, object]) -> AsyncGenerator[dict[str, Any], None]:
+    async def events(
+        self, body: Mapping[str, object], idle: Callable[[], Awaitable[None]] | None = None
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """The backend's streamed responses, one dict each. Closing the generator closes the connection, which ends
-        the generation in tritonserver."""
+        the generation in tritonserver. `idle` is awaited before waiting for more (nothing read is left): what the
+        events made can go to the client together (limits.Sink)."""
         assert self.session is not None
         try:
             async with self.session.post(
@@ -49,13 +52,22 @@ class Backend:
             ) as reply:
                 if reply.status != 200:
                     raise backend_error(reply.status, await reply.read())
-                async for line in reply.content:
-                    if not line.startswith(b"data: "):
-                        continue
-                    event = msgspec.json.decode(line[6:])
-                    if "error" in event:
-                        raise backend_error(400, line[6:])
-                    yield event
+                # Everything read so far at once: under load several events come in one read.
+                content, rest = reply.content, b""
+                while True:
+                    data = content.read_nowait()
+                    if not data:
+                        if idle is not None:
+                            await idle()
+                        data = await content.readany()
+                        if not data:
+                            break
+                    *lines, rest = (rest + data).split(b"\n")
+                    for line in lines:
+                        if line.startswith(b"data: "):
+                            yield _event(line[6:])
+                if rest.startswith(b"data: "):  # the last event without its line's end
+                    yield _event(rest[6:])
         except aiohttp.ClientError as exc:
             ref = log_detail("tritonserver did not answer", f"{self.stream_url}: {type(exc).__name__}: {exc}")
             raise ApiError(503, f"the model server did not answer (ref {ref})", code="backend_unavailable") from None
@@ -71,6 +83,13 @@ class Backend:
                 return reply.status == 200
         except aiohttp.ClientError:
             return False
+
+
+def _event(data: bytes) -> dict[str, Any]:
+    event = msgspec.json.decode(data)
+    if "error" in event:
+        raise backend_error(400, data)
+    return event  # type: ignore[no-any-return]
 
 
 def backend_error(status: int, raw: bytes) -> ApiError:

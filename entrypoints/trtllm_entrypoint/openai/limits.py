@@ -9,13 +9,16 @@
 - Backpressure: the chunks of several streamed choices pass through a bounded queue (`interleave`), so a generation
   waits while the client does not read, and its backend stream waits in turn (aiohttp's client stops reading a
   socket whose buffer is full). A write that makes no progress for WRITE_TIMEOUT_S ends the request (`write`).
+- Gathering: a streamed answer's events go out through a `Sink`, which writes everything gathered while more events
+  were ready in one write: under load the backend's events come in bursts, and one system call (with its timer) per
+  token was most of a worker's time. Each event is still its own SSE event; a lone token goes out at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar
 
 from trtllm_entrypoint.openai.rules import Refused
@@ -26,6 +29,7 @@ DEFAULT_MAX_GENERATIONS = 256
 BACKEND_CONNECTIONS = 1024  # per worker
 WRITE_TIMEOUT_S = 30.0
 RELAY_CHUNKS = 64  # chunks waiting for the client, across a request's choices (each a few hundred bytes)
+SINK_BYTES = 64 << 10  # gathered for the client before a write, however many more are ready
 
 
 class ClientGone(Exception):  # noqa: N818
@@ -75,21 +79,60 @@ class Writer(Protocol):
     async def write(self, data: bytes) -> None: ...  # aiohttp's StreamResponse
 
 
-async def write(response: Writer, data: bytes, timeout_s: float | None = None) -> None:
+async def write(
+    response: Writer, data: bytes, timeout_s: float | None = None, transport: asyncio.WriteTransport | None = None
+) -> None:
     """Write `data`, waiting while the client's socket is full, at most `timeout_s` (WRITE_TIMEOUT_S): ClientGone
-    then, or when the connection is gone."""
+    then, or when the connection is gone. Given the connection's transport, a write it has room for (it cannot wait)
+    goes without a timer."""
     try:
-        await asyncio.wait_for(response.write(data), WRITE_TIMEOUT_S if timeout_s is None else timeout_s)
+        if transport is not None and _has_room(transport, len(data)):
+            await response.write(data)
+        else:
+            await asyncio.wait_for(response.write(data), WRITE_TIMEOUT_S if timeout_s is None else timeout_s)
     except (asyncio.TimeoutError, ConnectionError) as exc:
         raise ClientGone(str(exc) or type(exc).__name__) from None
 
 
+def _has_room(transport: asyncio.WriteTransport, size: int) -> bool:
+    """Whether writing `size` bytes keeps the transport under its high-water mark: asyncio pauses a protocol (and
+    aiohttp's write then waits) only above it."""
+    high = transport.get_write_buffer_limits()[1]
+    return not transport.is_closing() and transport.get_write_buffer_size() + size <= high
+
+
+class Sink:
+    """One streamed answer's way to its client: `add` gathers an event (True once SINK_BYTES are waiting: flush
+    now), `flush` writes what was gathered at once. The stream flushes whenever it would wait for the backend."""
+
+    def __init__(self, response: Writer, transport: asyncio.WriteTransport | None) -> None:
+        self.response, self.transport = response, transport
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, data: bytes) -> bool:
+        self.parts.append(data)
+        self.size += len(data)
+        return self.size >= SINK_BYTES
+
+    async def flush(self) -> None:
+        if not self.parts:
+            return
+        data = self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
+        self.parts.clear()
+        self.size = 0
+        await write(self.response, data, transport=self.transport)
+
+
 async def interleave(
-    producers: Sequence[Callable[[], AsyncGenerator[T, None]]], size: int | None = None
+    producers: Sequence[Callable[[], AsyncGenerator[T, None]]],
+    size: int | None = None,
+    idle: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncGenerator[T, None]:
     """Several producers' items, in the order they come, through a bounded queue: a producer waits while the queue
     is full (so its backend stream waits too). The first producer's exception is raised here; closing this
-    generator (or that exception) cancels every producer and waits until each has closed its stream."""
+    generator (or that exception) cancels every producer and waits until each has closed its stream. `idle` is
+    awaited whenever no item is ready (a Sink's flush)."""
     queue: asyncio.Queue[object] = asyncio.Queue(RELAY_CHUNKS if size is None else size)
     end = object()
 
@@ -109,6 +152,8 @@ async def interleave(
     try:
         ended = 0
         while ended < len(tasks):
+            if idle is not None and queue.empty():
+                await idle()
             item = await queue.get()
             if item is end:
                 ended += 1

@@ -228,19 +228,22 @@ async def answer(request: web.Request, served: serving.Served, work: serving.Wor
     response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
     drain = request.app[FRONT].drain
+    sink = limits.Sink(response, request.transport)
     try:
         with drain.stream() as live:
             try:
-                async with contextlib.aclosing(serving.stream(served, work)) as chunks:
+                async with contextlib.aclosing(serving.stream(served, work, sink.flush)) as chunks:
                     async for chunk in chunks:
-                        await limits.write(response, _event(chunk))
+                        if sink.add(_event(chunk)):
+                            await sink.flush()
             except ApiError as exc:  # the status is sent already: the error goes into the stream, as OpenAI's does
-                await limits.write(response, _event(exc.body()))
+                sink.add(_event(exc.body()))
             except asyncio.CancelledError:  # the drain's grace ran out: the answer ends with why, never broken off
                 if not drain.was_cut(live):
                     raise
-                await limits.write(response, _event(ApiError(503, drain.cut_message, code=ERROR_CODE).body()))
-        await limits.write(response, DONE)
+                sink.add(_event(ApiError(503, drain.cut_message, code=ERROR_CODE).body()))
+        sink.add(DONE)
+        await sink.flush()
     except limits.ClientGone:  # left, or read nothing for WRITE_TIMEOUT_S: closing the chunks ended the generations
         if request.transport is not None:
             request.transport.abort()  # nothing more is written to it, not even the end

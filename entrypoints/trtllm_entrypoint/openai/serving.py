@@ -9,7 +9,7 @@ import contextlib
 import functools
 import secrets
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,6 +26,8 @@ from trtllm_entrypoint.openai.sampling import Model, Sampling, backend_body
 from trtllm_entrypoint.openai.stops import StopScanner
 from trtllm_entrypoint.openai.structured import Support
 from trtllm_entrypoint.openai.tokenizer import Tokenizer
+
+Idle = Callable[[], Awaitable[None]]  # what a stream awaits before it waits for the backend
 
 
 @dataclass(frozen=True)
@@ -197,14 +199,15 @@ def check_fanout(served: Served, prompts: int, n: int) -> None:
 
 
 async def generate(
-    served: Served, s: Sampling, choice: Choice, measure: RequestMetrics | None = None
+    served: Served, s: Sampling, choice: Choice, measure: RequestMetrics | None = None, idle: Idle | None = None
 ) -> AsyncGenerator[tuple[str, float | None], None]:
     """One choice's text as it comes: exact (the tokenizer's decoding of all ids at once, sent as it becomes
-    final), stop sequences cut, held back while they may be starting."""
+    final), stop sequences cut, held back while they may be starting. `idle`: awaited before waiting for the
+    backend (the stream's Sink writes what it gathered)."""
     scanner = StopScanner(s.stops)
     body, decoding = _request(served, s, choice)
     logprob_output = served.model.logprob_output if s.logprobs else None
-    async with contextlib.aclosing(_blaming(served.backend.events(body), s.inputs_param)) as events:
+    async with contextlib.aclosing(_blaming(served.backend.events(body, idle), s.inputs_param)) as events:
         async for event in events:
             piece = decoding.push(event)
             if measure is not None:
@@ -280,17 +283,18 @@ async def whole(served: Served, work: Work) -> msgspec.Struct:
     return work.shape.whole(head, reasons, usage)
 
 
-async def stream(served: Served, work: Work) -> AsyncGenerator[msgspec.Struct, None]:
-    """The answer's chunks as they come; closing it early (the client left) closes every backend stream."""
+async def stream(served: Served, work: Work, idle: Idle | None = None) -> AsyncGenerator[msgspec.Struct, None]:
+    """The answer's chunks as they come; closing it early (the client left) closes every backend stream. `idle` is
+    awaited whenever no chunk is ready yet."""
     head = _head(served, work)
     try:
         opening = work.shape.opening(head, work.choices)
         if opening is not None:
             yield opening
         if len(work.choices) == 1:
-            chunks = _chunks_of(served, work, head, work.choices[0])
+            chunks = _chunks_of(served, work, head, work.choices[0], idle)
         else:
-            chunks = _interleaved(served, work, head)
+            chunks = _interleaved(served, work, head, idle)
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
                 yield chunk
@@ -302,8 +306,10 @@ async def stream(served: Served, work: Work) -> AsyncGenerator[msgspec.Struct, N
         _finish(served, work)  # the client left or the model failed: once only (RequestMetrics.finish)
 
 
-async def _chunks_of(served: Served, work: Work, head: Head, choice: Choice) -> AsyncGenerator[msgspec.Struct, None]:
-    async with contextlib.aclosing(generate(served, work.sampling, choice, work.measure)) as pieces:
+async def _chunks_of(
+    served: Served, work: Work, head: Head, choice: Choice, idle: Idle | None = None
+) -> AsyncGenerator[msgspec.Struct, None]:
+    async with contextlib.aclosing(generate(served, work.sampling, choice, work.measure, idle)) as pieces:
         async for text, logprob in pieces:
             chunk = work.shape.piece(head, choice, text, logprob)
             if chunk is not None:  # None: held (what may be a tool call is read before it is sent)
@@ -311,10 +317,12 @@ async def _chunks_of(served: Served, work: Work, head: Head, choice: Choice) -> 
     yield work.shape.last(head, choice, choice.finish_reason(work.sampling.max_tokens))
 
 
-async def _interleaved(served: Served, work: Work, head: Head) -> AsyncGenerator[msgspec.Struct, None]:
+async def _interleaved(
+    served: Served, work: Work, head: Head, idle: Idle | None = None
+) -> AsyncGenerator[msgspec.Struct, None]:
     """Several choices streamed at once, each chunk as it comes, through a bounded queue (limits.interleave): a
     client that does not read holds its generations back; closing this ends them all."""
     makers = [functools.partial(_chunks_of, served, work, head, choice) for choice in work.choices]
-    async with contextlib.aclosing(limits.interleave(makers)) as chunks:
+    async with contextlib.aclosing(limits.interleave(makers, idle=idle)) as chunks:
         async for chunk in chunks:
             yield chunk

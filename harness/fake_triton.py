@@ -11,7 +11,9 @@ Each generate request is answered by `script(body)`, a `Reply`; as a model does,
 request's max tokens. It records what it was asked and how each stream ended (finished, or closed by the client).
 As the real models answer:
 - the engine workflow's tensorrt_llm model (a request with `input_ids`): the reply's text as token ids, one
-  `output_ids` per event, made by `encode` (the served tokenizer's, without special tokens);
+  `output_ids` per event, made by `encode` (the served tokenizer's, without special tokens), or the reply's own
+  `ids`, one step each (a step of several ids is a list, as the generate endpoint writes a longer tensor); the
+  request's limit counts tokens;
 - the llmapi model (a request with `sampling_param_max_tokens`): each event's text_output is the whole text so far,
   as TensorRT-LLM's LLM API writes `output.text`;
 - the ensemble: one piece per event.
@@ -25,8 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,11 +43,13 @@ LOGPROB_REQUEST, LOGPROB_OUTPUT = "return_log_probs", "output_log_probs"
 
 @dataclass(frozen=True)
 class Reply:
-    """One generate_stream answer: `pieces` (one event each), their log-probabilities (sent when the request asks for
-    them), an `error` event after the pieces, or `status` other than 200 (the error before any event), and a delay
-    before each event."""
+    """One generate_stream answer: `pieces` (one event each) or, for a request with token ids, `ids` (one step of
+    token ids each, sent as given: no tokenizing of long replies), their log-probabilities (sent when the request
+    asks for them), an `error` event after the pieces, or `status` other than 200 (the error before any event), and
+    a delay before each event."""
 
     pieces: Sequence[str] = ()
+    ids: Sequence[Sequence[int]] = ()  # the tensorrt_llm model's steps, when not the encoded pieces
     logprobs: Sequence[float] = ()
     error: str | None = None
     status: int = 200
@@ -55,6 +60,17 @@ def words(text: str, **kwargs: Any) -> Reply:
     """A reply of `text`'s words, each with the space before it (as a byte-level tokenizer streams them)."""
     parts = text.split(" ")
     return Reply(pieces=[parts[0], *(" " + p for p in parts[1:])], **kwargs)
+
+
+def _id_events(steps: Iterable[Sequence[int]], limit: int | None) -> Iterator[dict[str, Any]]:
+    """One `output_ids` per step, up to `limit` tokens in all."""
+    left = limit
+    for step in steps:
+        if left is not None:
+            if left <= 0:
+                return
+            step, left = step[:left], left - len(step)
+        yield {"output_ids": step[0] if len(step) == 1 else list(step)}
 
 
 @dataclass
@@ -107,12 +123,12 @@ class FakeTriton:
         reply = self.script(body)
         if reply.status != 200:
             return web.json_response({"error": reply.error or "refused"}, status=reply.status)
-        events = self._events(body, reply)
-        limit = next((int(body[name]) for name in MAX_TOKENS_INPUTS if name in body), len(events))
+        limit = next((int(body[name]) for name in MAX_TOKENS_INPUTS if name in body), None)
+        events = self._events(body, reply, limit)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:
-            for i, output in enumerate(events[:limit]):
+            for i, output in enumerate(events):
                 event: dict[str, Any] = {"model_name": model, "model_version": "1", **output}
                 if body.get(LOGPROB_REQUEST) and i < len(reply.logprobs):
                     event[LOGPROB_OUTPUT] = [[reply.logprobs[i]]]
@@ -132,16 +148,20 @@ class FakeTriton:
             raise
         return response
 
-    def _events(self, body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
-        """Each event's outputs, as the model asked answers (see the module's docstring)."""
+    def _events(self, body: dict[str, Any], reply: Reply, limit: int | None) -> Iterator[dict[str, Any]]:
+        """Each event's outputs, as the model asked answers (see the module's docstring), made as they are sent."""
         if "input_ids" in body:
-            if self.encode is None:
+            if reply.ids:
+                steps: Iterable[Sequence[int]] = reply.ids
+            elif self.encode is None:
                 raise RuntimeError("the fake was asked with token ids but given no tokenizer (encode)")
-            return [{"output_ids": i} for i in self.encode("".join(reply.pieces))]
+            else:
+                steps = ([i] for i in self.encode("".join(reply.pieces)))
+            return _id_events(steps, limit)
         if "sampling_param_max_tokens" in body:
-            texts = ["".join(reply.pieces[: i + 1]) for i in range(len(reply.pieces))]
-            return [{"text_output": text} for text in texts]
-        return [{"text_output": piece} for piece in reply.pieces]
+            texts = ("".join(reply.pieces[: i + 1]) for i in range(len(reply.pieces)))
+            return itertools.islice(({"text_output": text} for text in texts), limit)
+        return itertools.islice(({"text_output": piece} for piece in reply.pieces), limit)
 
     @staticmethod
     async def _send(response: web.StreamResponse, event: dict[str, Any], delay_s: float) -> None:

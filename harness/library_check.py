@@ -42,7 +42,7 @@ TEXTS = ["What is TensorRT-LLM?", "What is TensorRT-LLM? What is TensorRT-LLM?",
 
 
 def main(tokenizer_dir: Path, slow_dir: Path) -> dict[str, object]:
-    from trtllm_entrypoint.openai import chat_template, tokens
+    from trtllm_entrypoint.openai import chat_template, tokenizer
 
     out: dict[str, object] = {
         "versions": {
@@ -51,10 +51,10 @@ def main(tokenizer_dir: Path, slow_dir: Path) -> dict[str, object]:
         },
         "python": ".".join(map(str, sys.version_info[:2])),
     }
-    fast = tokens.counter(tokenizer_dir)
-    slow = tokens.counter(slow_dir)
-    out["tokens_fast"] = [fast(text) for text in TEXTS]
-    out["tokens_slow"] = [slow(text) for text in TEXTS]
+    fast = tokenizer.load(tokenizer_dir)
+    slow = tokenizer.load(slow_dir)
+    out["tokens_fast"] = [fast.count(text) for text in TEXTS]
+    out["tokens_slow"] = [slow.count(text) for text in TEXTS]
     specials = {"bos_token": "<s>", "eos_token": "</s>"}
     rendered: dict[str, str] = {}
     for name, source in TEMPLATES.items():

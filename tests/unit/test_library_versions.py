@@ -108,14 +108,16 @@ def test_a_hub_model_is_fetched_and_prepared(python, image, tmp_path):
 
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory) -> tuple[Path, Path]:
-    """A tokenizer.json tokenizer (the fast path), and one with only a WordPiece vocabulary (transformers' path)."""
+    """A tokenizer.json tokenizer (the fast path), and one with only a WordPiece vocabulary (transformers' path),
+    each with the eos token the front's loader needs (the engine stops there)."""
     root = tmp_path_factory.mktemp("tokenizers")
     fast = tiny_llama(root / "fast")
     slow = root / "slow"
     slow.mkdir()
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "what", "is", "tensor", "##rt", "-", "ll", "##m", "?", "triton"]
     (slow / "vocab.txt").write_text("\n".join(words) + "\n")
-    (slow / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer", "do_lower_case": True}))
+    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": True, "eos_token": "[SEP]"}
+    (slow / "tokenizer_config.json").write_text(json.dumps(config))
     return fast, slow
 
 

@@ -32,6 +32,7 @@ from trtllm_entrypoint.model.locate import ModelSource
 from trtllm_entrypoint.model.support import Converter
 from trtllm_entrypoint.openai.plan import FrontPlan
 from trtllm_entrypoint.repository import fill
+from trtllm_entrypoint.repository.parameters import BACKEND_DEFAULTS
 
 # How the engine is had: none is needed (llmapi, or a complete repository), the model is one, or the cache holds the
 # one these settings build (built into it, under its lock, when it does not yet).
@@ -234,8 +235,8 @@ def front_plan(plan: ServePlan, repository: Path, guided_off: str = "") -> Front
         workflow=plan.workflow,
         config=str(repository / entry / "config.pbtxt"),
         tokenizer=str(plan.tokenizer),
-        add_special_tokens=fill.BACKEND_DEFAULTS["add_special_tokens"] == "true",
-        skip_special_tokens=fill.BACKEND_DEFAULTS["skip_special_tokens"] == "true",
+        add_special_tokens=BACKEND_DEFAULTS["add_special_tokens"] == "true",
+        skip_special_tokens=BACKEND_DEFAULTS["skip_special_tokens"] == "true",
         restricted=security.front_restricted(s),
         max_seq_len=s.max_seq_len,
         shutdown_timeout=float(s.exit_timeout_secs),

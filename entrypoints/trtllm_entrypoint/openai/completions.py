@@ -95,7 +95,7 @@ def work(served: Served, request: CompletionRequest) -> Work:
     n = request.n
     if isinstance(request.prompt, list) and not _ids(request.prompt):
         check_fanout(served, len(request.prompt), n)  # before any prompt is decoded or counted
-    prompts = prompts_of(request, served.decode)
+    prompts = prompts_of(request, served.tokenizer.decode_prompt_ids)
     check_fanout(served, len(prompts), n)
     # the engine workflow sends ids as they came (decoded above only to check them and for echo); llmapi the text
     ids = given_ids(request) if served.model.workflow == "engine" else [None] * len(prompts)

@@ -40,7 +40,6 @@ from trtllm_entrypoint.openai import (
     special_tokens,
     structured,
     tokenizer,
-    tokens,
 )
 from trtllm_entrypoint.openai.backend import Backend, log_detail
 from trtllm_entrypoint.openai.chat_template import ChatTemplateError
@@ -295,7 +294,6 @@ def build(plan: FrontPlan, key: str, metrics_dir: str | None = None) -> Front:
             add_special_tokens=plan.add_special_tokens,
         ),
         max_seq_len=plan.max_seq_len,
-        decode=tokens.decoder(tokenizer_dir),
         special=special_tokens.Guard(special_tokens.of_tokenizer(tokenizer_dir)),
         max_generations=plan.max_generations,
         metrics=Metrics(plan.max_seq_len, metrics_dir),

@@ -42,7 +42,6 @@ class Served:
     max_seq_len: int  # the served model's (MAX_SEQ_LEN, or the engine's own): a chat answer's default room
     metrics: Metrics
     adapters: Mapping[str, int] = field(default_factory=dict)  # LoRA adapters: name -> task id
-    decode: Callable[[list[int]], str] | None = None  # a prompt given as token ids, as text
     special: special_tokens.Guard = field(default_factory=lambda: special_tokens.Guard(()))
     max_generations: int = limits.DEFAULT_MAX_GENERATIONS  # OPENAI_MAX_GENERATIONS
     cpu: Pool = field(default_factory=Pool)  # rendering and tokenizing, off the event loop

@@ -1,6 +1,7 @@
-"""The served model's tokenizer in the front: prompt text to ids as upstream's preprocessing model makes them, ids to
-text as its postprocessing model decodes them (detokenize.Codec), and the end and pad ids the engine stops and pads
-with.
+"""The served model's tokenizer in the front, the one place it is loaded: prompt text to ids as upstream's
+preprocessing model makes them (the ids the engine gets, and `usage`'s count), ids to text as its postprocessing
+model decodes them (detokenize.Codec), a prompt given as ids back to text, and the end and pad ids the engine stops
+and pads with.
 
 Hugging Face's `tokenizers` reads tokenizer.json directly, which is what transformers' fast tokenizers run; a model
 without one (a slow, SentencePiece-only or custom tokenizer) goes through transformers, loaded the way the
@@ -29,9 +30,19 @@ class Tokenizer:
     codec: Codec  # decoding, with the served skip_special_tokens
     end_id: int  # the eos token's id: the engine stops there
     pad_id: int  # the pad token's, else the eos token's (as the preprocessing model)
+    decode_kept: Callable[[Sequence[int]], str]  # decoding that keeps special tokens (a prompt's own ids)
+    vocab_size: int  # added tokens included
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
+
+    def decode_prompt_ids(self, ids: Sequence[int]) -> str:
+        """A prompt given as token ids, as text (special tokens kept, no cleanup: the text that encodes back to
+        them); an id outside the vocabulary is a ValueError naming it and the range."""
+        bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"token id {bad} is outside the model's vocabulary (0 to {self.vocab_size - 1})")
+        return self.decode_kept(ids)
 
 
 def _token(config: Mapping[str, Any], name: str) -> str | None:
@@ -66,10 +77,14 @@ def load(directory: Path, *, skip_special_tokens: bool = True, add_special_token
     pad_id = fast.token_to_id(pad) if pad else None
 
     def encode(text: str) -> list[int]:
-        return list(fast.encode(text, add_special_tokens=add_special_tokens).ids)
+        # encode_batch releases the GIL while it works (encode holds it): the loop streams on meanwhile (cpu.py)
+        return list(fast.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids)
 
     def decode(ids: Sequence[int]) -> str:
         return str(fast.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    def decode_kept(ids: Sequence[int]) -> str:
+        return str(fast.decode(list(ids), skip_special_tokens=False))
 
     model = _read_json(path).get("model") or {}
     return Tokenizer(
@@ -84,6 +99,8 @@ def load(directory: Path, *, skip_special_tokens: bool = True, add_special_token
         ),
         end_id=end_id,
         pad_id=end_id if pad_id is None else pad_id,
+        decode_kept=decode_kept,
+        vocab_size=fast.get_vocab_size(with_added_tokens=True),
     )
 
 
@@ -127,6 +144,9 @@ def _load_transformers(directory: Path, skip_special_tokens: bool, add_special_t
     def decode(ids: Sequence[int]) -> str:
         return str(slow.decode(list(ids), skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False))
 
+    def decode_kept(ids: Sequence[int]) -> str:
+        return str(slow.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False))
+
     return Tokenizer(
         encode=encode,
         codec=Codec(
@@ -137,4 +157,6 @@ def _load_transformers(directory: Path, skip_special_tokens: bool, add_special_t
         ),
         end_id=end_id,
         pad_id=pad_id,
+        decode_kept=decode_kept,
+        vocab_size=len(slow),
     )

@@ -167,6 +167,20 @@ def test_loading_reads_end_and_pad_ids(tmp_path: Path) -> None:
     assert tokenizer_module.load(fx.write_tokenizer(tmp_path / "l3", "llama3")).codec.cleanup is cleans_up
 
 
+def test_a_prompt_given_as_ids_reads_back_as_the_text_that_encodes_to_them(tmp_path: Path) -> None:
+    """Special tokens kept (a prompt's own BOS or turn markers are part of it); ids outside the vocabulary, added
+    tokens included, are refused naming the id and the range."""
+    llama = tokenizer_module.load(fx.write_tokenizer(tmp_path / "l", "llama2"))
+    ids = llama.encode("The capital of France")
+    assert llama.decode_prompt_ids(ids) == "<s> The capital of France"  # an answer's decoding skips the <s>
+    assert llama.codec.text(ids) == "The capital of France" and llama.encode(llama.decode_prompt_ids(ids[1:])) == ids
+    size = fx.sentencepiece("llama2").get_vocab_size(with_added_tokens=True)
+    assert llama.decode_prompt_ids([size - 1])  # the last id is in the vocabulary
+    for bad in (size, -1):
+        with pytest.raises(ValueError, match=rf"token id {bad} is outside the model's vocabulary \(0 to {size - 1}\)"):
+            llama.decode_prompt_ids([5, bad])
+
+
 def test_loading_refuses_a_tokenizer_without_an_eos_token(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="eos_token"):
         tokenizer_module.load(fx.write_tokenizer(tmp_path / "q", "qwen", eos_token=None))

@@ -20,15 +20,21 @@ aiohttp = pytest.importorskip("aiohttp")
 
 from trtllm_entrypoint.openai import limits  # noqa: E402
 
-TYPED_CONFIG = """name: "ensemble"
+# The engine workflow's tensorrt_llm model as the front asks it, with the types upstream's
+# inflight_batcher_llm/tensorrt_llm/config.pbtxt declares (random_seed: its name before TensorRT-LLM 0.20).
+TYPED_CONFIG = """name: "tensorrt_llm"
 input [
-  { name: "text_input" data_type: TYPE_STRING }, { name: "max_tokens" data_type: TYPE_INT32 },
-  { name: "stream" data_type: TYPE_BOOL }, { name: "bad_words" data_type: TYPE_STRING },
-  { name: "stop_words" data_type: TYPE_STRING }, { name: "temperature" data_type: TYPE_FP32 },
-  { name: "top_p" data_type: TYPE_FP32 }, { name: "top_k" data_type: TYPE_INT32 },
+  { name: "input_ids" data_type: TYPE_INT32 }, { name: "input_lengths" data_type: TYPE_INT32 },
+  { name: "request_output_len" data_type: TYPE_INT32 }, { name: "streaming" data_type: TYPE_BOOL },
+  { name: "end_id" data_type: TYPE_INT32 }, { name: "pad_id" data_type: TYPE_INT32 },
+  { name: "exclude_input_in_output" data_type: TYPE_BOOL }, { name: "temperature" data_type: TYPE_FP32 },
+  { name: "runtime_top_p" data_type: TYPE_FP32 }, { name: "runtime_top_k" data_type: TYPE_INT32 },
   { name: "random_seed" data_type: TYPE_UINT64 }, { name: "return_log_probs" data_type: TYPE_BOOL }
 ]
-output [ { name: "text_output" data_type: TYPE_STRING } ]
+output [
+  { name: "output_ids" data_type: TYPE_INT32 }, { name: "sequence_length" data_type: TYPE_INT32 },
+  { name: "output_log_probs" data_type: TYPE_FP32 }
+]
 """
 
 
@@ -153,8 +159,14 @@ def test_a_runaway_chat_template_is_stopped_and_the_worker_serves_on(kit, templa
 
 def test_a_client_that_reads_nothing_holds_little_of_the_front_and_is_dropped(kit, monkeypatch):
     monkeypatch.setattr(limits, "WRITE_TIMEOUT_S", 3.0)
-    pieces = 20_000
-    fake = FakeTriton(lambda body: Reply(pieces=["x" * 1024] * pieces))  # 160 MB for 8 choices, as fast as it can
+    # A long token 64 times a step (830 characters of text), 200,000 steps a choice, as fast as it can: 1.3 GB of
+    # text for 8 choices, and each choice's stream of ids (66 MB) far more than the sockets' buffers between the fake
+    # and the front hold (Linux grows a receive buffer up to 32 MiB), so only the front's leaving can end it.
+    step = kit.encode("TensorRT-LLM") * 64
+    assert len(kit.tokenizer.decode(step)) >= 800
+    steps = [step] * 200_000  # made before tracing: one list that every choice's reply shares
+    tokens = len(steps) * len(step)
+    fake = FakeTriton(lambda body: Reply(ids=steps))
 
     async def calls(url):
         host, port = url.removeprefix("http://").split(":")
@@ -162,7 +174,7 @@ def test_a_client_that_reads_nothing_holds_little_of_the_front_and_is_dropped(ki
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a client that reads nothing, with a small window
         sock.connect((host, int(port)))
         _, writer = await asyncio.open_connection(sock=sock)
-        body = json.dumps({"model": "ensemble", "prompt": "p", "max_tokens": pieces, "n": 8, "stream": True})
+        body = json.dumps({"model": "ensemble", "prompt": "p", "max_tokens": tokens, "n": 8, "stream": True})
         tracemalloc.start()
         began = time.monotonic()
         writer.write(
@@ -178,7 +190,7 @@ def test_a_client_that_reads_nothing_holds_little_of_the_front_and_is_dropped(ki
         writer.close()
         return peak
 
-    peak = kit.ask(fake, calls, max_seq_len=pieces + 100)
+    peak = kit.ask(fake, calls, max_seq_len=tokens + 100)
     assert peak < 64 << 20, f"the front (and the fake) held {peak >> 20} MiB for a client that read nothing"
     assert all(seen.closed_by_client for seen in fake.seen)  # dropped at the write timeout, its generations ended
 
@@ -226,6 +238,7 @@ def test_a_value_the_models_input_cannot_hold_is_a_400_naming_the_field(kit, typ
     fake = FakeTriton(lambda body: Reply(pieces=["ok"]))
     status, body = asked(kit, fake, {"model": "ensemble", "prompt": "p", "max_tokens": 1, field: value}, **typed)
     assert status == 400 and body["error"]["param"] == field and fake.seen == []
+    assert "TYPE_INT32" in body["error"]["message"]  # refused for the input's type, not for a missing input
 
 
 def test_seeds_are_mapped_and_choices_sample_independently(kit, typed):
@@ -257,8 +270,9 @@ def test_openais_request_rules_are_400s_naming_the_field(kit, change, param):
     status, body = asked(kit, fake, {"model": "ensemble", "prompt": "p", **change})
     assert status == 400 and body["error"]["param"] == param, body
     assert fake.seen == []
-    if param == "max_tokens":  # both numbers: what was asked, and what is left of the context
-        assert "100000" in body["error"]["message"] and "63" in body["error"]["message"]
+    if param == "max_tokens":  # both numbers: what was asked, and what is left of the context after the prompt's ids
+        left = kit.plan.max_seq_len - len(kit.prompt_ids("p"))
+        assert "100000" in body["error"]["message"] and str(left) in body["error"]["message"]
 
 
 def test_prompts_may_be_token_ids(kit):

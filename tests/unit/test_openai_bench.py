@@ -11,7 +11,7 @@ import time
 import pytest
 
 from benchmarks import openai_bench as ob
-from benchmarks import serving_bench
+from benchmarks import serving_bench, stream_client
 from benchmarks.serving_stats import StreamRun
 
 
@@ -20,54 +20,95 @@ def run(concurrency: int, gap_s: float, tokens: int = 8, requests: int = 10, sec
     return StreamRun(concurrency, seconds, tuple(float(r) for r in range(requests)), arrivals)
 
 
-def measured(openai_gap_s: float, openai_seconds: float = 1.0, openai_server_cpu_s: float = 0.4) -> dict:
+def measured(
+    openai_gap_s: float,
+    openai_seconds: float = 1.0,
+    openai_server_cpu_s: float = 0.4,
+    usable_cpus: int = 2,
+    engine_seconds: float = 0.5,
+) -> dict:
+    """The engine workflow's three APIs at each concurrency of a machine: generate_stream 10 ms between tokens, the
+    engine alone as fast over `engine_seconds`, ours `openai_gap_s` apart over `openai_seconds`."""
     runs, cpu = {}, {}
-    for c in ob.CONCURRENCY:
-        runs[(ob.TRITON.name, c)] = [run(c, 0.010)]
-        runs[(ob.OPENAI.name, c)] = [run(c, openai_gap_s, seconds=openai_seconds)]
-        cpu[(ob.TRITON.name, c)] = [ob.CpuUse(0.2, 0.1)]
-        cpu[(ob.OPENAI.name, c)] = [ob.CpuUse(openai_server_cpu_s, 0.1)]
-    return {"runs": runs, "cpu": cpu, "ready": {"openai": [2.0, 2.2, 2.1]}, "target_concurrency": 16}
+    for c in ob.concurrencies(usable_cpus):
+        for api, r, used in (
+            ("generate_stream", run(c, 0.010), ob.CpuUse(0.2, 0.1)),
+            ("openai", run(c, openai_gap_s, seconds=openai_seconds), ob.CpuUse(openai_server_cpu_s, 0.1, 0.16)),
+            ("engine alone", run(c, 0.010, seconds=engine_seconds), ob.CpuUse(0.1, 0.1)),
+        ):
+            runs[("engine", api, c)] = [r]
+            cpu[("engine", api, c)] = [used]
+    return {"runs": runs, "cpu": cpu, "ready": {"engine": [2.0, 2.2, 2.1]}, "workers": 2, "usable_cpus": usable_cpus}
 
 
 def by_name(metrics):
     return {m.name: m for m in metrics}
 
 
-def test_the_c16_rows_are_the_targets_and_pass_when_the_frontend_adds_little():
-    rows = by_name(ob.metrics(measured(0.0105)))
-    added = rows["openai vs generate_stream c=16: p50 ITL added"]
+def test_the_c16_rows_are_the_targets_on_2_cpus_and_pass_when_the_front_adds_little():
+    rows = by_name(ob.metrics(measured(0.0105, openai_seconds=0.6)))
+    added = rows["openai (engine) c=16: p50 ITL added over generate_stream"]
     assert added.value == pytest.approx(0.5) and added.status == "pass"
-    assert rows["openai vs generate_stream c=16: tokens/s ratio"].status == "pass"
-    assert rows["openai vs generate_stream c=1: p50 ITL added"].status == "info"  # c=1: information only
-    assert rows["time to ready: tritonserver and the OpenAI front (its /health/ready)"].value == 2.1
+    ratio = rows["openai (engine) c=16: tokens/s over generate_stream"]
+    assert ratio.value == pytest.approx(1 / 0.6) and ratio.status == "pass"
+    assert rows["openai (engine) c=64: p50 ITL added over generate_stream"].status == "info"  # not a target's c
+    assert rows["openai (engine) c=16: tokens/s over the engine alone"].status == "info"  # no such target on 2 CPUs
+    assert rows["time to ready (engine): tritonserver and the OpenAI front (its /health/ready)"].value == 2.1
 
 
-def test_the_targets_hold_at_c64_from_16_cpus_and_at_c16_below():
-    assert (ob.target_concurrency(2), ob.target_concurrency(15), ob.target_concurrency(16)) == (16, 16, 64)
-    rows = by_name(ob.metrics({**measured(0.0105), "target_concurrency": 64}))
-    assert rows["openai vs generate_stream c=64: tokens/s ratio"].status == "pass"
-    assert rows["openai vs generate_stream c=16: tokens/s ratio"].status == "info"
+def test_from_16_cpus_every_concurrency_holds_the_targets_against_both_apis():
+    assert ob.concurrencies(2) == ob.SMALL_CONCURRENCY and ob.concurrencies(16) == ob.LARGE_CONCURRENCY
+    rows = by_name(ob.metrics(measured(0.01005, openai_seconds=0.5, usable_cpus=16, engine_seconds=0.45)))
+    for c in ob.LARGE_CONCURRENCY:
+        assert rows[f"openai (engine) c={c}: tokens/s over generate_stream"].status == "pass"  # 2.0x
+        over_engine = rows[f"openai (engine) c={c}: tokens/s over the engine alone"]
+        assert over_engine.value == pytest.approx(0.9) and over_engine.status == "pass"
+        assert rows[f"openai (engine) c={c}: p50 ITL added over generate_stream"].status == "pass"  # +0.05 ms
 
 
-def test_a_slower_frontend_fails_both_targets():
+def test_a_slower_front_fails_the_targets():
     rows = by_name(ob.metrics(measured(0.012, openai_seconds=1.25)))
-    assert rows["openai vs generate_stream c=16: p50 ITL added"].status == "fail"
-    assert rows["openai vs generate_stream c=16: tokens/s ratio"].value == pytest.approx(0.8)
-    assert rows["openai vs generate_stream c=16: tokens/s ratio"].status == "fail"
+    assert rows["openai (engine) c=16: p50 ITL added over generate_stream"].status == "fail"
+    ratio = rows["openai (engine) c=16: tokens/s over generate_stream"]
+    assert ratio.value == pytest.approx(0.8) and ratio.status == "fail"
+    rows = by_name(ob.metrics(measured(0.010, openai_seconds=0.5, usable_cpus=16, engine_seconds=0.35)))
+    assert rows["openai (engine) c=64: tokens/s over the engine alone"].status == "fail"  # 0.7x
 
 
 def test_only_events_with_text_count_as_tokens():
-    assert ob.OPENAI.token_of({"choices": [{"text": "a"}]}) and not ob.OPENAI.token_of({"choices": [{"text": ""}]})
-    assert ob.TRITON.token_of({"text_output": "a"}) and not ob.TRITON.token_of({"text_output": ""})
+    assert stream_client.token_of({"choices": [{"text": "a"}]}, "choices")
+    assert not stream_client.token_of({"choices": [{"text": ""}]}, "choices")
+    assert stream_client.token_of({"text_output": "a"}, "text_output")
+    assert not stream_client.token_of({"text_output": ""}, "text_output")
+    assert stream_client.token_of({"output_ids": 7}, "output_ids")
 
 
-def test_cpu_per_token_is_the_windows_cpu_over_the_tokens_streamed():
+def test_cpu_per_token_is_the_windows_cpu_over_the_tokens_streamed_and_the_fronts_own_is_reported():
     rows = by_name(ob.metrics(measured(0.010, openai_server_cpu_s=0.8)))
-    row = rows["openai vs generate_stream c=16: server CPU per token"]
+    row = rows["openai (engine) c=16: server CPU per token"]
     # 10 requests x 8 tokens in the window: 0.8 s / 80 tokens, against 0.2 s / 80 for generate_stream.
     assert row.value == pytest.approx(10.0) and row.status == "info"
-    assert "vs 2.50 ms" in row.note and "CPUs busy (server + load) 0.90 vs 0.30" in row.note
+    assert "vs 2.500 ms" in row.note and "CPUs busy (server + load) 0.90 vs 0.30" in row.note
+    assert rows["openai (engine) c=16: the front's own CPU per token"].value == pytest.approx(2.0)  # 0.16 s / 80
+    assert "| engine | 16 | openai | 80 | 10.000 / 10.000 | 50.00 | 10.000 (2.000) |" in ob.table(list(rows.values()))
+
+
+def test_the_stand_in_runs_as_several_stub_processes_in_a_copy_of_the_repository(tmp_path):
+    repo = tmp_path / "cache" / "repo"
+    (repo / "tensorrt_llm").mkdir(parents=True)
+    config = repo / "tensorrt_llm" / "config.pbtxt"
+    config.write_text('name: "tensorrt_llm"\ninstance_group [\n  {\n    count: 1\n    kind : KIND_CPU\n  }\n]\n')
+    config.chmod(0o444)
+    prepared = {"argv": ["tritonserver", f"--model-repository={repo}", "--http-port=8000"], "front": {}}
+    out = ob.standin_instances(prepared, tmp_path / "work", 4)
+    copy = tmp_path / "work" / "standin-repository"
+    assert out["argv"] == ["tritonserver", f"--model-repository={copy}", "--http-port=8000"]
+    assert "count: 4" in (copy / "tensorrt_llm" / "config.pbtxt").read_text()
+    assert "count: 1" in config.read_text()  # the cache as prepare made it
+    config.chmod(0o644)
+    config.write_text('name: "tensorrt_llm"\n')
+    with pytest.raises(RuntimeError, match="instance_group"):
+        ob.standin_instances(prepared, tmp_path / "work", 4)
 
 
 @pytest.fixture

@@ -111,3 +111,47 @@ def test_ready_follows_the_entry_models_readiness():
 
 def test_first_float_reads_a_tensors_first_value():
     assert [first_float(v) for v in ([[-0.5]], [1], 2, [], None, ["x"])] == [-0.5, 1.0, 2.0, None, None, None]
+
+
+def test_events_read_together_are_yielded_before_the_stream_waits_again():
+    """Several events in one read come one after another with no wait between them; `idle` (the Sink's flush) runs
+    only before the stream waits for more. An event split across reads is put back together, and the last one may
+    end without its line's end."""
+    from aiohttp import web
+
+    burst = b"".join(b'data: {"output_ids": %d}\n\n' % i for i in range(5))
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(burst + b'data: {"output_')
+        await asyncio.sleep(0.2)
+        await response.write(b'ids": 5}\n\ndata: {"output_ids": 6}')
+        return response
+
+    async def main() -> list[object]:
+        app = web.Application()
+        app.router.add_post("/v2/models/tensorrt_llm/generate_stream", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        seen: list[object] = []
+
+        async def idle() -> None:
+            seen.append("idle")
+
+        client = Backend(f"http://127.0.0.1:{port}", "tensorrt_llm", {})
+        await client.open()
+        try:
+            async for event in client.events({"input_ids": [1]}, idle):
+                seen.append(event["output_ids"])
+        finally:
+            await client.close()
+            await runner.cleanup()
+        return seen
+
+    seen = asyncio.run(main())
+    assert [x for x in seen if x != "idle"] == [0, 1, 2, 3, 4, 5, 6]
+    assert seen[seen.index(0) : seen.index(4) + 1] == [0, 1, 2, 3, 4]  # one read: no wait between them
+    assert "idle" in seen[seen.index(4) : seen.index(5)]  # the split event: the stream waited for its rest

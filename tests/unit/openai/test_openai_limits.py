@@ -135,3 +135,25 @@ def test_a_write_that_makes_no_progress_times_out():
             await limits.write(Reset(), b"x")
 
     asyncio.run(main())
+
+
+def test_a_sink_writes_what_it_gathered_at_once_and_only_when_asked_or_full():
+    class Recorder:
+        def __init__(self) -> None:
+            self.writes: list[bytes] = []
+
+        async def write(self, data: bytes) -> None:
+            self.writes.append(data)
+
+    async def main() -> Recorder:
+        response = Recorder()
+        sink = limits.Sink(response, None)
+        assert not sink.add(b"a") and not sink.add(b"b")
+        assert response.writes == []  # gathered, not written
+        await sink.flush()
+        await sink.flush()  # nothing gathered: no write
+        assert sink.add(b"x" * limits.SINK_BYTES)  # full: the caller flushes now
+        await sink.flush()
+        return response
+
+    assert asyncio.run(main()).writes == [b"ab", b"x" * limits.SINK_BYTES]

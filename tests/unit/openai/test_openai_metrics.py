@@ -140,3 +140,40 @@ def test_every_process_that_shares_the_directory_is_summed_exactly(tmp_path):
     assert value(found, "vllm:time_to_first_token_seconds_count", **base) == 10
     assert value(found, "vllm:inter_token_latency_seconds_count", **base) == 3 * (0 + 1 + 2) + 3
     assert value(found, "vllm:num_requests_running", **base) == 0
+
+
+def test_gathered_gaps_expose_exactly_what_observing_each_would():
+    import random
+
+    import prometheus_client as prom
+
+    rng = random.Random(7)
+    # every bucket's bound itself (le is inclusive), values between them, and past the last one
+    values = [*metrics.ITL_BUCKETS, *(rng.uniform(0, 100) for _ in range(300)), 0.0, 1e6]
+    exposed = []
+    for gather in (False, True):
+        registry = prom.CollectorRegistry()
+        child = prom.Histogram("itl", "gaps", ["m"], buckets=metrics.ITL_BUCKETS, registry=registry).labels("x")
+        tally = metrics.Tally(child)
+        for v in values:
+            tally.observe(v) if gather else child.observe(v)
+        tally.flush()
+        exposed.append(samples(prom.generate_latest(registry)))
+    observed, gathered = exposed
+    assert gathered.keys() == observed.keys()
+    for key, expected in observed.items():
+        if not key[0].endswith("_created"):
+            assert gathered[key] == pytest.approx(expected), key
+
+
+def test_a_long_answers_gaps_reach_a_scrape_before_it_ends():
+    m = metrics.Metrics(max_model_len=4096)
+    clock = Clock()
+    request = m.request("llama", clock=clock)
+    for _ in range(metrics.Tally.FLUSH + 1):  # FLUSH gaps after the first token
+        clock.now += 0.01
+        request.token()
+    found = samples(m.exposition())
+    assert (
+        value(found, "vllm:inter_token_latency_seconds_count", model_name="llama", lora_name="") == metrics.Tally.FLUSH
+    )

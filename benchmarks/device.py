@@ -200,6 +200,8 @@ def run(kit: Path, out: Path, suites: list[str], quick: list[str], torch_site: P
         with open(out / f"{suite}.log", "w") as log:
             done = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
         (out / f"{suite}.md").write_text(done.stdout)
+        for extra in sorted((REPO / "out").glob("*")):  # the plots and a missed target's profile
+            shutil.copy2(extra, out / extra.name)
         _say(f"{suite}: exit {done.returncode} after {time.monotonic() - began:.0f} s\n{done.stdout}")
         worst = max(worst, done.returncode)
     return worst

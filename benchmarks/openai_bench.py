@@ -178,9 +178,9 @@ def prepare(work: Path, workflow: str = "engine", workers: int | None = None) ->
         OPENAI_PORT=str(openai_port),
         **extra,
     )
-    prepared = standin_instances(
-        bench.sandbox.prepare(env), work, max(1, cpus.usable_cpus() // CPUS_PER_STANDIN_INSTANCE)
-    )
+    prepared = bench.sandbox.prepare(env)
+    if workflow == "engine":  # the llmapi model is the whole LLM API in one Python process, as it is served
+        prepared = standin_instances(prepared, work, max(1, cpus.usable_cpus() // CPUS_PER_STANDIN_INSTANCE))
     import tokenizers  # noqa: PLC0415  (the harness's: the prompt's ids for the engine alone)
 
     prompt_ids = tokenizers.Tokenizer.from_file(str(bench.model / "tokenizer.json")).encode(PROMPT).ids

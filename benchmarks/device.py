@@ -40,7 +40,10 @@ TAG_UPSTREAM = ("tensorrtllm_backend/v0.17.0", "tensorrt_llm/triton_backend")
 NOT_IN_STUB = {"torch", "sympy", "mpmath", "networkx", "setuptools", "hf_xet"}
 # What `python -m benchmarks` and our OpenAI front (run by the same Python) import on top of the machine's packages,
 # less what the machine has (numpy 2 and ml_dtypes, which its jax brings, serve the load generator; tokenizers).
-HARNESS = ("click", "Jinja2", "PyYAML", "docker", "packaging", "pytest", "tritonclient[grpc]", "aiohttp", "msgspec")
+HARNESS = (
+    *("click", "Jinja2", "PyYAML", "docker", "packaging", "pytest", "tritonclient[grpc]", "aiohttp", "msgspec"),
+    "py-spy",  # the openai suite's profile when a target is missed (its binary lands in site-packages/bin)
+)
 ON_THE_MACHINE = ("numpy", "numpy.libs", "ml_dtypes")
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 # The machine's GPU is visible: tritonserver would collect GPU metrics through DCGM, which this CPU serving does
@@ -159,6 +162,7 @@ def lay_out(kit: Path, root: Path, torch_site: Path | None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "entrypoints"), str(root / "harness" / "site-packages")])
     env["TRTLLM_UPSTREAM_DIR"] = str(REPO / "_upstream")
     env["PYTHONUNBUFFERED"] = "1"
+    env["PATH"] = os.pathsep.join([str(root / "harness" / "site-packages" / "bin"), env.get("PATH", "")])
     # transformers 4 would import the machine's torch and jax (built for numpy 2) into every tokenizer model, which
     # needs neither: its framework switches off (the BLS model imports torch itself).
     env.update(USE_TORCH="0", USE_TF="0", USE_FLAX="0")

@@ -73,7 +73,7 @@ def apis(workflow: str, served_name: str, prompt_ids: list[int]) -> list[Api]:
     if workflow == "llmapi":
         native = Api(
             "generate_stream",
-            "/v2/models/tensorrt_llm/generate_stream",
+            f"/v2/models/{served_name}/generate_stream",  # the llmapi model is served under the front's name
             {"text_input": PROMPT, "sampling_param_max_tokens": MAX_TOKENS, "streaming": True},
             "text_output",
         )

@@ -160,7 +160,7 @@ def test_openai_refuses_decoupled_false_and_takes_true():
 def test_front_workers_follow_the_cpus_unless_set(monkeypatch):
     from trtllm_entrypoint.config import cpus
 
-    assert [cpus.default_front_workers(n) for n in (1, 2, 3, 16, 64)] == [1, 1, 1, 8, 8]
+    assert [cpus.default_front_workers(n) for n in (1, 2, 15, 16, 24, 64, 128)] == [1, 1, 1, 2, 3, 8, 8]
     assert openai_settings(OPENAI_WORKERS="3").openai_workers == 3
     with pytest.raises(UsageError, match="OPENAI_WORKERS"):
         openai_settings(OPENAI_WORKERS="0")

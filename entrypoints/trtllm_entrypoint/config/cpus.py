@@ -65,6 +65,10 @@ def usable_from(affinity: int, quota: float | None) -> int:
 
 
 MAX_FRONT_WORKERS = 8
+# One OpenAI front worker per 8 CPUs: a worker streaming many answers writes each burst of tokens in one system call,
+# so fewer, busier workers stream more (16 CPUs, engine stand-in at ~40k tokens/s: 2 workers 31-32k tokens/s, 4
+# workers 27k, 8 workers 22-27k; docs/benchmarks.md).
+CPUS_PER_FRONT_WORKER = 8
 
 
 def default_instances(cpus: int) -> int:
@@ -73,9 +77,9 @@ def default_instances(cpus: int) -> int:
 
 
 def default_front_workers(cpus: int) -> int:
-    """The OpenAI front's default process count: half the CPUs (tritonserver's Python models need the rest), at
-    most MAX_FRONT_WORKERS (measured: docs/benchmarks.md)."""
-    return max(1, min(cpus // 2, MAX_FRONT_WORKERS))
+    """The OpenAI front's default process count: one per CPUS_PER_FRONT_WORKER CPUs, at least 1, at most
+    MAX_FRONT_WORKERS."""
+    return max(1, min(cpus // CPUS_PER_FRONT_WORKER, MAX_FRONT_WORKERS))
 
 
 def _read(path: Path) -> str | None:

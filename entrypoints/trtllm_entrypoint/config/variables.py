@@ -382,7 +382,7 @@ TABLE: tuple[Variable, ...] = (
         "integer",
         "Processes of the OpenAI front (with `FRONTEND=openai`), sharing `OPENAI_PORT`.",
         default=None,
-        shown_default="half the CPUs the container may use (at least 1, at most 8)",
+        shown_default="one per 8 CPUs the container may use (at least 1, at most 8)",
         low=1,
         high=64,
     ),

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from trtllm_entrypoint.openai.chat_template import ChatTemplateError
+from trtllm_entrypoint.openai.cpu import count_within
 from trtllm_entrypoint.openai.guided import GUIDE_INPUTS, GuideError
 from trtllm_entrypoint.openai.protocol import (
     ApiError,
@@ -116,15 +117,34 @@ def work(served: Served, request: ChatRequest) -> Work:
         prompt = served.template.render(messages, tools=wanted.tools)
     except ChatTemplateError as exc:  # the template's own refusal, or no template: the messages cannot be served
         raise ApiError(400, str(exc), "messages") from None
-    tokens = prompt_tokens(served, prompt)
+    prompt, ids, tokens = _prompt(served, prompt)
     field = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
     given = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     limit = answer_room(served, tokens, given, field, "messages")  # as OpenAI's chat: up to the end of the context
     s = sampling(request, served.model, limit, logprobs=request.logprobs, max_tokens_field=field)
     if wanted.guide is not None:
         s = s.with_inputs(wanted.guide.inputs(), wanted.guide.param)
-    choices = [Choice(k, prompt) for k in range(request.n)]
+    choices = [Choice(k, prompt, prompt_ids=list(ids)) for k in range(request.n)]
     return Work(s, choices, ChatShape(request.logprobs, wanted), request.stream, request.include_usage, tokens)
+
+
+def _prompt(served: Served, rendered: str) -> tuple[str, list[int], int]:
+    """The rendered chat as the model gets it, its ids where the front sends ids, and its tokens (counted as
+    serving.prompt_tokens counts). The template wrote the special tokens it wants: the engine workflow's ids add
+    none (as transformers' apply_chat_template(tokenize=True) and vLLM); the llmapi model's LLM API adds BOS to the
+    text it encodes, so it gets the text without the template's."""
+    tokenizer = served.tokenizer
+    if served.model.workflow != "engine":
+        text = tokenizer.chat_text(rendered)
+        return text, [], prompt_tokens(served, text)
+    ids: list[int] = []
+
+    def count(text: str) -> int:
+        ids[:] = tokenizer.encode_chat(text)
+        return len(ids)
+
+    # a prompt over the context stops counting early (its ids are then a prefix's: answer_room refuses it)
+    return rendered, ids, count_within(count, rendered, served.max_seq_len)
 
 
 def _logprobs(pieces: list[tuple[str, float]]) -> ChoiceLogprobs:

@@ -1,5 +1,6 @@
 """The served model's tokenizer in the front, the one place it is loaded: prompt text to ids as upstream's
-preprocessing model makes them (the ids the engine gets, and `usage`'s count), ids to text as its postprocessing
+preprocessing model makes them (the ids the engine gets, and `usage`'s count), a rendered chat's ids as
+transformers' apply_chat_template(tokenize=True) makes them, ids to text as its postprocessing
 model decodes them (detokenize.Codec), a prompt given as ids back to text, and the end and pad ids the engine stops
 and pads with.
 
@@ -27,14 +28,23 @@ _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 @dataclass(frozen=True)
 class Tokenizer:
     encode: Callable[[str], list[int]]  # with the special tokens the preprocessing model adds (add_special_tokens)
+    encode_chat: Callable[[str], list[int]]  # a rendered chat: none added (its template wrote the ones it wants)
     codec: Codec  # decoding, with the served skip_special_tokens
     end_id: int  # the eos token's id: the engine stops there
     pad_id: int  # the pad token's, else the eos token's (as the preprocessing model)
     decode_kept: Callable[[Sequence[int]], str]  # decoding that keeps special tokens (a prompt's own ids)
     vocab_size: int  # added tokens included
+    bos_added: str | None = None  # the BOS token's text where encoding with special tokens puts it first
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
+
+    def chat_text(self, rendered: str) -> str:
+        """A rendered chat for a model that encodes text itself adding special tokens (the LLM API does): without
+        the template's leading BOS where the tokenizer adds one, so the model sees it once."""
+        if self.bos_added and rendered.startswith(self.bos_added):
+            return rendered[len(self.bos_added) :]
+        return rendered
 
     def decode_prompt_ids(self, ids: Sequence[int]) -> str:
         """A prompt given as token ids, as text (special tokens kept, no cleanup: the text that encodes back to
@@ -75,10 +85,14 @@ def load(directory: Path, *, skip_special_tokens: bool = True, add_special_token
         raise ValueError(f"{directory}: no eos_token in tokenizer_config.json or special_tokens_map.json")
     pad = _token(config, "pad_token")
     pad_id = fast.token_to_id(pad) if pad else None
+    bos = _token(config, "bos_token")
 
     def encode(text: str) -> list[int]:
         # encode_batch releases the GIL while it works (encode holds it): the loop streams on meanwhile (cpu.py)
         return list(fast.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids)
+
+    def encode_chat(text: str) -> list[int]:
+        return list(fast.encode_batch([text], add_special_tokens=False)[0].ids)
 
     def decode(ids: Sequence[int]) -> str:
         return str(fast.decode(list(ids), skip_special_tokens=skip_special_tokens))
@@ -89,6 +103,7 @@ def load(directory: Path, *, skip_special_tokens: bool = True, add_special_token
     model = _read_json(path).get("model") or {}
     return Tokenizer(
         encode=encode,
+        encode_chat=encode_chat,
         codec=Codec(
             decode=decode,
             cleanup=_cleans_up(config, str(model.get("type", ""))),
@@ -101,7 +116,13 @@ def load(directory: Path, *, skip_special_tokens: bool = True, add_special_token
         pad_id=end_id if pad_id is None else pad_id,
         decode_kept=decode_kept,
         vocab_size=fast.get_vocab_size(with_added_tokens=True),
+        bos_added=_bos_added(bos, fast.token_to_id(bos) if bos else None, fast.encode("").ids),
     )
+
+
+def _bos_added(bos: str | None, bos_id: int | None, empty: Sequence[int]) -> str | None:
+    """`bos` where the ids of an empty text encoded with special tokens (`empty`) start with its id."""
+    return bos if bos is not None and bos_id is not None and list(empty[:1]) == [bos_id] else None
 
 
 def _cleans_up(config: Mapping[str, Any], model_type: str) -> bool:
@@ -141,6 +162,9 @@ def _load_transformers(directory: Path, skip_special_tokens: bool, add_special_t
     def encode(text: str) -> list[int]:
         return list(slow.encode(text, add_special_tokens=add_special_tokens))
 
+    def encode_chat(text: str) -> list[int]:
+        return list(slow.encode(text, add_special_tokens=False))
+
     def decode(ids: Sequence[int]) -> str:
         return str(slow.decode(list(ids), skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False))
 
@@ -149,6 +173,7 @@ def _load_transformers(directory: Path, skip_special_tokens: bool, add_special_t
 
     return Tokenizer(
         encode=encode,
+        encode_chat=encode_chat,
         codec=Codec(
             decode=decode,
             cleanup=bool(getattr(slow, "clean_up_tokenization_spaces", False)),
@@ -159,4 +184,5 @@ def _load_transformers(directory: Path, skip_special_tokens: bool, add_special_t
         pad_id=pad_id,
         decode_kept=decode_kept,
         vocab_size=len(slow),
+        bos_added=_bos_added(slow.bos_token, slow.bos_token_id, slow.encode("", add_special_tokens=True)),
     )

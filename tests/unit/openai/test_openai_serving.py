@@ -174,7 +174,7 @@ def test_chat_streams_the_role_first_and_each_tokens_logprob(kit):
         (" capital", -1.5, list(b" capital")),
     ]
     assert plain.choices[0].logprobs is None and whole.object == "chat.completion"
-    assert fake.seen[0].body["input_ids"] == kit.prompt_ids(f"user: {PROMPT}\nassistant:")  # the template's
+    assert fake.seen[0].body["input_ids"] == kit.chat_ids(f"user: {PROMPT}\nassistant:")  # the template's
     assert fake.seen[0].body["return_log_probs"] is True and "return_log_probs" not in fake.seen[2].body
 
 
@@ -189,9 +189,9 @@ def test_a_chat_without_a_limit_asks_for_the_rest_of_the_context(kit):
             return answer, full.value
 
     answer, full = kit.ask(fake, calls, max_seq_len=40)
-    prompt = f"user: {PROMPT}\nassistant:"
-    assert fake.seen[0].body["request_output_len"] == 40 - prompt_tokens(kit, prompt)
-    assert answer.usage.prompt_tokens == prompt_tokens(kit, prompt) and answer.choices[0].finish_reason == "stop"
+    prompt = len(kit.chat_ids(f"user: {PROMPT}\nassistant:"))
+    assert fake.seen[0].body["request_output_len"] == 40 - prompt
+    assert answer.usage.prompt_tokens == prompt and answer.choices[0].finish_reason == "stop"
     assert full.response.json()["error"]["param"] == "messages" and len(fake.seen) == 1
 
 

@@ -78,6 +78,7 @@ class Choice:
     stopped: bool = False
     logprobs: list[tuple[str, float]] = field(default_factory=list)
     done: bool = False  # its generation ended by itself (not cut by the client leaving or an error)
+    ended: bool = False  # the model wrote one of its end ids (the engine workflow's)
 
     def finish_reason(self, max_tokens: int) -> FinishReason:
         return "length" if not self.stopped and self.tokens >= max_tokens else "stop"
@@ -153,11 +154,21 @@ def _request(served: Served, s: Sampling, choice: Choice) -> tuple[dict[str, obj
             pad_id=tokenizer.pad_id,
         )
         detokenizer = IncrementalDetokenizer(tokenizer.codec)
+        # The model's other end ids (generation_config.json's: Llama 3's <|eot_id|>, Gemma's <end_of_turn>) end the
+        # choice here, not as the model's optional stop_words_list: one way for every tensorrt_llm model whatever it
+        # declares, the cut stop strings get (generate() leaves the stream, which ends the generation in Triton);
+        # it costs the few steps made before the closed stream reaches the engine.
+        ends = tokenizer.end_ids
 
         def ids(event: dict[str, Any]) -> str:
             new = engine.output_ids(event)
-            choice.tokens += len(new)
-            return detokenizer.push(new)
+            if ends.isdisjoint(new):
+                choice.tokens += len(new)
+                return detokenizer.push(new)
+            cut = next(k for k, i in enumerate(new) if i in ends)
+            choice.tokens += cut + 1  # the end id was generated: counted, never shown
+            choice.ended = True
+            return detokenizer.push(new[:cut])
 
         return body, Decoding(ids, detokenizer.finish)
     cumulative = CumulativeText()
@@ -218,9 +229,11 @@ async def generate(
             if stopped:
                 choice.stopped = choice.done = True
                 return  # leaving the block closes the connection: Triton stops generating
+            if choice.ended:
+                break  # the same, then the text held back is sent
     choice.done = True
     shown, stopped = scanner.feed(decoding.finish())
-    choice.stopped = stopped
+    choice.stopped = stopped or choice.ended
     rest = shown if stopped else shown + scanner.flush()
     if rest:
         choice.text.append(rest)

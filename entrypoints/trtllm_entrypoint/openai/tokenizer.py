@@ -12,6 +12,7 @@ front's processes.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import re
@@ -30,11 +31,12 @@ class Tokenizer:
     encode: Callable[[str], list[int]]  # with the special tokens the preprocessing model adds (add_special_tokens)
     encode_chat: Callable[[str], list[int]]  # a rendered chat: none added (its template wrote the ones it wants)
     codec: Codec  # decoding, with the served skip_special_tokens
-    end_id: int  # the eos token's id: the engine stops there
+    end_id: int  # the eos token's id: the engine stops there (the end_id the preprocessing model sends)
     pad_id: int  # the pad token's, else the eos token's (as the preprocessing model)
     decode_kept: Callable[[Sequence[int]], str]  # decoding that keeps special tokens (a prompt's own ids)
     vocab_size: int  # added tokens included
     bos_added: str | None = None  # the BOS token's text where encoding with special tokens puts it first
+    end_ids: frozenset[int] = frozenset()  # every id that ends the model's turn: end_id and generation_config's
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
@@ -71,7 +73,21 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def load(directory: Path, *, skip_special_tokens: bool = True, add_special_tokens: bool = True) -> Tokenizer:
-    """The tokenizer of a model directory (tokenizer.json, tokenizer_config.json, special_tokens_map.json)."""
+    """The tokenizer of a model directory (tokenizer.json, tokenizer_config.json, special_tokens_map.json), with the
+    end ids of generation_config.json."""
+    found = _load(directory, skip_special_tokens, add_special_tokens)
+    return dataclasses.replace(found, end_ids=frozenset({found.end_id, *generation_end_ids(directory)}))
+
+
+def generation_end_ids(directory: Path) -> list[int]:
+    """generation_config.json's `eos_token_id`, an int or a list of them (Llama 3 Instruct lists <|eot_id|> beside
+    the tokenizer's eos, Gemma <end_of_turn>): where a model's authors say its turn ends. Anything else is ignored."""
+    value = _read_json(directory / "generation_config.json").get("eos_token_id")
+    values = value if isinstance(value, list) else [value]
+    return [i for i in values if isinstance(i, int) and not isinstance(i, bool)]
+
+
+def _load(directory: Path, skip_special_tokens: bool, add_special_tokens: bool) -> Tokenizer:
     config = {**_read_json(directory / "special_tokens_map.json"), **_read_json(directory / "tokenizer_config.json")}
     path = directory / "tokenizer.json"
     if not path.is_file():

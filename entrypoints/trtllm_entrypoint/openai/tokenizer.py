@@ -92,7 +92,7 @@ def load(directory: Path, *, skip_special_tokens: bool = True, add_special_token
         codec=Codec(
             decode=decode,
             cleanup=_cleans_up(config, str(model.get("type", ""))),
-            byte_tokens=byte_tokens(fast.get_vocab()) if model.get("byte_fallback") else frozenset(),
+            byte_tokens=byte_tokens(fast.get_vocab()) if model.get("byte_fallback") else {},
             skipped=frozenset(
                 i for i, added in fast.get_added_tokens_decoder().items() if added.special and skip_special_tokens
             ),
@@ -122,8 +122,11 @@ def _transformers_major() -> int:
         return 0
 
 
-def byte_tokens(vocab: Mapping[str, int]) -> frozenset[int]:
-    return frozenset(i for token, i in vocab.items() if isinstance(token, str) and _BYTE_TOKEN.fullmatch(token))
+def byte_tokens(vocab: Mapping[str, int]) -> dict[int, int]:
+    """The byte-fallback tokens (`<0xXX>`): id -> the byte."""
+    return {
+        i: int(token[3:5], 16) for token, i in vocab.items() if isinstance(token, str) and _BYTE_TOKEN.fullmatch(token)
+    }
 
 
 def _load_transformers(directory: Path, skip_special_tokens: bool, add_special_tokens: bool) -> Tokenizer:

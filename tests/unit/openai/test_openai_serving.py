@@ -295,3 +295,24 @@ def test_a_stop_string_with_spaces_matches_the_decoded_text_and_is_cut_exactly(k
     whole, chunks = kit.ask(fake, calls)
     assert whole.choices[0].text == "The capital" and whole.choices[0].finish_reason == "stop"
     assert "".join(chunks) == "The capital of "
+
+
+def test_characters_of_a_byte_token_run_stream_as_they_complete_and_a_stop_inside_it_ends_the_backend(kit):
+    """CJK and emoji outside a byte-fallback vocabulary come as one long run of `<0xXX>` tokens: each character is
+    sent once its last byte comes, so a stop string inside the run is seen in time and generation ends there."""
+    text = "你好世界，" * 20 + "😀" * 10
+    fake = FakeTriton(lambda body: Reply(pieces=[text], delay_s=0.001))
+    reply = len(kit.encode(text))
+
+    async def calls(url):
+        async with client(url) as api:
+            stream = await api.completions.create(model="ensemble", prompt="p", max_tokens=reply, stream=True)
+            chunks = [c.choices[0].text async for c in stream if c.choices]
+            stopped = await api.completions.create(model="ensemble", prompt="p", max_tokens=reply, stop="界")
+            await asyncio.wait_for(fake.client_closed.wait(), 10)
+            return chunks, stopped
+
+    chunks, stopped = kit.ask(fake, calls, max_seq_len=1024)
+    assert "".join(chunks) == kit.tokenizer.decode(kit.encode(text)) and chunks[:3] == ["你", "好", "世"], chunks[:5]
+    assert stopped.choices[0].text == "你好世" and stopped.choices[0].finish_reason == "stop"
+    assert fake.seen[1].closed_by_client and fake.seen[1].sent < reply  # the front left as soon as it saw the stop

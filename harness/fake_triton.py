@@ -45,7 +45,8 @@ LOGPROB_REQUEST, LOGPROB_OUTPUT = "return_log_probs", "output_log_probs"
 class Reply:
     """One generate_stream answer: `pieces` (one event each) or, for a request with token ids, `ids` (one step of
     token ids each, sent as given: no tokenizing of long replies), their log-probabilities (sent when the request
-    asks for them), an `error` event after the pieces, or `status` other than 200 (the error before any event), and
+    asks for them: one per event, or one per id of a step as the tensorrt_llm model's output_log_probs), an `error`
+    event after the pieces, or `status` other than 200 (the error before any event), and
     a delay before each event."""
 
     pieces: Sequence[str] = ()
@@ -128,10 +129,13 @@ class FakeTriton:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:
-            for i, output in enumerate(events):
+            at = 0  # the next token's log-probability: the engine sends one per id of its step, else one per event
+            for output in events:
                 event: dict[str, Any] = {"model_name": model, "model_version": "1", **output}
-                if body.get(LOGPROB_REQUEST) and i < len(reply.logprobs):
-                    event[LOGPROB_OUTPUT] = [[reply.logprobs[i]]]
+                count = len(output["output_ids"]) if isinstance(output.get("output_ids"), list) else 1
+                if body.get(LOGPROB_REQUEST) and at < len(reply.logprobs):
+                    event[LOGPROB_OUTPUT] = [list(reply.logprobs[at : at + count])]
+                at += count
                 await self._send(response, event, reply.delay_s)
                 seen.sent += 1
             if reply.error is not None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtllm_entrypoint.openai import logprobs
 from trtllm_entrypoint.openai.detokenize import Codec
 
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
@@ -32,6 +33,7 @@ class Tokenizer:
     pad_id: int  # the pad token's, else the eos token's (as the preprocessing model)
     decode_kept: Callable[[Sequence[int]], str]  # decoding that keeps special tokens (a prompt's own ids)
     vocab_size: int  # added tokens included
+    token_bytes: logprobs.TokenBytes  # a token's own bytes: what chat's logprobs show of it
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
@@ -86,7 +88,9 @@ def load(directory: Path, *, skip_special_tokens: bool = True, add_special_token
     def decode_kept(ids: Sequence[int]) -> str:
         return str(fast.decode(list(ids), skip_special_tokens=False))
 
-    model = _read_json(path).get("model") or {}
+    spec = _read_json(path)
+    model = spec.get("model") or {}
+    added = {i: token.content for i, token in fast.get_added_tokens_decoder().items()}
     return Tokenizer(
         encode=encode,
         codec=Codec(
@@ -101,6 +105,7 @@ def load(directory: Path, *, skip_special_tokens: bool = True, add_special_token
         pad_id=end_id if pad_id is None else pad_id,
         decode_kept=decode_kept,
         vocab_size=fast.get_vocab_size(with_added_tokens=True),
+        token_bytes=logprobs.token_bytes(fast.id_to_token, added, spec.get("decoder")),
     )
 
 
@@ -162,4 +167,9 @@ def _load_transformers(directory: Path, skip_special_tokens: bool, add_special_t
         pad_id=pad_id,
         decode_kept=decode_kept,
         vocab_size=len(slow),
+        token_bytes=logprobs.token_bytes(
+            lambda i: str(slow.convert_ids_to_tokens(i)),
+            {i: str(token) for i, token in slow.added_tokens_decoder.items()},
+            {"type": "ByteLevel"} if hasattr(slow, "byte_decoder") else None,  # GPT-2's slow tokenizers
+        ),
     )

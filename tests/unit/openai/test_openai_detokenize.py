@@ -255,3 +255,14 @@ def test_random_ids_in_random_chunks_over_every_shape(tmp_path: Path, skip: bool
                 chunks.append(min(left, rng.randint(1, 4)))
                 left -= chunks[-1]
             assert_adds_up(stream(served.codec, ids, chunks), served.codec.text(ids), (shape, ids, chunks))
+
+
+def test_each_tokens_own_bytes_add_up_to_the_text(served: tokenizer_module.Tokenizer) -> None:
+    """What chat's logprobs show of a token (openai/logprobs.py): its own bytes, byte-level BPE's printable
+    characters and SentencePiece's `▁` and `<0xXX>` read back, so that a character of several tokens is in their
+    bytes together (SentencePiece's first word keeps the space its decoder strips)."""
+    for text in fx.TEXTS:
+        ids = [i for i in served.encode(text) if i not in served.codec.skipped]
+        assert b"".join(served.token_bytes(i) for i in ids).decode() in (text, " " + text), text
+    for special in served.codec.skipped:  # a special token is its own text, skipped in the answer's or not
+        assert served.token_bytes(special).decode() == served.decode_kept([special]) != "", special

@@ -216,16 +216,19 @@ class IncrementalDetokenizer:
 
 class CumulativeText:
     """The llmapi model's streamed text: each response holds the whole text so far (TensorRT-LLM's LLM API
-    detokenizes; its Triton model sends `output.text`, not `text_diff`), so a piece is what a response adds."""
+    detokenizes; its Triton model sends `output.text`, not `text_diff`), so a piece is what a response adds. The LLM
+    API applies clean_up_tokenization_spaces to each new piece alone, which leaves " 's" or " n't" split across two
+    pieces: where the tokenizer cleans up (`cleanup`), the pieces are cleaned up again as a whole."""
 
-    def __init__(self) -> None:
+    def __init__(self, cleanup: bool = False) -> None:
         self.text = ""
+        self._cleaner = _Cleaner() if cleanup else None
 
     def push(self, text: str) -> str:
         if not text.startswith(self.text):  # never seen: the LLM API only appends; keep what was sent
             return ""
         piece, self.text = text[len(self.text) :], text
-        return piece
+        return self._cleaner.feed(piece) if self._cleaner is not None and piece else piece
 
     def finish(self) -> str:
-        return ""
+        return self._cleaner.flush() if self._cleaner is not None else ""

@@ -164,7 +164,7 @@ def _request(served: Served, s: Sampling, choice: Choice) -> tuple[dict[str, obj
             return detokenizer.push(new)
 
         return body, Decoding(ids, detokenizer.finish)
-    cumulative = CumulativeText()
+    cumulative = CumulativeText(served.tokenizer.codec.cleanup)
 
     def text(event: dict[str, Any]) -> str:
         choice.tokens += 1

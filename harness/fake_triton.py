@@ -15,7 +15,7 @@ As the real models answer:
   `ids`, one step each (a step of several ids is a list, as the generate endpoint writes a longer tensor); the
   request's limit counts tokens;
 - the llmapi model (a request with `sampling_param_max_tokens`): each event's text_output is the whole text so far,
-  as TensorRT-LLM's LLM API writes `output.text`;
+  as TensorRT-LLM's LLM API writes `output.text`, a stop it is sent handled as the LLM API does (_llmapi_texts);
 - the ensemble: one piece per event.
 
     fake = FakeTriton(lambda body: Reply(pieces=["a", "b"]))
@@ -72,6 +72,20 @@ def _id_events(steps: Iterable[Sequence[int]], limit: int | None) -> Iterator[di
                 return
             step, left = step[:left], left - len(step)
         yield {"output_ids": step[0] if len(step) == 1 else list(step)}
+
+
+def _llmapi_texts(pieces: Sequence[str], stops: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """The llmapi model's responses, each the whole text so far (the LLM API's `output.text`, a piece a token). A
+    stop it was sent ends generation where a token completes it, as the LLM API matches a stop string's token ids;
+    it then trims those ids, and the last response decodes the empty rest: its text is the text before that last
+    token, the stop's earlier tokens included (TensorRT-LLM's executor/result.py and decode_incrementally)."""
+    text = ""
+    for piece in pieces:
+        if any((text + piece).endswith(stop) for stop in stops):
+            yield {"text_output": text}
+            return
+        text += piece
+        yield {"text_output": text}
 
 
 @dataclass
@@ -163,8 +177,7 @@ class FakeTriton:
                 steps = ([i] for i in self.encode("".join(reply.pieces)))
             return _id_events(steps, limit)
         if "sampling_param_max_tokens" in body:
-            texts = ("".join(reply.pieces[: i + 1]) for i in range(len(reply.pieces)))
-            return itertools.islice(({"text_output": text} for text in texts), limit)
+            return itertools.islice(_llmapi_texts(reply.pieces, body.get("sampling_param_stop") or ()), limit)
         return itertools.islice(({"text_output": piece} for piece in reply.pieces), limit)
 
     @staticmethod

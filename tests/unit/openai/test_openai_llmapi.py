@@ -57,3 +57,27 @@ def test_llmapi_text_is_cleaned_up_as_a_whole_when_the_tokenizer_cleans_up(kit, 
 
     whole, chunks = served.ask(fake, calls)
     assert whole.choices[0].text == "".join(chunks) == clean_up(text) == "It's fine. They're here, isn't it? I'm sure!"
+
+
+def test_llmapi_stops_are_cut_by_the_front_on_the_text(kit, tmp_path):
+    """The LLM API matches a stop string as its token ids and trims them from its text, but a stop of several tokens
+    has its first ones streamed already, and one that other tokens spell never matches: the front cuts stops on the
+    text itself (the model is not sent them) and leaves the stream, which ends generation."""
+    served = llmapi(kit, tmp_path)
+    fake = FakeTriton(lambda body: Reply(pieces=["The", " capital", " of", " France", " is", *[" x"] * 40]))
+
+    async def calls(url):
+        async with client(url) as api:
+            whole = await api.completions.create(model="ensemble", prompt="p", max_tokens=50, stop=" of France")
+            stream = await api.completions.create(
+                model="ensemble", prompt="p", max_tokens=50, stop=[" of France", "zz"], stream=True
+            )
+            chunks = [chunk async for chunk in stream]
+            spelled = await api.completions.create(model="ensemble", prompt="p", max_tokens=50, stop="tal of")
+            return whole, chunks, spelled
+
+    whole, chunks, spelled = served.ask(fake, calls)
+    assert whole.choices[0].text == "The capital" and whole.choices[0].finish_reason == "stop"
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == "The capital"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert spelled.choices[0].text == "The capi" and spelled.choices[0].finish_reason == "stop"

@@ -6,6 +6,7 @@ decides what the template, the backend and the answer's reader get."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,10 +148,6 @@ def _prompt(served: Served, rendered: str) -> tuple[str, list[int], int]:
     return rendered, ids, count_within(count, rendered, served.max_seq_len)
 
 
-def _logprobs(pieces: list[tuple[str, float]]) -> ChoiceLogprobs:
-    return ChoiceLogprobs([TokenLogprob.of(text, logprob) for text, logprob in pieces])
-
-
 def _delta(deltas: list[dict[str, Any]]) -> Delta | None:
     """A reader's deltas for one piece as one Delta (None: nothing to send yet)."""
     if not deltas:
@@ -182,13 +179,18 @@ class ChatShape:
     def opening(self, head: Head, choices: list[Choice]) -> ChatCompletionChunk:
         return self._chunk(head, [ChatChunkChoice(c.index, Delta(role="assistant", content="")) for c in choices])
 
-    def piece(self, head: Head, choice: Choice, text: str, logprob: float | None) -> ChatCompletionChunk | None:
-        logprobs = _logprobs([(text, logprob)]) if logprob is not None else None
+    def piece(
+        self, head: Head, choice: Choice, text: str, logprobs: Sequence[TokenLogprob]
+    ) -> ChatCompletionChunk | None:
         reader = self._reader(choice, whole=False)
         delta = Delta(content=text) if reader is None else _delta(reader.feed(text))
-        if delta is None:
-            return None
-        return self._chunk(head, [ChatChunkChoice(choice.index, delta, logprobs)])
+        if delta is None:  # text held by the reader: its tokens' entries still go
+            if not logprobs:
+                return None
+            delta = Delta()
+        return self._chunk(
+            head, [ChatChunkChoice(choice.index, delta, ChoiceLogprobs(list(logprobs)) if logprobs else None)]
+        )
 
     def last(self, head: Head, choice: Choice, reason: FinishReason) -> ChatCompletionChunk:
         reader = self._reader(choice, whole=False)
@@ -204,7 +206,7 @@ class ChatShape:
         answers = []
         for c, reason in choices:
             message, reason = self._message(c, reason)
-            answers.append(ChatChoice(c.index, message, _logprobs(c.logprobs) if self.logprobs else None, reason))
+            answers.append(ChatChoice(c.index, message, ChoiceLogprobs(c.logprobs) if self.logprobs else None, reason))
         return ChatCompletion(head.id, head.created, head.model, answers, usage)
 
     def _message(self, choice: Choice, reason: FinishReason) -> tuple[ChatMessage, FinishReason]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtllm_entrypoint.openai import logprobs
 from trtllm_entrypoint.openai.detokenize import Codec
 
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
@@ -35,6 +36,7 @@ class Tokenizer:
     pad_id: int  # the pad token's, else the eos token's (as the preprocessing model)
     decode_kept: Callable[[Sequence[int]], str]  # decoding that keeps special tokens (a prompt's own ids)
     vocab_size: int  # added tokens included
+    token_bytes: logprobs.TokenBytes  # a token's own bytes: what chat's logprobs show of it
     bos_added: str | None = None  # the BOS token's text where encoding with special tokens puts it first
     end_ids: frozenset[int] = frozenset()  # every id that ends the model's turn: end_id and generation_config's
 
@@ -116,14 +118,16 @@ def _load(directory: Path, skip_special_tokens: bool, add_special_tokens: bool) 
     def decode_kept(ids: Sequence[int]) -> str:
         return str(fast.decode(list(ids), skip_special_tokens=False))
 
-    model = _read_json(path).get("model") or {}
+    spec = _read_json(path)
+    model = spec.get("model") or {}
+    added = {i: token.content for i, token in fast.get_added_tokens_decoder().items()}
     return Tokenizer(
         encode=encode,
         encode_chat=encode_chat,
         codec=Codec(
             decode=decode,
             cleanup=_cleans_up(config, str(model.get("type", ""))),
-            byte_tokens=byte_tokens(fast.get_vocab()) if model.get("byte_fallback") else frozenset(),
+            byte_tokens=byte_tokens(fast.get_vocab()) if model.get("byte_fallback") else {},
             skipped=frozenset(
                 i for i, added in fast.get_added_tokens_decoder().items() if added.special and skip_special_tokens
             ),
@@ -132,6 +136,7 @@ def _load(directory: Path, skip_special_tokens: bool, add_special_tokens: bool) 
         pad_id=end_id if pad_id is None else pad_id,
         decode_kept=decode_kept,
         vocab_size=fast.get_vocab_size(with_added_tokens=True),
+        token_bytes=logprobs.token_bytes(fast.id_to_token, added, spec.get("decoder")),
         bos_added=_bos_added(bos, fast.token_to_id(bos) if bos else None, fast.encode("").ids),
     )
 
@@ -159,8 +164,11 @@ def _transformers_major() -> int:
         return 0
 
 
-def byte_tokens(vocab: Mapping[str, int]) -> frozenset[int]:
-    return frozenset(i for token, i in vocab.items() if isinstance(token, str) and _BYTE_TOKEN.fullmatch(token))
+def byte_tokens(vocab: Mapping[str, int]) -> dict[int, int]:
+    """The byte-fallback tokens (`<0xXX>`): id -> the byte."""
+    return {
+        i: int(token[3:5], 16) for token, i in vocab.items() if isinstance(token, str) and _BYTE_TOKEN.fullmatch(token)
+    }
 
 
 def _load_transformers(directory: Path, skip_special_tokens: bool, add_special_tokens: bool) -> Tokenizer:
@@ -200,5 +208,10 @@ def _load_transformers(directory: Path, skip_special_tokens: bool, add_special_t
         pad_id=pad_id,
         decode_kept=decode_kept,
         vocab_size=len(slow),
+        token_bytes=logprobs.token_bytes(
+            lambda i: str(slow.convert_ids_to_tokens(i)),
+            {i: str(token) for i, token in slow.added_tokens_decoder.items()},
+            {"type": "ByteLevel"} if hasattr(slow, "byte_decoder") else None,  # GPT-2's slow tokenizers
+        ),
         bos_added=_bos_added(slow.bos_token, slow.bos_token_id, slow.encode("", add_special_tokens=True)),
     )

@@ -50,10 +50,11 @@ def test_the_extension_table_says_which_llmapi_inputs_upstreams_model_declares()
         assert ("refused" in llmapi_cell) == (not declared & set(mapped)), extension
 
 
-def test_stop_is_documented_as_the_front_cuts_it_for_the_engine_workflow() -> None:
-    """The stop bullet names as the model's stop inputs exactly those sent: none for the engine workflow's
-    tensorrt_llm model (the front cuts and closes the stream), sampling_param_stop for llmapi."""
+def test_stop_is_documented_as_the_front_cuts_it_on_both_workflows() -> None:
+    """The stop bullet names as the model's stop inputs exactly those sent: none (the front cuts stops on the text
+    and closes the stream, for the engine workflow's tensorrt_llm model and for llmapi alike)."""
     bullet = re.search(r"^- `stop` .*?(?=^- )", DOC.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
     assert bullet is not None
-    sent = set(engine.ENGINE_INPUTS.get("stop", ())) | set(sampling.INPUT_NAMES["llmapi"]["stop"])
+    sent = set(engine.ENGINE_INPUTS.get("stop", ())) | set(sampling.INPUT_NAMES["llmapi"].get("stop", ()))
     assert {n for n in names(bullet.group(0)) if n.startswith(("stop_", "sampling_param_"))} == sent
+    assert "front" in bullet.group(0) and "leaves the stream" in bullet.group(0)

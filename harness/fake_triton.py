@@ -15,7 +15,7 @@ As the real models answer:
   `ids`, one step each (a step of several ids is a list, as the generate endpoint writes a longer tensor); the
   request's limit counts tokens;
 - the llmapi model (a request with `sampling_param_max_tokens`): each event's text_output is the whole text so far,
-  as TensorRT-LLM's LLM API writes `output.text`;
+  as TensorRT-LLM's LLM API writes `output.text`, a stop it is sent handled as the LLM API does (_llmapi_texts);
 - the ensemble: one piece per event.
 
     fake = FakeTriton(lambda body: Reply(pieces=["a", "b"]))
@@ -45,7 +45,8 @@ LOGPROB_REQUEST, LOGPROB_OUTPUT = "return_log_probs", "output_log_probs"
 class Reply:
     """One generate_stream answer: `pieces` (one event each) or, for a request with token ids, `ids` (one step of
     token ids each, sent as given: no tokenizing of long replies), their log-probabilities (sent when the request
-    asks for them), an `error` event after the pieces, or `status` other than 200 (the error before any event), and
+    asks for them: one per event, or one per id of a step as the tensorrt_llm model's output_log_probs), an `error`
+    event after the pieces, or `status` other than 200 (the error before any event), and
     a delay before each event."""
 
     pieces: Sequence[str] = ()
@@ -71,6 +72,20 @@ def _id_events(steps: Iterable[Sequence[int]], limit: int | None) -> Iterator[di
                 return
             step, left = step[:left], left - len(step)
         yield {"output_ids": step[0] if len(step) == 1 else list(step)}
+
+
+def _llmapi_texts(pieces: Sequence[str], stops: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """The llmapi model's responses, each the whole text so far (the LLM API's `output.text`, a piece a token). A
+    stop it was sent ends generation where a token completes it, as the LLM API matches a stop string's token ids;
+    it then trims those ids, and the last response decodes the empty rest: its text is the text before that last
+    token, the stop's earlier tokens included (TensorRT-LLM's executor/result.py and decode_incrementally)."""
+    text = ""
+    for piece in pieces:
+        if any((text + piece).endswith(stop) for stop in stops):
+            yield {"text_output": text}
+            return
+        text += piece
+        yield {"text_output": text}
 
 
 @dataclass
@@ -128,10 +143,13 @@ class FakeTriton:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:
-            for i, output in enumerate(events):
+            at = 0  # the next token's log-probability: the engine sends one per id of its step, else one per event
+            for output in events:
                 event: dict[str, Any] = {"model_name": model, "model_version": "1", **output}
-                if body.get(LOGPROB_REQUEST) and i < len(reply.logprobs):
-                    event[LOGPROB_OUTPUT] = [[reply.logprobs[i]]]
+                count = len(output["output_ids"]) if isinstance(output.get("output_ids"), list) else 1
+                if body.get(LOGPROB_REQUEST) and at < len(reply.logprobs):
+                    event[LOGPROB_OUTPUT] = [list(reply.logprobs[at : at + count])]
+                at += count
                 await self._send(response, event, reply.delay_s)
                 seen.sent += 1
             if reply.error is not None:
@@ -159,8 +177,7 @@ class FakeTriton:
                 steps = ([i] for i in self.encode("".join(reply.pieces)))
             return _id_events(steps, limit)
         if "sampling_param_max_tokens" in body:
-            texts = ("".join(reply.pieces[: i + 1]) for i in range(len(reply.pieces)))
-            return itertools.islice(({"text_output": text} for text in texts), limit)
+            return itertools.islice(_llmapi_texts(reply.pieces, body.get("sampling_param_stop") or ()), limit)
         return itertools.islice(({"text_output": piece} for piece in reply.pieces), limit)
 
     @staticmethod

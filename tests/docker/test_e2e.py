@@ -69,11 +69,12 @@ def flags_of(entry: dict) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_flags(entry["argv"]).items()}
 
 
-def serve(containers, image, model, records, *, cache=None, env=None, **kwargs):
-    volumes = {str(model): {"bind": "/models/tiny", "mode": "ro"}, **record_mount(records)}
+def serve(containers, image, model, records, *, cache=None, env=None, mount="/models/tiny", **kwargs):
+    """The image serving `model`, mounted read-only at `mount` with MODEL_ID pointing there."""
+    volumes = {str(model): {"bind": mount, "mode": "ro"}, **record_mount(records)}
     if cache:
         volumes[cache] = {"bind": CACHE, "mode": "rw"}
-    environment = {"MODEL_ID": "/models/tiny", "DOUBLE_RECORD_DIR": "/records", **(env or {})}
+    environment = {"MODEL_ID": mount, "DOUBLE_RECORD_DIR": "/records", **(env or {})}
     return containers(image, environment=environment, volumes=volumes, healthcheck=FAST_HEALTHCHECK, **kwargs)
 
 
@@ -582,12 +583,17 @@ def test_frontend_openai_serves_the_official_client_healthy_and_stops_cleanly(
     model = tiny_sentencepiece_model
     delay, max_tokens = "0.3", 8  # a stream of 2.4 s, in flight when the container is stopped
     container = serve(
-        containers, server, model, records, env={"FRONTEND": "openai", "TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S": delay}
+        containers,
+        server,
+        model,
+        records,
+        env={"FRONTEND": "openai", "TRTLLM_ENGINE_DOUBLE_TOKEN_DELAY_S": delay},
+        mount=f"/models/{model.name}",  # as a user mounts a model: under its own name, MODEL_ID pointing there
     )
     assert wait_health_status(container, timeout_s=180) == "healthy", logs(container)[-3000:]
     api = openai.OpenAI(base_url=f"http://{address(container)}:9000/v1", api_key="unused", max_retries=0, timeout=60)
-    listed = [model.id for model in api.models.list()]
-    name = model.name  # MODEL_ID=/models/tiny-sentencepiece: served under its directory's name
+    listed = [entry.id for entry in api.models.list()]
+    name = listed[0]  # the client asks for the name the front lists
     completion = api.completions.create(model=name, prompt=PROMPT, max_tokens=4)
     with pytest.raises(openai.BadRequestError) as no_template:  # the tiny tokenizer has no chat_template
         api.chat.completions.create(model=name, messages=[{"role": "user", "content": PROMPT}], max_tokens=4)
@@ -605,7 +611,8 @@ def test_frontend_openai_serves_the_official_client_healthy_and_stops_cleanly(
     tokenizer = tokenizers.Tokenizer.from_file(str(model / "tokenizer.json"))
     answer = list(reversed(tokenizer.encode(PROMPT).ids))  # BOS included: the preprocessing model's ids
     generated = [answer[i % len(answer)] for i in range(max_tokens)]
-    assert listed == [name] and completion.choices[0].text == tokenizer.decode(generated[:4]), completion
+    # MODEL_ID=/models/tiny-sentencepiece: served under its directory's name
+    assert listed == [model.name] and completion.choices[0].text == tokenizer.decode(generated[:4]), completion
     assert completion.choices[0].finish_reason == "length" and completion.usage.completion_tokens == 4
     assert both, "Triton's own HTTP endpoint answers beside the front"
     assert no_template.value.status_code == 400 and "chat_template" in no_template.value.response.text

@@ -300,3 +300,20 @@ def native_answer(front: realfront.RunningFront, workflow: str, name: str, promp
     )
     with urllib.request.urlopen(request, timeout=60) as reply:  # noqa: S310
         return str(json.loads(reply.read())["text_output"])
+
+
+def test_llmapi_stops_are_cut_exactly_on_the_text(tmp_path, real_triton):
+    """The llmapi model's LLM API matches a stop string as its token ids and trims them from its text, after the
+    text of a stop's first tokens has been streamed (its double does the same): the front cuts stops on the text
+    itself, whole and streamed, and the answer ends exactly before the stop."""
+    img = Image(tmp_path, "26.07", templates_for("triton_backend"), tokenizer="qwen")
+    out = prepared(img)
+    name = out["ready"]["served_model_name"]
+    echo = {**os.environ, "TRTLLM_ENGINE_DOUBLE_ECHO": "1"}  # the generated ids are the prompt's
+    with realfront.start(real_triton, out, KEY, env=echo, log_dir=tmp_path) as front:
+        api = client(front)
+        ask = {"model": name, "prompt": "The capital of France is Paris.", "max_tokens": 12, "stop": " of France"}
+        whole = api.completions.create(**ask)
+        chunks = [c.choices[0] for c in api.completions.create(**ask, stream=True) if c.choices]
+    assert whole.choices[0].text == "".join(c.text for c in chunks) == "The capital", (whole, chunks)
+    assert whole.choices[0].finish_reason == chunks[-1].finish_reason == "stop"

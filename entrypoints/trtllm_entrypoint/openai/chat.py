@@ -6,12 +6,14 @@ decides what the template, the backend and the answer's reader get."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from trtllm_entrypoint.openai.chat_template import ChatTemplateError
+from trtllm_entrypoint.openai.cpu import count_within
 from trtllm_entrypoint.openai.guided import GUIDE_INPUTS, GuideError
 from trtllm_entrypoint.openai.protocol import (
     ApiError,
@@ -116,19 +118,34 @@ def work(served: Served, request: ChatRequest) -> Work:
         prompt = served.template.render(messages, tools=wanted.tools)
     except ChatTemplateError as exc:  # the template's own refusal, or no template: the messages cannot be served
         raise ApiError(400, str(exc), "messages") from None
-    tokens = prompt_tokens(served, prompt)
+    prompt, ids, tokens = _prompt(served, prompt)
     field = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
     given = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     limit = answer_room(served, tokens, given, field, "messages")  # as OpenAI's chat: up to the end of the context
     s = sampling(request, served.model, limit, logprobs=request.logprobs, max_tokens_field=field)
     if wanted.guide is not None:
         s = s.with_inputs(wanted.guide.inputs(), wanted.guide.param)
-    choices = [Choice(k, prompt) for k in range(request.n)]
+    choices = [Choice(k, prompt, prompt_ids=list(ids)) for k in range(request.n)]
     return Work(s, choices, ChatShape(request.logprobs, wanted), request.stream, request.include_usage, tokens)
 
 
-def _logprobs(pieces: list[tuple[str, float]]) -> ChoiceLogprobs:
-    return ChoiceLogprobs([TokenLogprob.of(text, logprob) for text, logprob in pieces])
+def _prompt(served: Served, rendered: str) -> tuple[str, list[int], int]:
+    """The rendered chat as the model gets it, its ids where the front sends ids, and its tokens (counted as
+    serving.prompt_tokens counts). The template wrote the special tokens it wants: the engine workflow's ids add
+    none (as transformers' apply_chat_template(tokenize=True) and vLLM); the llmapi model's LLM API adds BOS to the
+    text it encodes, so it gets the text without the template's."""
+    tokenizer = served.tokenizer
+    if served.model.workflow != "engine":
+        text = tokenizer.chat_text(rendered)
+        return text, [], prompt_tokens(served, text)
+    ids: list[int] = []
+
+    def count(text: str) -> int:
+        ids[:] = tokenizer.encode_chat(text)
+        return len(ids)
+
+    # a prompt over the context stops counting early (its ids are then a prefix's: answer_room refuses it)
+    return rendered, ids, count_within(count, rendered, served.max_seq_len)
 
 
 def _delta(deltas: list[dict[str, Any]]) -> Delta | None:
@@ -162,13 +179,18 @@ class ChatShape:
     def opening(self, head: Head, choices: list[Choice]) -> ChatCompletionChunk:
         return self._chunk(head, [ChatChunkChoice(c.index, Delta(role="assistant", content="")) for c in choices])
 
-    def piece(self, head: Head, choice: Choice, text: str, logprob: float | None) -> ChatCompletionChunk | None:
-        logprobs = _logprobs([(text, logprob)]) if logprob is not None else None
+    def piece(
+        self, head: Head, choice: Choice, text: str, logprobs: Sequence[TokenLogprob]
+    ) -> ChatCompletionChunk | None:
         reader = self._reader(choice, whole=False)
         delta = Delta(content=text) if reader is None else _delta(reader.feed(text))
-        if delta is None:
-            return None
-        return self._chunk(head, [ChatChunkChoice(choice.index, delta, logprobs)])
+        if delta is None:  # text held by the reader: its tokens' entries still go
+            if not logprobs:
+                return None
+            delta = Delta()
+        return self._chunk(
+            head, [ChatChunkChoice(choice.index, delta, ChoiceLogprobs(list(logprobs)) if logprobs else None)]
+        )
 
     def last(self, head: Head, choice: Choice, reason: FinishReason) -> ChatCompletionChunk:
         reader = self._reader(choice, whole=False)
@@ -184,7 +206,7 @@ class ChatShape:
         answers = []
         for c, reason in choices:
             message, reason = self._message(c, reason)
-            answers.append(ChatChoice(c.index, message, _logprobs(c.logprobs) if self.logprobs else None, reason))
+            answers.append(ChatChoice(c.index, message, ChoiceLogprobs(c.logprobs) if self.logprobs else None, reason))
         return ChatCompletion(head.id, head.created, head.model, answers, usage)
 
     def _message(self, choice: Choice, reason: FinishReason) -> tuple[ChatMessage, FinishReason]:

@@ -3,7 +3,7 @@ objects, whole and streamed; `echo` puts the prompt first)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from trtllm_entrypoint.openai.protocol import (
@@ -12,6 +12,7 @@ from trtllm_entrypoint.openai.protocol import (
     CompletionChoice,
     CompletionRequest,
     FinishReason,
+    TokenLogprob,
     Usage,
 )
 from trtllm_entrypoint.openai.sampling import DEFAULT_MAX_TOKENS, sampling
@@ -122,7 +123,7 @@ class CompletionShape:
         echoed = [CompletionChoice(c.index, c.prompt, None, None) for c in choices]
         return self._chunk(head, echoed) if self.echo else None
 
-    def piece(self, head: Head, choice: Choice, text: str, logprob: float | None) -> Completion:
+    def piece(self, head: Head, choice: Choice, text: str, logprobs: Sequence[TokenLogprob]) -> Completion:
         return self._chunk(head, [CompletionChoice(choice.index, text, None, None)])
 
     def last(self, head: Head, choice: Choice, reason: FinishReason) -> Completion:

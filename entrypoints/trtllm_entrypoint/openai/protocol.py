@@ -130,10 +130,6 @@ class TokenLogprob(msgspec.Struct):
     bytes: list[int]
     top_logprobs: list[TopLogprob]  # always empty: the backend returns the chosen token's only
 
-    @classmethod
-    def of(cls, token: str, logprob: float) -> TokenLogprob:
-        return cls(token, logprob, list(token.encode()), [])
-
 
 class ChoiceLogprobs(msgspec.Struct):
     content: list[TokenLogprob]

@@ -30,7 +30,8 @@ INPUT_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "presence_penalty": ("sampling_param_presence_penalty",),
         "frequency_penalty": ("sampling_param_frequency_penalty",),
         "seed": ("sampling_param_seed",),
-        "stop": ("sampling_param_stop",),
+        # no "stop": the LLM API matches a stop string as its token ids and trims them from a text whose first
+        # tokens it has streamed already; the front cuts stops on the text and leaves the stream (stops.py)
         "min_tokens": ("sampling_param_min_tokens",),
         "repetition_penalty": ("sampling_param_repetition_penalty",),
         "length_penalty": ("sampling_param_length_penalty",),
@@ -196,8 +197,5 @@ def backend_body(model: Model, prompt: str, s: Sampling, choice: int) -> dict[st
         body[seed] = rules.seed_for(s.seed, choice, model.types.get(seed, "TYPE_UINT64"))
     if s.logprobs:
         body[model.required_input("logprobs")] = True
-    stop = model.input_name("stop")
-    if s.stops and stop:  # the backend stops generating there too; the front still cuts the text exactly
-        body[stop] = list(s.stops)
     body.update(s.inputs)
     return body

@@ -9,19 +9,19 @@ import contextlib
 import functools
 import secrets
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
 
-from trtllm_entrypoint.openai import engine, limits, rules, special_tokens
-from trtllm_entrypoint.openai.backend import Backend, first_float
+from trtllm_entrypoint.openai import engine, limits, logprobs, rules, special_tokens
+from trtllm_entrypoint.openai.backend import Backend
 from trtllm_entrypoint.openai.chat_template import ChatTemplate
 from trtllm_entrypoint.openai.cpu import Pool, count_within
 from trtllm_entrypoint.openai.detokenize import CumulativeText, IncrementalDetokenizer
 from trtllm_entrypoint.openai.metrics import Metrics, RequestMetrics
-from trtllm_entrypoint.openai.protocol import ApiError, FinishReason, Usage
+from trtllm_entrypoint.openai.protocol import ApiError, FinishReason, TokenLogprob, Usage
 from trtllm_entrypoint.openai.sampling import Model, Sampling, backend_body
 from trtllm_entrypoint.openai.stops import StopScanner
 from trtllm_entrypoint.openai.structured import Support
@@ -78,8 +78,9 @@ class Choice:
     text: list[str] = field(default_factory=list)
     tokens: int = 0
     stopped: bool = False
-    logprobs: list[tuple[str, float]] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per generated token, where asked for
     done: bool = False  # its generation ended by itself (not cut by the client leaving or an error)
+    ended: bool = False  # the model wrote one of its end ids (the engine workflow's)
 
     def finish_reason(self, max_tokens: int) -> FinishReason:
         return "length" if not self.stopped and self.tokens >= max_tokens else "stop"
@@ -102,7 +103,9 @@ class Shape(Protocol):
 
     def opening(self, head: Head, choices: list[Choice]) -> msgspec.Struct | None: ...
 
-    def piece(self, head: Head, choice: Choice, text: str, logprob: float | None) -> msgspec.Struct | None: ...
+    def piece(
+        self, head: Head, choice: Choice, text: str, logprobs: Sequence[TokenLogprob]
+    ) -> msgspec.Struct | None: ...
 
     def last(self, head: Head, choice: Choice, reason: FinishReason) -> msgspec.Struct: ...
 
@@ -155,14 +158,25 @@ def _request(served: Served, s: Sampling, choice: Choice) -> tuple[dict[str, obj
             pad_id=tokenizer.pad_id,
         )
         detokenizer = IncrementalDetokenizer(tokenizer.codec)
+        # The model's other end ids (generation_config.json's: Llama 3's <|eot_id|>, Gemma's <end_of_turn>) end the
+        # choice here, not as the model's optional stop_words_list: one way for every tensorrt_llm model whatever it
+        # declares, the cut stop strings get (generate() leaves the stream, which ends the generation in Triton);
+        # it costs the few steps made before the closed stream reaches the engine.
+        ends = tokenizer.end_ids
 
         def ids(event: dict[str, Any]) -> str:
             new = engine.output_ids(event)
-            choice.tokens += len(new)
-            return detokenizer.push(new)
+            kept = len(new)
+            if not ends.isdisjoint(new):  # the end id was generated: counted, never shown
+                kept = next(k for k, i in enumerate(new) if i in ends) + 1
+                choice.ended = True
+            choice.tokens += kept
+            if s.logprobs:
+                choice.logprobs += logprobs.entries(new, engine.output_logprobs(event), tokenizer.token_bytes)[:kept]
+            return detokenizer.push(new[: kept - 1] if choice.ended else new)
 
         return body, Decoding(ids, detokenizer.finish)
-    cumulative = CumulativeText()
+    cumulative = CumulativeText(served.tokenizer.codec.cleanup)
 
     def text(event: dict[str, Any]) -> str:
         choice.tokens += 1
@@ -199,35 +213,37 @@ def check_fanout(served: Served, prompts: int, n: int) -> None:
 
 async def generate(
     served: Served, s: Sampling, choice: Choice, measure: RequestMetrics | None = None, idle: Idle | None = None
-) -> AsyncGenerator[tuple[str, float | None], None]:
+) -> AsyncGenerator[tuple[str, Sequence[TokenLogprob]], None]:
     """One choice's text as it comes: exact (the tokenizer's decoding of all ids at once, sent as it becomes
-    final), stop sequences cut, held back while they may be starting. `idle`: awaited before waiting for the
-    backend (the stream's Sink writes what it gathered)."""
+    final), stop sequences cut, held back while they may be starting; with the logprobs entries of the tokens
+    each event brought, whether or not their text is sent yet (as vLLM streams them). `idle`: awaited before waiting
+    for the backend (the stream's Sink writes what it gathered)."""
     scanner = StopScanner(s.stops)
     body, decoding = _request(served, s, choice)
-    logprob_output = served.model.logprob_output if s.logprobs else None
+    logged = 0  # choice.logprobs sent so far
     async with contextlib.aclosing(_blaming(served.backend.events(body, idle), s.inputs_param)) as events:
         async for event in events:
             piece = decoding.push(event)
             if measure is not None:
                 measure.token(choice.index)
             shown, stopped = scanner.feed(piece)
-            logprob = first_float(event.get(logprob_output)) if logprob_output else None
-            if logprob is not None:
-                choice.logprobs.append((piece, logprob))
-            if shown:
+            entries = choice.logprobs[logged:] if s.logprobs else ()
+            if shown or entries:
+                logged = len(choice.logprobs)
                 choice.text.append(shown)
-                yield shown, logprob
+                yield shown, entries
             if stopped:
                 choice.stopped = choice.done = True
                 return  # leaving the block closes the connection: Triton stops generating
+            if choice.ended:
+                break  # the same, then the text held back is sent
     choice.done = True
     shown, stopped = scanner.feed(decoding.finish())
-    choice.stopped = stopped
+    choice.stopped = stopped or choice.ended
     rest = shown if stopped else shown + scanner.flush()
     if rest:
         choice.text.append(rest)
-        yield rest, None
+        yield rest, ()
 
 
 async def _blaming(
@@ -309,8 +325,8 @@ async def _chunks_of(
     served: Served, work: Work, head: Head, choice: Choice, idle: Idle | None = None
 ) -> AsyncGenerator[msgspec.Struct, None]:
     async with contextlib.aclosing(generate(served, work.sampling, choice, work.measure, idle)) as pieces:
-        async for text, logprob in pieces:
-            chunk = work.shape.piece(head, choice, text, logprob)
+        async for text, entries in pieces:
+            chunk = work.shape.piece(head, choice, text, entries)
             if chunk is not None:  # None: held (what may be a tool call is read before it is sent)
                 yield chunk
     yield work.shape.last(head, choice, choice.finish_reason(work.sampling.max_tokens))

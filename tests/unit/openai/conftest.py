@@ -58,6 +58,11 @@ class Kit:
         """A prompt's ids, as the front sends them (as the preprocessing model makes them: BOS first)."""
         return list(self.tokenizer.encode(text).ids)
 
+    def chat_ids(self, rendered: str) -> list[int]:
+        """A rendered chat's ids, as the front sends them: the template wrote its special tokens, none are added
+        (as transformers' apply_chat_template(tokenize=True))."""
+        return list(self.tokenizer.encode(rendered, add_special_tokens=False).ids)
+
     def ask(self, fake: FakeTriton, calls: Callable[[str], Awaitable[Any]], **plan: Any) -> Any:
         if fake.encode is None:
             fake.encode = self.encode

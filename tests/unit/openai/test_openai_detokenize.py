@@ -34,6 +34,22 @@ def stream(codec: Codec, ids: Sequence[int], chunks: Sequence[int] | None = None
     return pieces
 
 
+def assert_adds_up(pieces: Sequence[str], whole: str, label: object) -> None:
+    """The pieces add up to the whole decoding exactly where it holds no `�`. Where it does (a byte run that is not
+    valid UTF-8, which the decoder writes as one `�` per byte), characters of the run sent before it proved invalid
+    stand for their bytes: no other text is lost or repeated, and no piece adds a `�`."""
+    joined = "".join(pieces)
+    if REPLACEMENT not in whole:
+        assert joined == whole, label
+        return
+    at = 0  # in whole: every character of joined is whole's, or stands for as many `�` as it has bytes
+    for char in joined:
+        size = 1 if char == whole[at : at + 1] else len(char.encode())
+        assert char == whole[at : at + 1] or whole[at : at + size] == REPLACEMENT * size, (label, joined, whole)
+        at += size
+    assert at == len(whole), (label, joined, whole)
+
+
 @pytest.fixture(scope="module", params=SHAPES)
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tokenizer_module.Tokenizer:
     """A model directory of that shape, loaded as the front loads it."""
@@ -100,16 +116,6 @@ def test_special_tokens_between_words(tmp_path: Path, skip: bool) -> None:
             whole = served.codec.text(ids)
             assert "".join(stream(served.codec, ids)) == whole, (shape, skip, ids)
             assert (SPECIALS[shape] in whole) is not skip
-
-
-def test_random_ids_add_up_even_where_they_decode_to_replacement_characters(served: tokenizer_module.Tokenizer) -> None:
-    """Sampled ids are not always valid text: lone byte tokens, bytes of half a character; the ids then really
-    decode to `�`, and the stream says exactly that."""
-    vocab = sorted(set(served.encode("".join(fx.TEXTS))) | set(range(0, 300)))
-    rng = random.Random(35)
-    for _ in range(200):
-        ids = [rng.choice(vocab) for _ in range(rng.randint(1, 30))]
-        assert "".join(stream(served.codec, ids)) == served.codec.text(ids), ids
 
 
 def test_transformers_cleanup_is_applied_across_tokens() -> None:
@@ -200,7 +206,7 @@ def test_the_whole_text_is_what_transformers_decodes(tmp_path: Path, skip: bool)
         for _ in range(300):
             ids = [rng.randrange(vocab) for _ in range(rng.randint(1, 20))]
             assert ours.codec.text(ids) == theirs.decode(ids, skip_special_tokens=skip), (shape, ids)
-            assert "".join(stream(ours.codec, ids)) == theirs.decode(ids, skip_special_tokens=skip), (shape, ids)
+            assert_adds_up(stream(ours.codec, ids), theirs.decode(ids, skip_special_tokens=skip), (shape, ids))
         for text in fx.TEXTS:
             # transformers 5 builds Llama tokenizers' pre-tokenization from the class (legacy=False), not from a
             # legacy tokenizer.json's normalizer: a prompt that starts with a space loses its extra `▁` there
@@ -210,3 +216,53 @@ def test_the_whole_text_is_what_transformers_decodes(tmp_path: Path, skip: bool)
             assert ours.encode(text) == theirs.encode(text), (shape, text)
         pad = theirs.eos_token_id if theirs.pad_token_id is None else theirs.pad_token_id
         assert (ours.end_id, ours.pad_id) == (theirs.eos_token_id, pad)
+
+
+def test_a_run_of_byte_tokens_streams_each_character_once_complete(tmp_path: Path) -> None:
+    """Text outside a byte-fallback vocabulary (CJK, emoji) is one long run of `<0xXX>` tokens: each character is
+    sent as soon as its last byte comes, not when the run ends (a stop string inside it is seen in time)."""
+    llama = tokenizer_module.load(fx.write_tokenizer(tmp_path / "l", "llama2"))
+    text = "你好世界😀中文"
+    ids = llama.encode(text)[1:]  # no BOS
+    assert all(i in llama.codec.byte_tokens for i in ids[1:]), fx.sentencepiece("llama2").id_to_token(ids[1])
+    detok = IncrementalDetokenizer(llama.codec)
+    pieces = [detok.push([i]) for i in ids]
+    assert [p for p in pieces if p][:3] == ["你", "好", "世"], pieces
+    assert "".join(pieces) + detok.finish() == text and detok.finish() == ""
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_random_ids_in_random_chunks_over_every_shape(tmp_path: Path, skip: bool) -> None:
+    """Ids drawn at random (any token: byte tokens, specials, pieces) and pushed in random chunks. Where every run of
+    byte tokens is valid UTF-8 (what a model's text is), the pieces add up to the whole decoding exactly. Where a run
+    proves invalid after some of its characters went out (the decoder then writes `�` for each of its bytes), those
+    characters stand and the rest of the run comes as `�`: no word is lost or repeated, and no piece holds a `�` the
+    whole decoding has not."""
+    rng = random.Random(3501)
+    for shape in SHAPES:
+        served = tokenizer_module.load(
+            fx.write_tokenizer(tmp_path / f"{shape}-{skip}", shape), skip_special_tokens=skip
+        )
+        vocab = fx.tokenizer_of(shape).get_vocab_size()
+        texts = [served.encode(t)[1:] for t in fx.TEXTS]
+        for _ in range(300):
+            if rng.random() < 0.5:  # valid text with random specials and pieces between
+                ids = [i for _ in range(3) for i in rng.choice(texts) + [rng.randrange(vocab)]]
+            else:
+                ids = [rng.randrange(vocab) for _ in range(rng.randint(1, 30))]
+            chunks, left = [], len(ids)
+            while left > 0:
+                chunks.append(min(left, rng.randint(1, 4)))
+                left -= chunks[-1]
+            assert_adds_up(stream(served.codec, ids, chunks), served.codec.text(ids), (shape, ids, chunks))
+
+
+def test_each_tokens_own_bytes_add_up_to_the_text(served: tokenizer_module.Tokenizer) -> None:
+    """What chat's logprobs show of a token (openai/logprobs.py): its own bytes, byte-level BPE's printable
+    characters and SentencePiece's `▁` and `<0xXX>` read back, so that a character of several tokens is in their
+    bytes together (SentencePiece's first word keeps the space its decoder strips)."""
+    for text in fx.TEXTS:
+        ids = [i for i in served.encode(text) if i not in served.codec.skipped]
+        assert b"".join(served.token_bytes(i) for i in ids).decode() in (text, " " + text), text
+    for special in served.codec.skipped:  # a special token is its own text, skipped in the answer's or not
+        assert served.token_bytes(special).decode() == served.decode_kept([special]) != "", special

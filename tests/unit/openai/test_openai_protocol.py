@@ -64,7 +64,7 @@ def test_completions_whole_and_streamed_read_back_as_the_clients_completion():
 
 
 def test_chat_answers_read_back_as_the_clients_types():
-    logprobs = p.ChoiceLogprobs([p.TokenLogprob.of("é", -0.5)])
+    logprobs = p.ChoiceLogprobs([p.TokenLogprob("é", -0.5, list("é".encode()), [])])
     whole = p.ChatCompletion("c", 1, "m", [p.ChatChoice(0, p.ChatMessage("assistant", "é"), logprobs, "stop")], USAGE)
     read = openai.types.chat.ChatCompletion.model_validate(encoded(whole))
     assert read.choices[0].logprobs.content[0].bytes == list("é".encode()) and read.object == "chat.completion"

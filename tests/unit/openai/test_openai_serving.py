@@ -170,11 +170,11 @@ def test_chat_streams_the_role_first_and_each_tokens_logprob(kit):
     message = whole.choices[0]
     assert message.message.content == "The capital" and message.message.role == "assistant"
     assert [(t.token, t.logprob, t.bytes) for t in message.logprobs.content] == [
-        ("The", -0.25, list(b"The")),
+        (" The", -0.25, list(b" The")),  # the token's own text: `▁The`, whose space the decoder strips at the start
         (" capital", -1.5, list(b" capital")),
     ]
     assert plain.choices[0].logprobs is None and whole.object == "chat.completion"
-    assert fake.seen[0].body["input_ids"] == kit.prompt_ids(f"user: {PROMPT}\nassistant:")  # the template's
+    assert fake.seen[0].body["input_ids"] == kit.chat_ids(f"user: {PROMPT}\nassistant:")  # the template's
     assert fake.seen[0].body["return_log_probs"] is True and "return_log_probs" not in fake.seen[2].body
 
 
@@ -189,9 +189,9 @@ def test_a_chat_without_a_limit_asks_for_the_rest_of_the_context(kit):
             return answer, full.value
 
     answer, full = kit.ask(fake, calls, max_seq_len=40)
-    prompt = f"user: {PROMPT}\nassistant:"
-    assert fake.seen[0].body["request_output_len"] == 40 - prompt_tokens(kit, prompt)
-    assert answer.usage.prompt_tokens == prompt_tokens(kit, prompt) and answer.choices[0].finish_reason == "stop"
+    prompt = len(kit.chat_ids(f"user: {PROMPT}\nassistant:"))
+    assert fake.seen[0].body["request_output_len"] == 40 - prompt
+    assert answer.usage.prompt_tokens == prompt and answer.choices[0].finish_reason == "stop"
     assert full.response.json()["error"]["param"] == "messages" and len(fake.seen) == 1
 
 
@@ -295,3 +295,53 @@ def test_a_stop_string_with_spaces_matches_the_decoded_text_and_is_cut_exactly(k
     whole, chunks = kit.ask(fake, calls)
     assert whole.choices[0].text == "The capital" and whole.choices[0].finish_reason == "stop"
     assert "".join(chunks) == "The capital of "
+
+
+def test_characters_of_a_byte_token_run_stream_as_they_complete_and_a_stop_inside_it_ends_the_backend(kit):
+    """CJK and emoji outside a byte-fallback vocabulary come as one long run of `<0xXX>` tokens: each character is
+    sent once its last byte comes, so a stop string inside the run is seen in time and generation ends there."""
+    text = "你好世界，" * 20 + "😀" * 10
+    fake = FakeTriton(lambda body: Reply(pieces=[text], delay_s=0.001))
+    reply = len(kit.encode(text))
+
+    async def calls(url):
+        async with client(url) as api:
+            stream = await api.completions.create(model="ensemble", prompt="p", max_tokens=reply, stream=True)
+            chunks = [c.choices[0].text async for c in stream if c.choices]
+            stopped = await api.completions.create(model="ensemble", prompt="p", max_tokens=reply, stop="界")
+            await asyncio.wait_for(fake.client_closed.wait(), 10)
+            return chunks, stopped
+
+    chunks, stopped = kit.ask(fake, calls, max_seq_len=1024)
+    assert "".join(chunks) == kit.tokenizer.decode(kit.encode(text)) and chunks[:3] == ["你", "好", "世"], chunks[:5]
+    assert stopped.choices[0].text == "你好世" and stopped.choices[0].finish_reason == "stop"
+    assert fake.seen[1].closed_by_client and fake.seen[1].sent < reply  # the front left as soon as it saw the stop
+
+
+def test_chat_logprobs_are_one_entry_per_generated_token_whole_and_streamed(kit):
+    """One entry per generated id, with the token's own text and bytes, whatever the text pieces: tokens whose text
+    is held (the bytes of a character, a possible stop) and steps of several ids keep their entries, whole and
+    streamed, and the entries' bytes add up to the tokens'."""
+    text = "The capital 你好 😀 ok"
+    ids = kit.encode(text)
+    steps = [ids[:3], ids[3:4], ids[4:9], *([i] for i in ids[9:])]
+    logprobs = [-(k + 1) / 8 for k in range(len(ids))]
+    fake = FakeTriton(lambda body: Reply(ids=steps, logprobs=logprobs))
+
+    async def calls(url):
+        async with client(url) as api:
+            ask = {"model": "ensemble", "messages": MESSAGES, "max_tokens": len(ids), "logprobs": True}
+            whole = await api.chat.completions.create(**ask)
+            stream = await api.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True})
+            return whole, [chunk async for chunk in stream]
+
+    whole, chunks = kit.ask(fake, calls, max_seq_len=256)
+    entries = whole.choices[0].logprobs.content
+    assert len(entries) == whole.usage.completion_tokens == len(ids)
+    assert [t.logprob for t in entries] == logprobs
+    assert [t.token for t in entries[:2]] == [" The", " capital"]  # SentencePiece's word-start mark as a space
+    assert b"".join(bytes(t.bytes) for t in entries).decode() == " " + text
+    streamed = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    assert [(t.token, t.logprob, t.bytes) for t in streamed] == [(t.token, t.logprob, t.bytes) for t in entries]
+    assert chunks[-1].usage.completion_tokens == len(streamed)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text

@@ -7,7 +7,11 @@ token, as the LLM API's incremental decoding holds it), as the real model sends 
 `output.text` (triton_backend/all_models/llmapi/tensorrt_llm/1/model.py, `_create_response`, at TensorRT-LLM commits
 b35ac1b6 and 044a90d2). The "generated" tokens are the prompt's, last to first, repeated up to
 `sampling_param_max_tokens` (first to last with TRTLLM_ENGINE_DOUBLE_ECHO=1, as the engine double), decoded as
-the LLM API does by default (skip_special_tokens); every other declared output is zero.
+the LLM API does by default (skip_special_tokens); every other declared output is zero. `sampling_param_stop` works
+as in the LLM API (tensorrt_llm/executor/result.py, sampling_params.py): each stop string's token ids (encoded
+without special tokens) end generation where the tokens end with them, and are trimmed from the ids; streamed, the
+last response decodes what is left after the ids sent before, which is nothing, so its text is the previous one
+(a stop of several tokens keeps the text of those sent before its last).
 """
 
 import json
@@ -54,31 +58,55 @@ class TritonPythonModel:
         )
 
     def _tokens(self, request):
+        """The generated ids, and how many of them at the end are a stop string's (0: none ended them)."""
         prompt = _first(request, "text_input", b"")
         ids = self.tokenizer.encode(prompt.decode() if isinstance(prompt, bytes) else str(prompt))
         pattern = (ids if os.environ.get("TRTLLM_ENGINE_DOUBLE_ECHO") == "1" else list(reversed(ids))) or [0]
-        return [pattern[i % len(pattern)] for i in range(int(_first(request, "sampling_param_max_tokens", 16)))]
+        stops = pb_utils.get_input_tensor_by_name(request, "sampling_param_stop")
+        words = (
+            []
+            if stops is None
+            else [s.decode() if isinstance(s, bytes) else str(s) for s in stops.as_numpy().reshape(-1)]
+        )
+        stop_ids = [self.tokenizer.encode(word, add_special_tokens=False) for word in words if word]
+        tokens = []
+        for i in range(int(_first(request, "sampling_param_max_tokens", 16))):
+            tokens.append(pattern[i % len(pattern)])
+            hit = next((ids for ids in stop_ids if ids and tokens[-len(ids) :] == ids), None)
+            if hit is not None:
+                return tokens, len(hit)
+        return tokens, 0
+
+    @staticmethod
+    def _kept(tokens, stop):
+        return tokens[: len(tokens) - stop]
 
     def execute(self, requests):
         if not self.decoupled:
             return [
-                self._response(self._text(self._tokens(request)))
+                self._response(self._text(self._kept(*self._tokens(request))))
                 if not _first(request, "streaming", False)
                 else pb_utils.InferenceResponse(error=pb_utils.TritonError("streaming needs a decoupled model"))
                 for request in requests
             ]
         for request in requests:
-            sender, tokens = request.get_response_sender(), self._tokens(request)
+            sender = request.get_response_sender()
+            tokens, stop = self._tokens(request)
             if _first(request, "streaming", False):
                 # The LLM API's text only grows: a character not yet complete (`�` at the end) waits for its bytes.
                 sent = ""
-                for count in range(1, len(tokens) + 1):
+                for count in range(1, len(tokens) + (0 if stop else 1)):
                     text = self._text(tokens[:count])
                     if text.endswith("\ufffd") and count < len(tokens):
                         text = sent
                     sender.send(self._response(text))
                     sent = text
+                if stop:  # the stop's last token came, its ids were trimmed: the last text is the one before
+                    sender.send(self._response(sent))
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             else:
-                sender.send(self._response(self._text(tokens)), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                sender.send(
+                    self._response(self._text(self._kept(tokens, stop))),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
         return None

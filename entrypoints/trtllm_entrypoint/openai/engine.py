@@ -62,7 +62,10 @@ def _flat(value: object) -> list[Any]:
 def output_ids(event: Mapping[str, object]) -> list[int]:
     """The ids one streamed response carries: the generate endpoint writes a one-element tensor as a number and a
     longer one (several tokens in a step) as a list."""
-    return [int(i) for i in _flat(event.get(IDS_OUTPUT))]
+    value = event.get(IDS_OUTPUT)
+    if type(value) is int:  # one token a step: the usual case, per token
+        return [value]
+    return [int(i) for i in _flat(value)]
 
 
 def output_logprobs(event: Mapping[str, object]) -> list[float]:

@@ -221,22 +221,27 @@ async def generate(
     scanner = StopScanner(s.stops)
     body, decoding = _request(served, s, choice)
     logged = 0  # choice.logprobs sent so far
-    async with contextlib.aclosing(_blaming(served.backend.events(body, idle), s.inputs_param)) as events:
-        async for event in events:
-            piece = decoding.push(event)
-            if measure is not None:
-                measure.token(choice.index)
-            shown, stopped = scanner.feed(piece)
-            entries = choice.logprobs[logged:] if s.logprobs else ()
-            if shown or entries:
-                logged = len(choice.logprobs)
-                choice.text.append(shown)
-                yield shown, entries
-            if stopped:
-                choice.stopped = choice.done = True
-                return  # leaving the block closes the connection: Triton stops generating
-            if choice.ended:
-                break  # the same, then the text held back is sent
+    try:
+        async with contextlib.aclosing(served.backend.events(body, idle)) as events:
+            async for event in events:
+                piece = decoding.push(event)
+                if measure is not None:
+                    measure.token(choice.index)
+                shown, stopped = scanner.feed(piece)
+                entries = choice.logprobs[logged:] if s.logprobs else ()
+                if shown or entries:
+                    logged = len(choice.logprobs)
+                    choice.text.append(shown)
+                    yield shown, entries
+                if stopped:
+                    choice.stopped = choice.done = True
+                    return  # leaving the block closes the connection: Triton stops generating
+                if choice.ended:
+                    break  # the same, then the text held back is sent
+    except ApiError as exc:  # a refusal of a request with a guide names the field that asked for it
+        if exc.code == "backend_error" and exc.param is None:
+            exc.param = s.inputs_param
+        raise
     choice.done = True
     shown, stopped = scanner.feed(decoding.finish())
     choice.stopped = stopped or choice.ended
@@ -244,21 +249,6 @@ async def generate(
     if rest:
         choice.text.append(rest)
         yield rest, ()
-
-
-async def _blaming(
-    events: AsyncGenerator[dict[str, Any], None], param: str | None
-) -> AsyncGenerator[dict[str, Any], None]:
-    """The backend's events; its refusal of a request with a guide names the field that asked for the guide (the
-    engine's grammar compiler has the last word on a schema)."""
-    try:
-        async with contextlib.aclosing(events):
-            async for event in events:
-                yield event
-    except ApiError as exc:
-        if exc.code == "backend_error" and exc.param is None:
-            exc.param = param
-        raise
 
 
 def _head(served: Served, work: Work) -> Head:

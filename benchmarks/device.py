@@ -42,7 +42,7 @@ NOT_IN_STUB = {"torch", "sympy", "mpmath", "networkx", "setuptools", "hf_xet"}
 # less what the machine has (numpy 2 and ml_dtypes, which its jax brings, serve the load generator; tokenizers).
 HARNESS = (
     *("click", "Jinja2", "PyYAML", "docker", "packaging", "pytest", "tritonclient[grpc]", "aiohttp", "msgspec"),
-    "py-spy",  # the openai suite's profile when a target is missed (its binary lands in site-packages/bin)
+    "py-spy",  # the openai suite's profile when a target is missed (its binary is kept in site-packages)
 )
 ON_THE_MACHINE = ("numpy", "numpy.libs", "ml_dtypes")
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
@@ -126,6 +126,7 @@ def pack_site(dest: Path, site: Path, *, stub: bool, wheels: Path) -> None:
         write_distribution(site, "tensorrt", realtriton.TENSORRT_DOUBLE_VERSION)
     else:
         _pip_target(site, list(HARNESS))
+        (site / "bin" / "py-spy").replace(site / "py-spy")  # a static binary, kept from the scripts pruned below
         for name in ON_THE_MACHINE:
             for path in [site / name, *site.glob(f"{name}-*.dist-info")]:
                 shutil.rmtree(path, ignore_errors=True)
@@ -162,7 +163,7 @@ def lay_out(kit: Path, root: Path, torch_site: Path | None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "entrypoints"), str(root / "harness" / "site-packages")])
     env["TRTLLM_UPSTREAM_DIR"] = str(REPO / "_upstream")
     env["PYTHONUNBUFFERED"] = "1"
-    env["PATH"] = os.pathsep.join([str(root / "harness" / "site-packages" / "bin"), env.get("PATH", "")])
+    env["PATH"] = os.pathsep.join([str(root / "harness" / "site-packages"), env.get("PATH", "")])
     # transformers 4 would import the machine's torch and jax (built for numpy 2) into every tokenizer model, which
     # needs neither: its framework switches off (the BLS model imports torch itself).
     env.update(USE_TORCH="0", USE_TF="0", USE_FLAX="0")

@@ -13,7 +13,6 @@ from typing import Any
 import msgspec
 
 from trtllm_entrypoint.openai.chat_template import ChatTemplateError
-from trtllm_entrypoint.openai.cpu import count_within
 from trtllm_entrypoint.openai.guided import GUIDE_INPUTS, GuideError
 from trtllm_entrypoint.openai.protocol import (
     ApiError,
@@ -38,6 +37,7 @@ from trtllm_entrypoint.openai.serving import (
     Work,
     answer_room,
     check_fanout,
+    encoded,
     prompt_tokens,
     refuse_unsupported,
 )
@@ -138,14 +138,8 @@ def _prompt(served: Served, rendered: str) -> tuple[str, list[int], int]:
     if served.model.workflow != "engine":
         text = tokenizer.chat_text(rendered)
         return text, [], prompt_tokens(served, text)
-    ids: list[int] = []
-
-    def count(text: str) -> int:
-        ids[:] = tokenizer.encode_chat(text)
-        return len(ids)
-
-    # a prompt over the context stops counting early (its ids are then a prefix's: answer_room refuses it)
-    return rendered, ids, count_within(count, rendered, served.max_seq_len)
+    ids, tokens = encoded(served, rendered, tokenizer.encode_chat)
+    return rendered, ids, tokens
 
 
 def _delta(deltas: list[dict[str, Any]]) -> Delta | None:

@@ -23,6 +23,7 @@ from trtllm_entrypoint.openai.serving import (
     Work,
     answer_room,
     check_fanout,
+    encoded,
     prompt_tokens,
     refuse_unsupported,
 )
@@ -98,9 +99,16 @@ def work(served: Served, request: CompletionRequest) -> Work:
         check_fanout(served, len(request.prompt), n)  # before any prompt is decoded or counted
     prompts = prompts_of(request, served.tokenizer.decode_prompt_ids)
     check_fanout(served, len(prompts), n)
-    # the engine workflow sends ids as they came (decoded above only to check them and for echo); llmapi the text
-    ids = given_ids(request) if served.model.workflow == "engine" else [None] * len(prompts)
-    counts = [len(i) if i else prompt_tokens(served, p) for p, i in zip(prompts, ids, strict=True)]
+    # the engine workflow sends ids as they came (decoded above only to check them and for echo), a text's ids made
+    # once here; llmapi the text
+    ids: list[list[int] | None] = [None] * len(prompts)
+    counts = []
+    for k, (prompt, given) in enumerate(zip(prompts, given_ids(request), strict=True)):
+        if served.model.workflow != "engine":
+            counts.append(prompt_tokens(served, prompt))
+            continue
+        ids[k], count = (given, len(given)) if given else encoded(served, prompt, served.tokenizer.encode)
+        counts.append(count)
     limit = DEFAULT_MAX_TOKENS if request.max_tokens is None else request.max_tokens
     answer_room(served, max(counts), limit, "max_tokens", "prompt")
     s = sampling(request, served.model, request.max_tokens, logprobs=False)

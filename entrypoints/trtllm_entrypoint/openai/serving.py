@@ -190,6 +190,19 @@ def refused(exc: rules.Refused) -> ApiError:
     return ApiError(400, exc.message, exc.field)
 
 
+def encoded(served: Served, text: str, encode: Callable[[str], list[int]]) -> tuple[list[int], int]:
+    """`text`'s ids as the engine workflow sends them, made once with the request's checks (off the loop), and how
+    many; for a text far over the context, a prefix's ids and a count that stopped early (cpu.count_within), which
+    answer_room refuses."""
+    ids: list[int] = []
+
+    def count(part: str) -> int:
+        ids[:] = encode(part)
+        return len(ids)
+
+    return ids, count_within(count, text, served.max_seq_len)
+
+
 def prompt_tokens(served: Served, prompt: str) -> int:
     """The prompt's tokens; for a prompt far over the context, a count over it that stopped early (cpu.count_within).
     Call it off the loop (the server runs each request's checks on served.cpu)."""

@@ -71,3 +71,24 @@ def tokenizer_dir(directory: Path, config: dict[str, Any] | None = None, files: 
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
     return directory
+
+
+# One chat and one tool for the front's chat tests (rendered by real templates, by the front and by transformers).
+SYSTEM = {"role": "system", "content": "You are a concise assistant."}
+USER = {"role": "user", "content": "What is the capital of France?"}
+ANSWER = {"role": "assistant", "content": "Paris."}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "The city, e.g. Paris"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+}

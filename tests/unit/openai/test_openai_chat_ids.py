@@ -24,6 +24,7 @@ import transformers
 from harness import tokenizers_fixture
 from harness.fake_triton import FakeTriton, words
 from harness.upstream_files import upstream_path
+from tests.factories import ANSWER, SYSTEM, USER, WEATHER
 from trtllm_entrypoint.openai import chat, server
 from trtllm_entrypoint.openai.protocol import ChatRequest
 
@@ -48,19 +49,10 @@ SHAPED = {
     "qwen3-0.6b": "qwen",
     "qwq-32b": "qwen",
 }
-USER = {"role": "user", "content": "What is the capital of France?"}
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The current weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 CONVERSATIONS = [
     [USER],
-    [{"role": "system", "content": "You are a concise assistant."}, USER],
-    [USER, {"role": "assistant", "content": "Paris."}, {"role": "user", "content": "Où est Tōkyō? 東京 🗼"}],
+    [SYSTEM, USER],
+    [USER, ANSWER, {"role": "user", "content": "Où est Tōkyō? 東京 🗼"}],
 ]
 
 

@@ -14,30 +14,13 @@ import pytest
 import tokenizers
 import transformers
 
+from tests.factories import ANSWER, SYSTEM, USER, WEATHER
 from trtllm_entrypoint.openai import chat_template as ct
 
 DATA = Path(__file__).parents[2] / "data" / "chat_templates"
 TOKENS: dict[str, dict[str, str]] = json.loads((DATA / "special_tokens.json").read_text())
 NAMES = sorted(TOKENS)
 
-SYSTEM = {"role": "system", "content": "You are a concise assistant."}
-USER = {"role": "user", "content": "What is the capital of France?"}
-ANSWER = {"role": "assistant", "content": "Paris."}
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The current weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "description": "The city, e.g. Paris"},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["city"],
-        },
-    },
-}
 # Command R+'s tool_use template reads Cohere's own tool shape, not OpenAI's.
 COHERE_WEATHER = {
     "name": "get_weather",

@@ -126,10 +126,3 @@ def log_detail(what: str, detail: str) -> str:
     ref = secrets.token_hex(6)
     LOG.warning("%s (ref %s): %s", what, ref, json.dumps(detail)[1:-1])
     return ref
-
-
-def first_float(value: object) -> float | None:
-    """A tensor output's first value (tritonserver's JSON nests a tensor's values in lists)."""
-    while isinstance(value, list) and value:
-        value = value[0]
-    return float(value) if isinstance(value, (int, float)) else None

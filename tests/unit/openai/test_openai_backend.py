@@ -14,7 +14,7 @@ from harness.realtriton import free_port
 pytest.importorskip("aiohttp")
 
 from trtllm_entrypoint.openai import backend  # noqa: E402
-from trtllm_entrypoint.openai.backend import Backend, first_float  # noqa: E402
+from trtllm_entrypoint.openai.backend import Backend  # noqa: E402
 from trtllm_entrypoint.openai.protocol import ApiError  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def test_events_come_as_tritonserver_sends_them_with_the_headers_given():
         return await collect(backend, {"text_input": "x", "max_tokens": 5, "return_log_probs": True})
 
     events = run(fake, calls, headers={"admin-key": "k"})
-    assert [(e["text_output"], first_float(e["output_log_probs"])) for e in events] == [("a", -1.0), ("b", -2.0)]
+    assert [(e["text_output"], e["output_log_probs"]) for e in events] == [("a", [[-1.0]]), ("b", [[-2.0]])]
     assert fake.seen[0].body["text_input"] == "x" and fake.seen[0].headers["admin-key"] == "k"
 
 
@@ -107,10 +107,6 @@ def test_ready_follows_the_entry_models_readiness():
 
     assert run(fake, calls) == (True, False)
     assert run(fake, lambda backend: backend.ready(), entry_model="other") is False
-
-
-def test_first_float_reads_a_tensors_first_value():
-    assert [first_float(v) for v in ([[-0.5]], [1], 2, [], None, ["x"])] == [-0.5, 1.0, 2.0, None, None, None]
 
 
 def test_events_read_together_are_yielded_before_the_stream_waits_again():

@@ -107,15 +107,16 @@ def test_the_ready_line_is_logged_once_after_the_server_answers_readiness(image)
 
 def test_with_frontend_openai_the_model_is_served_under_its_own_name(image):
     """vLLM's and NIM's clients send the model's name: a local model's directory name here (a hub id as given), and
-    the ready line, the front's plan and the request to try agree; Triton's entry model keeps its own name."""
+    the ready line, the front's plan and the request to try agree; Triton's models keep their own names (the engine
+    workflow's front asks the tensorrt_llm model with token ids)."""
     result = image.run("prepare", FRONTEND="openai")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["ready"]["served_model_name"] == image.model.name == "tiny"
     assert json.loads(shlex.split(out["ready"]["try"])[-1])["model"] == "tiny"
     plan = out["front"]["plan"]
-    assert (plan["served_name"], plan["entry_model"]) == ("tiny", "ensemble")
-    assert plan["config"].endswith("/ensemble/config.pbtxt")
+    assert (plan["served_name"], plan["entry_model"]) == ("tiny", "tensorrt_llm")
+    assert plan["config"].endswith("/tensorrt_llm/config.pbtxt")
 
 
 def test_an_openai_name_may_be_a_hub_id_and_triton_keeps_its_own(image):

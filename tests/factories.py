@@ -92,3 +92,12 @@ WEATHER = {
         },
     },
 }
+
+
+# The real chat templates of tests/data/chat_templates (SOURCES.md) and each one's special tokens.
+CHAT_TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
+TEMPLATE_TOKENS: dict[str, dict[str, str]] = json.loads((CHAT_TEMPLATES / "special_tokens.json").read_text())
+
+
+def chat_template_text(name: str) -> str:
+    return (CHAT_TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")

@@ -21,6 +21,7 @@ import pytest
 
 from harness import realfront
 from harness.image import Image, templates_for
+from harness.other_uid import NOBODY, bind_as
 from harness.tiny_checkpoint import PROMPT
 from tests.real.test_real_openai import KEY, prepared
 
@@ -123,24 +124,6 @@ def test_the_workers_environment_holds_no_secret(tmp_path, real_triton):
         assert not any(s in v for v in others.values() for s in (*secrets.values(), KEY))
 
 
-def bind_as_nobody(family: socket.AddressFamily, host: str, port: int) -> int:
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.setgid(65534)
-            os.setuid(65534)
-            with socket.socket(family) as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-                sock.bind((host, port))
-                sock.listen()
-        except OSError as exc:
-            code = exc.errno or 255
-        os._exit(code)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="taking another UID needs root")
 def test_no_other_uid_can_listen_on_the_openai_port_while_the_front_serves(tmp_path, real_triton):
     img = Image(tmp_path, "25.01", templates_for("v0.17.0"))
@@ -148,7 +131,7 @@ def test_no_other_uid_can_listen_on_the_openai_port_while_the_front_serves(tmp_p
     with realfront.start(real_triton, out, KEY, log_dir=tmp_path) as front:
         port = front.http_port
         tries = {
-            host: bind_as_nobody(family, host, port)
+            host: bind_as(NOBODY, family, host, port, reuse=True)
             for family, host in [(socket.AF_INET6, "::1"), (socket.AF_INET6, "::"), (socket.AF_INET, "127.0.0.1")]
             if family == socket.AF_INET or socket.has_ipv6
         }

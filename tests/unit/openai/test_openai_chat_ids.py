@@ -24,15 +24,13 @@ import transformers
 from harness import tokenizers_fixture
 from harness.fake_triton import FakeTriton, words
 from harness.upstream_files import upstream_path
-from tests.factories import ANSWER, SYSTEM, USER, WEATHER
+from tests.factories import ANSWER, SYSTEM, TEMPLATE_TOKENS, USER, WEATHER, chat_template_text
 from trtllm_entrypoint.openai import chat, server
 from trtllm_entrypoint.openai.protocol import ChatRequest
 
 openai = pytest.importorskip("openai")
 
-DATA = Path(__file__).parents[2] / "data" / "chat_templates"
-TOKENS: dict[str, dict[str, str]] = json.loads((DATA / "special_tokens.json").read_text())
-NAMES = sorted(TOKENS)
+NAMES = sorted(TEMPLATE_TOKENS)
 # Templates whose family has an offline stand-in tokenizer of its shape.
 SHAPED = {
     "llama-2-7b-chat": "llama2",
@@ -59,11 +57,11 @@ CONVERSATIONS = [
 def stand_in(directory: Path, name: str) -> Path:
     """A tokenizer directory for template `name`: its family's shape, or a tiny one with its model's special tokens
     (as real tokenizer.json files hold them: added, special) that adds BOS in front."""
-    template = (DATA / f"{name}.jinja").read_text(encoding="utf-8")
+    template = chat_template_text(name)
     if name in SHAPED:
         tokenizers_fixture.write_tokenizer(directory, SHAPED[name])
     else:
-        tokens = TOKENS[name]
+        tokens = TEMPLATE_TOKENS[name]
         vocab = {"<unk>": 0, **{token: i + 1 for i, token in enumerate(dict.fromkeys(tokens.values()))}}
         model = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
         model.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
@@ -160,7 +158,7 @@ def test_the_engine_receives_one_bos_for_a_llama_2_chat(kit):
     """Through the front and the official client: Llama 2's real template writes `<s>`; the fake tritonserver gets it
     once, and usage counts the ids it got."""
     directory = Path(kit.plan.tokenizer)
-    (directory / "chat_template.jinja").write_text((DATA / "llama-2-7b-chat.jinja").read_text(encoding="utf-8"))
+    (directory / "chat_template.jinja").write_text(chat_template_text("llama-2-7b-chat"))
     fake = FakeTriton(lambda body: words("Paris."))
 
     async def calls(url):

@@ -14,12 +14,10 @@ import pytest
 import tokenizers
 import transformers
 
-from tests.factories import ANSWER, SYSTEM, USER, WEATHER
+from tests.factories import ANSWER, SYSTEM, TEMPLATE_TOKENS, USER, WEATHER, chat_template_text
 from trtllm_entrypoint.openai import chat_template as ct
 
-DATA = Path(__file__).parents[2] / "data" / "chat_templates"
-TOKENS: dict[str, dict[str, str]] = json.loads((DATA / "special_tokens.json").read_text())
-NAMES = sorted(TOKENS)
+NAMES = sorted(TEMPLATE_TOKENS)
 
 # Command R+'s tool_use template reads Cohere's own tool shape, not OpenAI's.
 COHERE_WEATHER = {
@@ -65,14 +63,14 @@ def write_tokenizer(directory: Path, name: str, index: int) -> Path:
     """A tokenizer directory laid out as on the Hub: the template in chat_template.jinja or tokenizer_config.json,
     the special tokens in tokenizer_config.json or only in special_tokens_map.json (alternating, so both layouts
     are compared)."""
-    tokens = TOKENS[name]
+    tokens = TEMPLATE_TOKENS[name]
     vocab = {"<unk>": 0, **{token: i + 1 for i, token in enumerate(dict.fromkeys(tokens.values()))}}
     model = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
     model.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     directory.mkdir(parents=True, exist_ok=True)
     model.save(str(directory / "tokenizer.json"))
     config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
-    template = (DATA / f"{name}.jinja").read_text(encoding="utf-8")
+    template = chat_template_text(name)
     if index % 2:
         config["chat_template"] = template
     else:
@@ -115,7 +113,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.mark.parametrize("name", NAMES)
 def test_each_real_template_compiles_and_renders_a_question(name, root):
     found = ct.discover(tokenizer_dir(name, root))
-    assert found.templates[ct.DEFAULT] == (DATA / f"{name}.jinja").read_text(encoding="utf-8")
+    assert found.templates[ct.DEFAULT] == chat_template_text(name)
     tools = TOOLS.get(name, [WEATHER]) if name.endswith("tool_use") else None  # the template for tools
     prompt = ours(tokenizer_dir(name, root)).render([USER], tools=tools, add_generation_prompt=True)
     assert USER["content"] in prompt
@@ -126,7 +124,7 @@ def test_each_real_template_compiles_and_renders_a_question(name, root):
 def test_the_front_renders_as_transformers(name, conversation, root):
     path = tokenizer_dir(name, root)
     messages = CONVERSATIONS[conversation]
-    template_text = (DATA / f"{name}.jinja").read_text(encoding="utf-8")
+    template_text = chat_template_text(name)
     tool_sets = [None, TOOLS.get(name, [WEATHER])] if "tools" in template_text else [None]
     compared = 0
     for tools in tool_sets:
@@ -154,7 +152,7 @@ def test_templates_that_read_the_date_render_today():
         "mistral-small-3.2-24b-instruct-2506": "%Y-%m-%d",
     }
     for name, form in today.items():
-        template = ct.ChatTemplate(ct.Found({ct.DEFAULT: (DATA / f"{name}.jinja").read_text()}, name, TOKENS[name]))
+        template = ct.ChatTemplate(ct.Found({ct.DEFAULT: chat_template_text(name)}, name, TEMPLATE_TOKENS[name]))
         prompt = template.render([USER])
         assert datetime.now().strftime(form) in prompt, name
         assert "26 Jul 2024" not in prompt, name

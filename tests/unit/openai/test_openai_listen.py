@@ -8,6 +8,7 @@ import socket
 
 import pytest
 
+from harness.other_uid import NOBODY, bind_as
 from trtllm_entrypoint.openai import listen
 
 pytestmark = pytest.mark.process
@@ -18,7 +19,6 @@ ADDRESSES = [
     (socket.AF_INET, "127.0.0.1"),
     (socket.AF_INET, "0.0.0.0"),
 ]
-OTHER_UID = 65534  # nobody
 
 
 def ipv6() -> bool:
@@ -28,28 +28,6 @@ def ipv6() -> bool:
     except OSError:
         return False
     return True
-
-
-def bind_as(uid: int, family: socket.AddressFamily, host: str, port: int, *, reuse: bool) -> int:
-    """0 if a process of `uid` could listen on host:port (with SO_REUSEPORT and SO_REUSEADDR when `reuse`), else
-    the errno it got."""
-    pid = os.fork()
-    if pid == 0:  # the other UID's process
-        code = 0
-        try:
-            os.setgid(uid)
-            os.setuid(uid)
-            with socket.socket(family, socket.SOCK_STREAM) as sock:
-                if reuse:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-                sock.bind((host, port))
-                sock.listen()
-        except OSError as exc:
-            code = exc.errno or 255
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="taking another UID needs root")
@@ -62,7 +40,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="taking another UID ne
 def test_no_other_uid_can_listen_on_the_port_on_any_local_address(family, host, reuse):
     with listen.listening_socket("0.0.0.0", 0) as serving:
         port = serving.getsockname()[1]
-        assert bind_as(OTHER_UID, family, host, port, reuse=reuse) != 0, f"UID {OTHER_UID} listens on {host}:{port}"
+        assert bind_as(NOBODY, family, host, port, reuse=reuse) != 0, f"UID {NOBODY} listens on {host}:{port}"
 
 
 @needs_root
@@ -73,7 +51,7 @@ def test_an_ipv4_only_wildcard_would_leave_the_ipv6_side_to_any_uid():
         ipv4_only.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         ipv4_only.bind(("0.0.0.0", 0))
         ipv4_only.listen()
-        assert bind_as(OTHER_UID, socket.AF_INET6, "::1", ipv4_only.getsockname()[1], reuse=False) == 0
+        assert bind_as(NOBODY, socket.AF_INET6, "::1", ipv4_only.getsockname()[1], reuse=False) == 0
 
 
 @pytest.mark.parametrize("client", ["127.0.0.1", "::1"])

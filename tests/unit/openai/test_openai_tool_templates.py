@@ -14,7 +14,8 @@ from trtllm_entrypoint.openai import structured, tools
 
 pytest.importorskip("transformers")
 # The real templates and the tokenizer directories the parity test makes of them (same layouts, same tokens).
-from tests.unit.openai.test_openai_chat_template_parity import DATA, WEATHER, hugging_face, ours, write_tokenizer  # noqa: E402
+from tests.factories import CHAT_TEMPLATES, WEATHER, chat_template_text  # noqa: E402
+from tests.unit.openai.test_openai_chat_template_parity import hugging_face, ours, write_tokenizer  # noqa: E402
 
 # The templates of each family this server reads calls of.
 FAMILIES = {
@@ -35,7 +36,7 @@ CALLS = [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Tokyo"})]
 
 
 def tokenizer(tmp_path: Path, name: str) -> Path:
-    return write_tokenizer(tmp_path / name, name, sorted(p.stem for p in DATA.glob("*.jinja")).index(name))
+    return write_tokenizer(tmp_path / name, name, sorted(p.stem for p in CHAT_TEMPLATES.glob("*.jinja")).index(name))
 
 
 def written_by_model(hf, calls) -> str | None:
@@ -61,7 +62,7 @@ def written_by_model(hf, calls) -> str | None:
 
 @pytest.mark.parametrize("family,name", [(f, n) for f, names in FAMILIES.items() for n in names])
 def test_the_calls_a_real_template_writes_are_read_back_by_its_familys_parser(tmp_path, family, name):
-    template = (DATA / f"{name}.jinja").read_text(encoding="utf-8")
+    template = chat_template_text(name)
     assert tools.detect(template, None) == family
     directory = tokenizer(tmp_path, name)
     hf = hugging_face(directory)
@@ -86,6 +87,6 @@ def test_the_calls_a_real_template_writes_are_read_back_by_its_familys_parser(tm
 
 @pytest.mark.parametrize("name", UNREAD)
 def test_templates_of_formats_no_parser_reads_refuse_tools_naming_the_variable(tmp_path, name):
-    template = (DATA / f"{name}.jinja").read_text(encoding="utf-8")
+    template = chat_template_text(name)
     found = structured.support(template, None, "auto", lambda offered: str(offered), "")
     assert found.family is None and structured.VARIABLE in found.no_family

@@ -120,7 +120,8 @@ def _load(directory: Path, skip_special_tokens: bool, add_special_tokens: bool) 
 
     spec = _read_json(path)
     model = spec.get("model") or {}
-    added = {i: token.content for i, token in fast.get_added_tokens_decoder().items()}
+    added_tokens = fast.get_added_tokens_decoder()
+    added = {i: token.content for i, token in added_tokens.items()}
     return Tokenizer(
         encode=encode,
         encode_chat=encode_chat,
@@ -128,9 +129,7 @@ def _load(directory: Path, skip_special_tokens: bool, add_special_tokens: bool) 
             decode=decode,
             cleanup=_cleans_up(config, str(model.get("type", ""))),
             byte_tokens=byte_tokens(fast.get_vocab()) if model.get("byte_fallback") else {},
-            skipped=frozenset(
-                i for i, added in fast.get_added_tokens_decoder().items() if added.special and skip_special_tokens
-            ),
+            skipped=frozenset(i for i, token in added_tokens.items() if token.special and skip_special_tokens),
         ),
         end_id=end_id,
         pad_id=end_id if pad_id is None else pad_id,
